@@ -1,0 +1,240 @@
+"""The llama.cpp backend: the only module that imports ``llama_cpp``.
+
+One ``LlamaModel`` is one GGUF model with one context. It owns the C resources (freed context
+first, then model), turns llama.cpp's return codes into exceptions, and offers the few
+operations the ensemble needs: tokenize, detokenize, decode a batch of (token, position,
+sequence) rows with logits for chosen rows, and the sequence (KV memory) operations.
+
+Built on the public low-level API on purpose: the high-level ``Llama(logits_all=True)`` would
+allocate ``n_ctx x n_vocab`` floats per model (gigabytes for 150k-260k vocabularies).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from specem_local.errors import SpecemError
+from specem_local.gguf import read_header
+
+_LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
+_recent_errors: deque[str] = deque(maxlen=8)
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """Keep llama.cpp quiet; remember error lines so a failed load can say why."""
+    if level == _LOG_LEVEL_ERROR and text:
+        _recent_errors.append(text.decode("utf-8", errors="replace").strip())
+
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def _init_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+class ContextFull(Exception):
+    """The KV cache has no room for the batch (llama_decode returned 1)."""
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    token: int
+    position: int
+    seq_id: int
+    wants_logits: bool
+
+
+class LlamaModel:
+    """One llama.cpp model and context. Not thread-safe: one thread at a time per instance."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_threads: int,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        read_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
+        _init_backend()
+        self.path = path
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        if progress is not None:
+            def on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+                progress(float(fraction))
+                return True
+
+            self._progress_callback = llama_cpp.llama_progress_callback(on_progress)
+            model_params.progress_callback = self._progress_callback
+        _recent_errors.clear()
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            reason = _recent_errors[-1] if _recent_errors else "unknown error"
+            raise SpecemError(f"llama.cpp could not load {path}: {reason}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = n_batch
+        ctx_params.n_ubatch = n_batch
+        ctx_params.n_seq_max = n_seq_max
+        ctx_params.n_threads = n_threads
+        ctx_params.n_threads_batch = n_threads
+        ctx_params.kv_unified = True  # sequences share the prefix cells; seq_cp is cheap
+        ctx_params.swa_full = True  # sliding-window models (Gemma 3) keep every cell, so
+        # removing a rejected candidate's tail never needs cells the window dropped
+        ctx_params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            self.close()
+            reason = _recent_errors[-1] if _recent_errors else "out of memory?"
+            raise SpecemError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}: {reason}")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._piece_cache: dict[int, bytes] = {}
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the batch, then the context, then the model (llama.cpp's required order)."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    # -- vocabulary -------------------------------------------------------------------------
+    def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
+        """Tokenize text. User and model text must use ``parse_special=False`` so that a
+        literal ``<|im_end|>`` in it stays text; only template scaffolding parses specials."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        while True:
+            buffer = (llama_cpp.llama_token * capacity)()
+            count = llama_cpp.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_bos, parse_special)
+            if count >= 0:
+                return list(buffer[:count])
+            capacity = -count
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens render as nothing)."""
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buffer = ctypes.create_string_buffer(64)
+        size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
+        if size < 0:
+            buffer = ctypes.create_string_buffer(-size)
+            size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -size, 0, False)
+        piece = buffer.raw[:size]
+        self._piece_cache[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return b"".join(self.token_bytes(token) for token in tokens)
+
+    def special_text(self, token: int) -> str:
+        """A special token's own text (``<bos>``), for chat templates that print it."""
+        if token < 0:
+            return ""
+        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def bos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self._vocab))
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def set_threads(self, n_threads: int) -> None:
+        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
+
+    # -- decoding ---------------------------------------------------------------------------
+    def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
+        """Decode ``rows`` (split into n_batch chunks); return a copy of the logits of the rows
+        that asked for them, in order, as a float32 array of shape (n_wanted, n_vocab)."""
+        outputs = []
+        for start in range(0, len(rows), self.n_batch):
+            chunk = rows[start:start + self.n_batch]
+            batch = self._batch
+            batch.n_tokens = len(chunk)
+            for index, row in enumerate(chunk):
+                batch.token[index] = row.token
+                batch.pos[index] = row.position
+                batch.n_seq_id[index] = 1
+                batch.seq_id[index][0] = row.seq_id
+                batch.logits[index] = row.wants_logits
+            code = llama_cpp.llama_decode(self._ctx, batch)
+            if code == 1:
+                raise ContextFull(f"no KV cache slot for {len(chunk)} tokens (n_ctx {self.n_ctx})")
+            if code != 0:
+                raise SpecemError(f"llama.cpp decode failed with code {code} for {self.path.name}")
+            wanted = sum(row.wants_logits for row in chunk)
+            if wanted:
+                pointer = llama_cpp.llama_get_logits(self._ctx)
+                logits = np.ctypeslib.as_array(pointer, shape=(wanted, self.n_vocab))
+                outputs.append(logits.copy())
+        if not outputs:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+    # -- sequences (KV memory) ----------------------------------------------------------------
+    def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:
+        llama_cpp.llama_memory_seq_cp(self._memory, source, target, start, end)
+
+    def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> None:
+        """Remove a sequence's cells in [start, end); a negative seq id means every sequence.
+        (Called directly: the convenience wrapper turns a negative id into 0.)"""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq_id, start, end):
+            raise SpecemError(f"llama.cpp could not remove positions {start}..{end} of sequence {seq_id}")
+
+    def seq_keep(self, seq_id: int) -> None:
+        llama_cpp.llama_memory_seq_keep(self._memory, seq_id)
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self._memory, True)

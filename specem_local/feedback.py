@@ -1,0 +1,119 @@
+"""The voting and online-feedback rule of SpecEM, as pure functions over numpy arrays.
+
+Shapes: ``scores[v, c]`` is verifier ``v``'s score of candidate ``c`` (NaN where a verifier
+did not score a candidate). Candidates and verifiers are both indexed by model, so the
+candidate of model ``i`` is column ``i``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def normalise_logit_row(row: np.ndarray) -> np.ndarray:
+    """Turn one verifier's mean raw logits into a distribution over candidates.
+
+    All positive: ``s / sum(s)``, the paper's equation 3 (over candidates). Raw logits can be
+    zero or negative, where that formula is undefined; then shift the row so its minimum
+    sits at one mean gap above zero: order is kept, the result is a valid distribution, and
+    equal scores give the uniform distribution.
+    """
+    row = np.asarray(row, dtype=np.float64)
+    if row.size == 0:
+        return row
+    if np.all(row > 0):
+        return row / row.sum()
+    spread = float(row.max() - row.min())
+    gap = spread / row.size if spread > 0 else 1.0
+    shifted = row - row.min() + gap
+    return shifted / shifted.sum()
+
+
+def normalise_logprob_row(row: np.ndarray) -> np.ndarray:
+    """Mean log-probabilities -> softmax over candidates (per-token geometric-mean probability)."""
+    row = np.asarray(row, dtype=np.float64)
+    if row.size == 0:
+        return row
+    exp = np.exp(row - row.max())
+    return exp / exp.sum()
+
+
+def normalise(scores: np.ndarray, scoring: str) -> np.ndarray:
+    """Normalise each verifier's row over the candidates it scored (NaNs stay NaN)."""
+    rule = normalise_logit_row if scoring == "logit" else normalise_logprob_row
+    out = np.full(scores.shape, np.nan)
+    for v, row in enumerate(scores):
+        present = ~np.isnan(row)
+        if present.any():
+            out[v, present] = rule(row[present])
+    return out
+
+
+def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted vote ``y_c = sum_v w_v * s^[v, c]``, over the verifiers that scored ``c``,
+    re-weighted so a candidate is not penalised for a verifier that did not score it."""
+    present = ~np.isnan(normalised)
+    weighted = np.where(present, normalised, 0.0) * weights[:, None]
+    mass = (present * weights[:, None]).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mass > 0, weighted.sum(axis=0) / mass, np.nan)
+
+
+def win_counts(normalised: np.ndarray, candidates: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per model: how often a third-party judge rated its candidate at least as high as a
+    rival's, and how many such comparisons there were. Self-judgements never count."""
+    size = normalised.shape[0]
+    wins = np.zeros(size)
+    comparisons = np.zeros(size)
+    for author in candidates:
+        for judge in range(size):
+            if judge == author or np.isnan(normalised[judge, author]):
+                continue
+            for rival in candidates:
+                if rival == author or np.isnan(normalised[judge, rival]):
+                    continue
+                comparisons[author] += 1
+                wins[author] += normalised[judge, author] >= normalised[judge, rival]
+    return wins, comparisons
+
+
+def rewards(normalised: np.ndarray, candidates: list[int]) -> np.ndarray:
+    """Smoothed win rate ``(wins + 0.5) / (comparisons + 1)`` for each model with a candidate.
+
+    The reference floors wins at 1 and divides by ``(K-1)^2``; with K = 2 that makes every
+    reward 1 and the weights never move. Smoothing keeps rewards in (0, 1), distinct for
+    different win counts at any K. Models without a candidate this round get the mean
+    reward of the others, so sitting out neither helps nor hurts them.
+    """
+    wins, comparisons = win_counts(normalised, candidates)
+    out = (wins + 0.5) / (comparisons + 1.0)
+    has_comparisons = comparisons > 0
+    neutral = float(out[has_comparisons].mean()) if has_comparisons.any() else 0.5
+    return np.where(has_comparisons, out, neutral)
+
+
+def learning_rate(base: float, n_models: int, round_number: int) -> float:
+    """The paper's decaying rate: ``eta_k = base / sqrt(K * k)`` for round ``k`` (from 1)."""
+    return base / math.sqrt(max(n_models, 1) * max(round_number, 1))
+
+
+def hedge_update(weights: np.ndarray, reward: np.ndarray, eta: float) -> np.ndarray:
+    """Multiplicative weights: ``w_i * exp(eta * r_i)``, renormalised to sum to 1."""
+    updated = weights * np.exp(eta * (reward - reward.max()))
+    return updated / updated.sum()
+
+
+def exiting_drafters(
+    share_totals: np.ndarray, active: list[int], rounds: int, warmup: int, exit_share: float
+) -> list[int]:
+    """SpecFuse's model exit: after ``warmup`` rounds, drafters whose cumulative share of the
+    combined score is below ``exit_share / len(active)`` stop drafting. The best drafter is
+    never removed, so at least one always drafts."""
+    if rounds < warmup or len(active) <= 1:
+        return []
+    shares = share_totals[active] / max(float(share_totals[active].sum()), 1e-12)
+    best = active[int(np.argmax(shares))]
+    threshold = exit_share / len(active)
+    return [model for model, share in zip(active, shares) if share < threshold and model != best]

@@ -1,0 +1,209 @@
+"""One model's part in the ensemble: its committed sequence, drafting, in-line scoring of
+other models' candidates, and committing the winner.
+
+KV layout per model (unified cache): sequence 0 holds the committed context (prompt and
+answer so far) at positions ``0..P-1``; ``last_row`` holds the logits that predict position
+``P``. Drafting extends sequence 0 in place. Scoring copies the prefix to sequences 1..n (a
+cheap cell-sharing copy), puts candidate ``j``'s tokens in sequence ``j+1`` at ``P, P+1, ...``,
+and decodes them all in one batch. Committing adopts the winner's cells (no re-decode).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specem_local.backend import BatchRow, LlamaModel
+from specem_local.config import ModelSpec
+from specem_local.prompting import PromptFormat
+from specem_local.sampling import Sampler
+from specem_local.text import incomplete_utf8_tail, trim_to_word_boundary
+
+UTF8_EXTRA_TOKENS = 4  # drafting may run this far past L to finish a UTF-8 character
+
+
+def segment_score(rows: np.ndarray, tokens: list[int], scoring: str) -> float:
+    """Mean over the tokens of the logit (``logit``) or log-probability (``logprob``) that
+    ``rows[i]`` gives ``tokens[i]``."""
+    picked = rows[np.arange(len(tokens)), tokens].astype(np.float64)
+    if scoring == "logprob":
+        top = rows.max(axis=1, keepdims=True)
+        log_norm = np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
+        picked = picked - log_norm
+    return float(picked.mean())
+
+
+@dataclass
+class Draft:
+    """A drafted segment after post-processing."""
+
+    text: str
+    ended: bool
+    tokens: list[int]  # this model's tokens for ``text`` when aligned, else all drafted
+    aligned: bool  # True when ``text`` is exactly the first ``len(tokens)`` drafted tokens
+    rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted tokens[i]; one more at the end
+    seconds: float = 0.0
+
+
+@dataclass
+class Scored:
+    """A verifier's in-line scores for a set of candidates, kept until the winner is known."""
+
+    candidate_tokens: dict[int, list[int]]  # candidate index -> this model's tokens
+    scores: dict[int, float]
+    seq_of: dict[int, int]  # candidate index -> sequence id holding its cells
+    last_rows: dict[int, np.ndarray]  # candidate index -> logits after its last token
+    seconds: float = 0.0
+
+
+class Member:
+    def __init__(self, spec: ModelSpec, model: LlamaModel, prompt_format: PromptFormat) -> None:
+        self.spec = spec
+        self.model = model
+        self.prompt_format = prompt_format
+        self.tokens: list[int] = []  # committed sequence 0
+        self.last_row: np.ndarray | None = None
+        self._prompt_cache: tuple[list[int], np.ndarray] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    # -- a new answer ---------------------------------------------------------------------------
+    def start(self, prompt_tokens: list[int]) -> None:
+        """Make sequence 0 hold exactly ``prompt_tokens``, reusing the cached common prefix
+        (multi-turn chats do not re-decode their history) and dropping everything else."""
+        if self._prompt_cache is not None and self._prompt_cache[0] == prompt_tokens:
+            self.model.seq_remove(-1, len(prompt_tokens), -1)
+            self.tokens = list(prompt_tokens)
+            self.last_row = self._prompt_cache[1]
+            return
+        common = 0
+        for old, new in zip(self.tokens, prompt_tokens):
+            if old != new:
+                break
+            common += 1
+        common = min(common, len(prompt_tokens) - 1)  # decode at least one token for its row
+        self.model.seq_remove(-1, common, -1)
+        rest = prompt_tokens[common:]
+        rows = self.model.decode(
+            [BatchRow(t, common + i, 0, i == len(rest) - 1) for i, t in enumerate(rest)]
+        )
+        self.tokens = list(prompt_tokens)
+        self.last_row = rows[-1]
+        self._prompt_cache = (list(prompt_tokens), self.last_row)
+
+    @property
+    def room(self) -> int:
+        return self.model.n_ctx - len(self.tokens)
+
+    # -- drafting -------------------------------------------------------------------------------
+    def draft(self, max_tokens: int, sampler: Sampler, cancel: threading.Event) -> Draft:
+        """Sample up to ``max_tokens`` on sequence 0 (a few more if a UTF-8 character is
+        unfinished), then post-process: whole characters, this model's stop strings, and a cut
+        back to a word boundary unless the draft ended the answer."""
+        started = time.perf_counter()
+        assert self.last_row is not None
+        start = len(self.tokens)
+        rows = [self.last_row]
+        drafted: list[int] = []
+        data = b""
+        ended = False
+        limit = min(max_tokens + UTF8_EXTRA_TOKENS, self.room - 1)
+        while len(drafted) < limit and not cancel.is_set():
+            if len(drafted) >= max_tokens and incomplete_utf8_tail(data) == 0:
+                break
+            token = sampler(rows[-1])
+            if self.model.is_eog(token):
+                ended = True
+                break
+            drafted.append(token)
+            data += self.model.token_bytes(token)
+            rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
+        while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
+            ended = False
+            data = data[: len(data) - len(self.model.token_bytes(drafted.pop()))]
+        text = data.decode("utf-8", errors="replace")
+        for stop in self.prompt_format.stop_strings:
+            index = text.find(stop)
+            if index >= 0:
+                text, ended = text[:index].rstrip(), True
+        if not ended:
+            text = trim_to_word_boundary(text)
+        kept = _aligned_prefix(self.model, drafted, text.encode("utf-8"))
+        tokens = drafted[:kept] if kept is not None else drafted
+        return Draft(text, ended, tokens, kept is not None, rows, time.perf_counter() - started)
+
+    def own_score(self, draft: Draft, scoring: str) -> float:
+        """Score this model's own aligned draft from the logits it drafted with (no decode)."""
+        rows = np.stack(draft.rows[: len(draft.tokens)])
+        return segment_score(rows, draft.tokens, scoring)
+
+    # -- verification ---------------------------------------------------------------------------
+    def score(self, candidates: dict[int, str], scoring: str) -> Scored:
+        """Score every candidate text in one batched decode, each in its own sequence on top of
+        the shared committed prefix."""
+        started = time.perf_counter()
+        assert self.last_row is not None
+        prefix = len(self.tokens)
+        batch: list[BatchRow] = []
+        candidate_tokens: dict[int, list[int]] = {}
+        seq_of: dict[int, int] = {}
+        for seq_id, (index, text) in enumerate(candidates.items(), start=1):
+            tokens = self.model.tokenize(text)
+            candidate_tokens[index] = tokens
+            seq_of[index] = seq_id
+            self.model.seq_copy(0, seq_id, 0, prefix)
+            batch += [BatchRow(t, prefix + i, seq_id, True) for i, t in enumerate(tokens)]
+        rows = self.model.decode(batch)
+        scores: dict[int, float] = {}
+        last_rows: dict[int, np.ndarray] = {}
+        offset = 0
+        for index, tokens in candidate_tokens.items():
+            own_rows = rows[offset: offset + len(tokens)]
+            predicting = np.concatenate([self.last_row[None, :], own_rows[:-1]])
+            scores[index] = segment_score(predicting, tokens, scoring)
+            last_rows[index] = own_rows[-1].copy()
+            offset += len(tokens)
+        return Scored(candidate_tokens, scores, seq_of, last_rows, time.perf_counter() - started)
+
+    # -- commit ---------------------------------------------------------------------------------
+    def commit(self, winner: int, text: str, own: Draft | None, scored: Scored | None) -> int:
+        """Make the winning segment part of sequence 0; return how many tokens it added here.
+
+        Own aligned draft: keep its cells. Scored in-line: adopt the winner's sequence (seq_rm
+        our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it."""
+        prefix = len(self.tokens)
+        if own is not None and own.aligned:
+            self.model.seq_remove(0, prefix + len(own.tokens), -1)
+            self.model.seq_keep(0)
+            self.tokens += own.tokens
+            self.last_row = own.rows[len(own.tokens)]
+            return len(own.tokens)
+        self.model.seq_remove(0, prefix, -1)
+        if scored is not None and winner in scored.seq_of:
+            self.model.seq_copy(scored.seq_of[winner], 0, -1, -1)
+            self.model.seq_keep(0)
+            tokens = scored.candidate_tokens[winner]
+            self.tokens += tokens
+            self.last_row = scored.last_rows[winner]
+            return len(tokens)
+        self.model.seq_keep(0)
+        tokens = self.model.tokenize(text)
+        rows = self.model.decode([BatchRow(t, prefix + i, 0, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+        self.tokens += tokens
+        self.last_row = rows[-1]
+        return len(tokens)
+
+
+def _aligned_prefix(model: LlamaModel, tokens: list[int], target: bytes) -> int | None:
+    """How many leading tokens spell exactly ``target``, or None if no prefix does."""
+    data = b""
+    for count, token in enumerate(tokens):
+        if data == target:
+            return count
+        data += model.token_bytes(token)
+    return len(tokens) if data == target else None

@@ -1,0 +1,41 @@
+"""Memory facts for warnings and benchmarks: free memory now, this process's peak RSS."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from pathlib import Path
+
+
+def available_memory_bytes() -> int | None:
+    """Memory available to new allocations (Linux MemAvailable; free pages elsewhere)."""
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_warning(model_bytes: dict[str, int], available: int | None) -> str | None:
+    """A one-line warning when the models' files alone exceed the memory available."""
+    if available is None:
+        return None
+    total = sum(model_bytes.values())
+    if total <= available:
+        return None
+    sizes = ", ".join(f"{name} {size / 2**30:.2f} GiB" for name, size in model_bytes.items())
+    return (
+        f"warning: the models need at least {total / 2**30:.2f} GiB ({sizes}) but only "
+        f"{available / 2**30:.2f} GiB is available; expect swapping or a crash: use fewer or smaller models"
+    )
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

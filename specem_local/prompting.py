@@ -1,0 +1,127 @@
+"""Turning a conversation into each model's prompt tokens.
+
+Each model renders the whole conversation with its own chat template (from its GGUF, or an
+override in models.toml), in a sandboxed Jinja environment. Models without a template (base
+models such as Gemma-3-270M) get the plain format below. Message text is always tokenized
+as text, never parsed for special tokens: a user typing ``<|im_end|>`` cannot end a turn.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from specem_local.errors import SpecemError
+
+ROLES = ("system", "user", "assistant")
+
+# The plain-text format for models without a chat template. The answer follows the final
+# "### Assistant:" line; a base model that goes on to write the next "### User:" turn has
+# ended its answer, so that text is a per-model stop string.
+PLAIN_TURN = {"system": "{content}\n\n", "user": "### User:\n{content}\n\n", "assistant": "### Assistant:\n{content}\n\n"}
+PLAIN_ANSWER_HEADER = "### Assistant:\n"
+PLAIN_STOPS = ("### User:", "\n### ")
+
+_SENTINEL = re.compile("\ue000(\\d+)\ue001")
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise SpecemError(f"message role must be one of {', '.join(ROLES)}; got {self.role!r}")
+
+
+class Tokenizer(Protocol):
+    def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How one model is prompted: a Jinja chat template, or the plain format when None."""
+
+    template: str | None
+    bos_text: str = ""
+    eos_text: str = ""
+
+    @property
+    def is_plain(self) -> bool:
+        return self.template is None
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """Text that, appearing in this model's draft, means the model ended its answer."""
+        return PLAIN_STOPS if self.is_plain else ()
+
+    def render(self, messages: list[Message]) -> list[tuple[str, bool]]:
+        """The prompt as pieces ``(text, is_message_text)``, ready for the assistant's answer."""
+        if self.is_plain:
+            return _render_plain(messages)
+        return _render_template(self.template, messages, self.bos_text, self.eos_text)
+
+    def tokens(self, messages: list[Message], tokenizer: Tokenizer, *, bos_token: int | None) -> list[int]:
+        """Prompt tokens: scaffolding parsed for special tokens, message text as plain text."""
+        tokens: list[int] = []
+        for text, is_message_text in self.render(messages):
+            if text:
+                tokens += tokenizer.tokenize(text, parse_special=not is_message_text)
+        if bos_token is not None and bos_token >= 0 and (not tokens or tokens[0] != bos_token):
+            tokens.insert(0, bos_token)
+        return tokens
+
+
+def _render_plain(messages: list[Message]) -> list[tuple[str, bool]]:
+    pieces: list[tuple[str, bool]] = []
+    for message in messages:
+        before, after = PLAIN_TURN[message.role].split("{content}")
+        pieces += [(before, False), (message.content, True), (after, False)]
+    pieces.append((PLAIN_ANSWER_HEADER, False))
+    return pieces
+
+
+def _render_template(template: str, messages: list[Message], bos_text: str, eos_text: str) -> list[tuple[str, bool]]:
+    """Render with each message's content replaced by a sentinel, then split the output at
+    the sentinels so that message text and template scaffolding are tokenized differently."""
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    stand_ins = [{"role": m.role, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    try:
+        rendered = environment.from_string(template).render(
+            messages=stand_ins, add_generation_prompt=True, bos_token=bos_text, eos_token=eos_text
+        )
+    except TemplateError as error:
+        raise SpecemError(f"chat template failed to render: {error}") from None
+    pieces: list[tuple[str, bool]] = []
+    position = 0
+    for match in _SENTINEL.finditer(rendered):
+        pieces.append((rendered[position:match.start()], False))
+        pieces.append((messages[int(match.group(1))].content, True))
+        position = match.end()
+    pieces.append((rendered[position:], False))
+    return pieces
+
+
+def as_messages(prompt: str | list[Message] | list[dict[str, str]], system_prompt: str = "") -> list[Message]:
+    """Accept a prompt string, Message objects or ``{"role", "content"}`` dicts."""
+    if isinstance(prompt, str):
+        messages = [Message("user", prompt)]
+    else:
+        messages = [m if isinstance(m, Message) else Message(m["role"], m["content"]) for m in prompt]
+    if not messages or messages[-1].role != "user":
+        raise SpecemError("a conversation must end with a user message")
+    if system_prompt and messages[0].role != "system":
+        messages.insert(0, Message("system", system_prompt))
+    return messages

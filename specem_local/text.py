@@ -1,0 +1,46 @@
+"""Text post-processing of drafted segments, as pure functions over bytes and strings."""
+
+from __future__ import annotations
+
+
+def incomplete_utf8_tail(data: bytes) -> int:
+    """How many bytes at the end of ``data`` begin a UTF-8 character that is not finished.
+
+    0 when ``data`` ends on a character boundary. Malformed bytes are not "incomplete": a
+    byte that can never be completed counts as finished (it will be replaced on decode).
+    """
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0b1100_0000 == 0b1000_0000:  # continuation byte: keep looking back
+            continue
+        if byte & 0b1000_0000 == 0:  # ASCII
+            return 0
+        need = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+        return back if back < need else 0
+    return 0
+
+
+def trim_to_word_boundary(text: str) -> str:
+    """Cut a draft that stops inside a word back to before its last whitespace run.
+
+    "The answer is 4" -> "The answer is" (the next round may continue "42"). The cut goes
+    before the whitespace because tokenizers attach a space to the word after it. A draft
+    that ends in whitespace or punctuation is kept; so is one that would become empty.
+    """
+    if not text or not (text[-1].isalnum() or text[-1] == "_"):
+        return text
+    cut = len(text)
+    while cut > 0 and not text[cut - 1].isspace():
+        cut -= 1
+    if cut == 0:
+        return text
+    while cut > 0 and text[cut - 1].isspace():
+        cut -= 1
+    return text[:cut] if cut > 0 else text
+
+
+def find_stop(text: str, stops: tuple[str, ...], search_from: int = 0) -> int | None:
+    """Index of the earliest stop string in ``text`` starting at or after ``search_from``
+    (pass the previous length minus the longest stop, so stops across segments are found)."""
+    hits = [index for stop in stops if stop and (index := text.find(stop, max(0, search_from))) >= 0]
+    return min(hits) if hits else None
