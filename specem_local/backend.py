@@ -83,6 +83,7 @@ class LlamaModel:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         if progress is not None:
+
             def on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
                 progress(float(fraction))
                 return True
@@ -200,7 +201,7 @@ class LlamaModel:
         that asked for them, in order, as a float32 array of shape (n_wanted, n_vocab)."""
         outputs = []
         for start in range(0, len(rows), self.n_batch):
-            chunk = rows[start:start + self.n_batch]
+            chunk = rows[start : start + self.n_batch]
             batch = self._batch
             batch.n_tokens = len(chunk)
             for index, row in enumerate(chunk):

@@ -100,13 +100,13 @@ class ModelSpec:
         sources = [key for key in ("path", "hf", "demo") if getattr(self, key)]
         if len(sources) != 1:
             raise SpecemError(
-                f"{where}: give exactly one source: path = \"...gguf\", hf = \"owner/repo\" "
-                f"with file = \"...gguf\", or demo = \"...\" (got {', '.join(sources) or 'none'})"
+                f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" '
+                f'with file = "...gguf", or demo = "..." (got {", ".join(sources) or "none"})'
             )
         if self.hf and not self.file:
-            raise SpecemError(f"{where}: hf = {self.hf!r} needs file = \"<name>.gguf\" too")
+            raise SpecemError(f'{where}: hf = {self.hf!r} needs file = "<name>.gguf" too')
         if self.file and not self.hf:
-            raise SpecemError(f"{where}: file = {self.file!r} goes with hf = \"owner/repo\"")
+            raise SpecemError(f'{where}: file = {self.file!r} goes with hf = "owner/repo"')
         _check_choice(f"{where} role", self.role, ROLES)
         if self.n_ctx < 64:
             raise SpecemError(f"{where}: n_ctx must be at least 64, got {self.n_ctx}")
@@ -147,8 +147,9 @@ def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "array", dict: "table"}.get(type(value), type(value).__name__)
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "table"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
@@ -208,13 +209,13 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
     model_tables = data.get("models", [])
     if not isinstance(model_tables, list) or not all(isinstance(m, dict) for m in model_tables):
         raise SpecemError(f"{source}: models must be an array of tables: [[models]]")
-    if not model_tables:
-        raise SpecemError(
-            f"{source}: no models configured; add at least one [[models]] entry "
-            "with a name and a path, hf or demo source"
-        )
     try:
         ensemble = _build(EnsembleSettings, ensemble_table, f"{source} [ensemble]")
+        if not model_tables:
+            raise SpecemError(
+                f"{source}: no models configured; add at least one [[models]] entry "
+                "with a name and a path, hf or demo source"
+            )
         models = []
         for index, table in enumerate(model_tables, start=1):
             if "name" not in table:
@@ -228,9 +229,9 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
     if duplicates:
         raise SpecemError(f"{source}: duplicate model name {duplicates[0]!r}; names must be unique")
     if not any(model.drafts for model in models):
-        raise SpecemError(f"{source}: no model can draft; give at least one role = \"both\" or \"draft\"")
+        raise SpecemError(f'{source}: no model can draft; give at least one role = "both" or "draft"')
     if not any(model.verifies for model in models):
-        raise SpecemError(f"{source}: no model can verify; give at least one role = \"both\" or \"verify\"")
+        raise SpecemError(f'{source}: no model can verify; give at least one role = "both" or "verify"')
     return Config(ensemble, tuple(models), source, base_dir)
 
 

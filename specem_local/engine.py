@@ -77,8 +77,7 @@ class Ensemble:
                 if not skip_failed:
                     raise
                 self.load_failures.append(LoadFailure(spec.name, str(error)))
-        warning = memory_warning({name: path.stat().st_size for name, path in paths.items()},
-                                 available_memory_bytes())
+        warning = memory_warning({name: path.stat().st_size for name, path in paths.items()}, available_memory_bytes())
         if warning:
             self.warnings.append(warning)
             warnings.warn(warning, stacklevel=2)
@@ -109,8 +108,12 @@ class Ensemble:
                 progress(spec.name, fraction)
 
         model = LlamaModel(
-            path, n_ctx=spec.n_ctx, n_seq_max=n_seq_max, n_threads=self.settings.threads_per_model,
-            n_gpu_layers=spec.n_gpu_layers, progress=report,
+            path,
+            n_ctx=spec.n_ctx,
+            n_seq_max=n_seq_max,
+            n_threads=self.settings.threads_per_model,
+            n_gpu_layers=spec.n_gpu_layers,
+            progress=report,
         )
         return Member(spec, model, prompt_format_for(spec, model))
 
@@ -192,9 +195,7 @@ class _Answer:
         self.weights = np.where(verifiers, 1.0 / verifiers.sum(), 0.0)
         self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
         self.share_totals = np.zeros(size)
-        self.samplers = [
-            make_sampler(settings, np.random.default_rng([settings.seed, index])) for index in range(size)
-        ]
+        self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, index])) for index in range(size)]
         self.wins = dict.fromkeys(self.names, 0)
         self.text = ""
         self.tokens = 0
@@ -301,8 +302,11 @@ class _Answer:
                 self.weights /= self.weights.sum()
             if settings.model_exit:
                 leaving = feedback.exiting_drafters(
-                    self.share_totals, self.active_drafters, self.rounds,
-                    settings.exit_warmup_rounds, settings.exit_share,
+                    self.share_totals,
+                    self.active_drafters,
+                    self.rounds,
+                    settings.exit_warmup_rounds,
+                    settings.exit_share,
                 )
                 self.active_drafters = [i for i in self.active_drafters if i not in leaving]
             shares = normalised
@@ -328,10 +332,13 @@ class _Answer:
                 model=self.names[i],
                 text=d.text,
                 ended=d.ended,
-                scores={self.names[v]: float(scores[v, i]) for v in range(len(self.members)) if not np.isnan(scores[v, i])},
+                scores={
+                    self.names[v]: float(scores[v, i]) for v in range(len(self.members)) if not np.isnan(scores[v, i])
+                },
                 shares=(
                     {self.names[v]: float(shares[v, i]) for v in range(len(self.members)) if not np.isnan(shares[v, i])}
-                    if decision == "vote" else {}
+                    if decision == "vote"
+                    else {}
                 ),
                 combined=float(combined[i]) if combined is not None else None,
             )
@@ -375,6 +382,7 @@ class _Answer:
 
     def _commit(self, winner: int, winning: Draft, drafts: dict[int, Draft], scored: dict[int, Scored]) -> int:
         """Broadcast the winner to every model; return its length in the author's tokens."""
+
         def commit(index: int) -> int:
             own = drafts.get(index) if index == winner else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))

@@ -89,9 +89,7 @@ class Member:
         common = min(common, len(prompt_tokens) - 1)  # decode at least one token for its row
         self.model.seq_remove(-1, common, -1)
         rest = prompt_tokens[common:]
-        rows = self.model.decode(
-            [BatchRow(t, common + i, 0, i == len(rest) - 1) for i, t in enumerate(rest)]
-        )
+        rows = self.model.decode([BatchRow(t, common + i, 0, i == len(rest) - 1) for i, t in enumerate(rest)])
         self.tokens = list(prompt_tokens)
         self.last_row = rows[-1]
         self._prompt_cache = (list(prompt_tokens), self.last_row)
@@ -156,6 +154,7 @@ class Member:
             tokens = self.model.tokenize(text)
             candidate_tokens[index] = tokens
             seq_of[index] = seq_id
+            self.model.seq_remove(seq_id, -1, -1)  # a sequence left over from an earlier scoring
             self.model.seq_copy(0, seq_id, 0, prefix)
             batch += [BatchRow(t, prefix + i, seq_id, True) for i, t in enumerate(tokens)]
         rows = self.model.decode(batch)
@@ -163,7 +162,7 @@ class Member:
         last_rows: dict[int, np.ndarray] = {}
         offset = 0
         for index, tokens in candidate_tokens.items():
-            own_rows = rows[offset: offset + len(tokens)]
+            own_rows = rows[offset : offset + len(tokens)]
             predicting = np.concatenate([self.last_row[None, :], own_rows[:-1]])
             scores[index] = segment_score(predicting, tokens, scoring)
             last_rows[index] = own_rows[-1].copy()

@@ -23,7 +23,11 @@ ROLES = ("system", "user", "assistant")
 # The plain-text format for models without a chat template. The answer follows the final
 # "### Assistant:" line; a base model that goes on to write the next "### User:" turn has
 # ended its answer, so that text is a per-model stop string.
-PLAIN_TURN = {"system": "{content}\n\n", "user": "### User:\n{content}\n\n", "assistant": "### Assistant:\n{content}\n\n"}
+PLAIN_TURN = {
+    "system": "{content}\n\n",
+    "user": "### User:\n{content}\n\n",
+    "assistant": "### Assistant:\n{content}\n\n",
+}
 PLAIN_ANSWER_HEADER = "### Assistant:\n"
 PLAIN_STOPS = ("### User:", "\n### ")
 
@@ -107,7 +111,7 @@ def _render_template(template: str, messages: list[Message], bos_text: str, eos_
     pieces: list[tuple[str, bool]] = []
     position = 0
     for match in _SENTINEL.finditer(rendered):
-        pieces.append((rendered[position:match.start()], False))
+        pieces.append((rendered[position : match.start()], False))
         pieces.append((messages[int(match.group(1))].content, True))
         position = match.end()
     pieces.append((rendered[position:], False))

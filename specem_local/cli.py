@@ -1,0 +1,295 @@
+"""The ``specem`` command line: ``models list|pull|verify``, ``run``, ``bench``, ``eval``.
+
+A thin consumer of the library: every failure the user can fix arrives as a ``SpecemError``
+and is printed as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from specem_local.config import Config, EnsembleSettings, load_config
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent, RoundEvent
+
+ANSI_COLOURS = {
+    "red": 31,
+    "green": 32,
+    "yellow": 33,
+    "blue": 34,
+    "magenta": 35,
+    "cyan": 36,
+    "white": 37,
+    "bright_red": 91,
+    "bright_green": 92,
+    "bright_yellow": 93,
+    "bright_blue": 94,
+    "bright_magenta": 95,
+    "bright_cyan": 96,
+}
+DEFAULT_PALETTE = ("magenta", "green", "cyan", "yellow", "blue", "red")
+
+
+def model_colours(config: Config) -> dict[str, str]:
+    """Each model's colour name: its ``color`` in models.toml, else one from the palette."""
+    return {
+        spec.name: spec.color or DEFAULT_PALETTE[index % len(DEFAULT_PALETTE)]
+        for index, spec in enumerate(config.models)
+    }
+
+
+# -- [ensemble] settings as flags --------------------------------------------------------------
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per [ensemble] setting (``--segment-tokens``, ``--no-feedback``...)."""
+    group = parser.add_argument_group("ensemble settings (override models.toml [ensemble])")
+    for field in dataclasses.fields(EnsembleSettings):
+        flag = "--" + field.name.replace("_", "-")
+        kind = str(field.type)
+        if kind == "bool":
+            group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None)
+        elif kind == "tuple[str, ...]":
+            group.add_argument(
+                flag, dest=field.name, action="append", default=None, metavar="TEXT", help="repeat for several"
+            )
+        else:
+            convert = {"int": int, "float": float, "str": str}[kind]
+            group.add_argument(flag, dest=field.name, type=convert, default=None, metavar=kind.upper())
+
+
+def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(EnsembleSettings)}
+    if overrides.get("stop") is not None:
+        overrides["stop"] = tuple(overrides["stop"])
+    return {key: value for key, value in overrides.items() if value is not None}
+
+
+# -- specem models ---------------------------------------------------------------------------------
+def _human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return "-"
+
+
+def _human_count(count: int | None) -> str:
+    if count is None:
+        return "-"
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+
+
+def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
+    """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
+    from specem_local.gguf import read_header
+    from specem_local.sources import model_status
+
+    rows = []
+    for spec in config.models:
+        status = model_status(spec, config, checksum=checksum)
+        row: dict[str, Any] = {
+            "name": spec.name,
+            "source": spec.source,
+            "status": status.status,
+            "path": str(status.path) if status.path else None,
+            "detail": status.detail,
+            "architecture": None,
+            "parameters": None,
+            "quantization": None,
+            "vocab_size": None,
+            "context_length": None,
+            "chat_template": None,
+            "file_size": None,
+            "role": spec.role,
+        }
+        if status.status == "ready" and status.path is not None:
+            header = read_header(status.path)
+            row.update(
+                architecture=header.architecture,
+                parameters=header.parameter_count,
+                quantization=header.quantization,
+                vocab_size=header.vocab_size,
+                context_length=header.context_length,
+                chat_template=header.chat_template is not None,
+                file_size=header.file_size,
+            )
+        rows.append(row)
+    return rows
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    for line in (headers, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    rows = model_rows(config)
+    if args.json:
+        print(json.dumps({"config": config.source, "models": rows}, indent=2))
+        return 0
+    print(f"config: {config.source}")
+    print_table(
+        ("NAME", "SOURCE", "ARCH", "PARAMS", "QUANT", "VOCAB", "CTX", "TEMPLATE", "SIZE", "STATUS", "PATH"),
+        [
+            (
+                row["name"],
+                row["source"],
+                row["architecture"] or "-",
+                _human_count(row["parameters"]),
+                row["quantization"] or "-",
+                row["vocab_size"] or "-",
+                row["context_length"] or "-",
+                {True: "yes", False: "no (plain prompt)", None: "-"}[row["chat_template"]],
+                _human_size(row["file_size"]),
+                row["status"],
+                row["path"] or "-",
+            )
+            for row in rows
+        ],
+    )
+    for row in rows:
+        if row["status"] != "ready":
+            print(f"{row['name']}: {row['detail']}", file=sys.stderr)
+    return 0
+
+
+def cmd_models_pull(args: argparse.Namespace) -> int:
+    from specem_local.sources import assemble_demo, demo_for, model_file, pull_hf
+
+    config = load_config(args.config)
+    for spec in config.models:
+        if spec.hf:
+            print(f"{spec.name}: downloading {spec.hf}/{spec.file}", file=sys.stderr)
+            path = pull_hf(spec)
+        elif spec.demo:
+            path = assemble_demo(demo_for(spec))
+        else:
+            path = model_file(spec, config)
+        print(f"{spec.name}: ready at {path}")
+    return 0
+
+
+def cmd_models_verify(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    bad = 0
+    for row in model_rows(config, checksum=True):
+        detail = f" ({row['detail']})" if row["detail"] else ""
+        print(f"{row['name']}: {row['status']}{detail}")
+        bad += row["status"] != "ready"
+    return 1 if bad else 0
+
+
+# -- specem run ------------------------------------------------------------------------------------
+def read_prompt(prompt: str) -> str:
+    text = sys.stdin.read() if prompt == "-" else prompt
+    if not text.strip():
+        raise SpecemError("the prompt is empty; give it as an argument, or '-' to read it from stdin")
+    return text
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specem_local.engine import Ensemble
+
+    prompt = read_prompt(args.prompt)
+    config = load_config(args.config)
+    colours = model_colours(config)
+    with Ensemble(config, **settings_overrides(args)) as ensemble:
+        if ensemble.plain_generation and not args.json:
+            print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
+        stream = ensemble.stream(prompt)
+        try:
+            for event in stream:
+                if args.json:
+                    print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
+                elif isinstance(event, RoundEvent):
+                    if args.authors:
+                        code = ANSI_COLOURS.get(colours.get(event.author, ""), 0)
+                        sys.stdout.write(f"\x1b[{code}m{event.text}\x1b[0m")
+                    else:
+                        sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                elif isinstance(event, FinalEvent):
+                    print()
+                    if args.authors:
+                        print_legend(event, colours)
+        except KeyboardInterrupt:
+            ensemble.cancel()
+            for _ in stream:
+                pass
+            print("\n[stopped]", file=sys.stderr)
+            return 130
+    return 0
+
+
+def print_legend(final: FinalEvent, colours: dict[str, str]) -> None:
+    parts = []
+    for name, wins in final.wins.items():
+        code = ANSI_COLOURS.get(colours.get(name, ""), 0)
+        weight = final.weights.get(name)
+        weight_text = f", weight {weight:.2f}" if weight is not None else ""
+        parts.append(f"\x1b[{code}m■ {name}\x1b[0m ({wins} segments{weight_text})")
+    print("  ".join(parts))
+    print(
+        f"{final.tokens} tokens in {final.seconds:.1f} s ({final.tokens_per_second:.1f} tok/s), "
+        f"{final.rounds} rounds, {final.models_per_round:.1f} models/round, finish: {final.finish_reason}"
+    )
+
+
+# -- wiring ----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specem", description="Several local LLMs answer together (SpecEM).")
+    parser.add_argument("--version", action="version", version="specem-local 0.1.0")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        help="models.toml to use (default: $SPECEM_CONFIG, ./models.toml, "
+        "the user config dir, the built-in demo ensemble)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    models = commands.add_parser("models", help="list, pull and verify the configured models")
+    model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    listing = model_commands.add_parser("list", parents=[common], help="show each model (from its GGUF header)")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(handler=cmd_models_list)
+    model_commands.add_parser("pull", parents=[common], help="download hf models, assemble demo models").set_defaults(
+        handler=cmd_models_pull
+    )
+    model_commands.add_parser("verify", parents=[common], help="checksum and header-check every model").set_defaults(
+        handler=cmd_models_verify
+    )
+
+    run = commands.add_parser("run", parents=[common], help="answer one prompt with the ensemble")
+    run.add_argument("prompt", help="the prompt, or - to read it from stdin")
+    run.add_argument("--authors", action="store_true", help="colour each segment by the model that wrote it")
+    run.add_argument("--json", action="store_true", help="write the events as JSON lines")
+    add_settings_flags(run)
+    run.set_defaults(handler=cmd_run)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    warnings.showwarning = lambda message, *_rest, **_kw: print(f"specem: {message}", file=sys.stderr)
+    try:
+        return args.handler(args)
+    except SpecemError as error:
+        print(f"specem: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Shared fixtures. Tests that need the demo models are marked ``models``; they load the real
+GGUFs through real llama.cpp (the setup script assembles them)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from specem_local.config import Config, EnsembleSettings, ModelSpec, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path_factory, monkeypatch):
+    """Never read the developer's own models.toml or config dir; keep the model cache."""
+    monkeypatch.delenv("SPECEM_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
+def demo_config(*names: str, **settings) -> Config:
+    """The built-in demo config, optionally restricted to some models, with settings."""
+    base = load_config(ROOT / "models.toml")
+    models = tuple(m for m in base.models if not names or m.name in names)
+    if names:
+        models = tuple(sorted(models, key=lambda m: names.index(m.name)))
+    ensemble = EnsembleSettings(**{**_settings_dict(base.ensemble), **settings})
+    return Config(ensemble, models, base.source, base.base_dir)
+
+
+def _settings_dict(settings: EnsembleSettings) -> dict:
+    return {name: getattr(settings, name) for name in settings.__dataclass_fields__}
+
+
+def write_gguf(
+    path: Path, metadata: dict[str, object], tensors: list[tuple[str, tuple[int, ...], int]], *, data: bool = True
+) -> Path:
+    """Write a small, valid GGUF v3 file (F32 tensors), for header tests without real models."""
+
+    def string(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
+    for key, value in metadata.items():
+        out += string(key)
+        if isinstance(value, str):
+            out += struct.pack("<I", 8) + string(value)
+        elif isinstance(value, list):
+            out += struct.pack("<IIQ", 9, 8, len(value)) + b"".join(string(v) for v in value)
+        else:
+            out += struct.pack("<II", 4, value)
+    offset = 0
+    for name, shape, ggml_type in tensors:
+        out += string(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in shape)
+        out += struct.pack("<IQ", ggml_type, offset)
+        count = 1
+        for d in shape:
+            count *= d
+        offset += count * 4
+    out += b"\0" * (-len(out) % 32)
+    if data:
+        out += b"\0" * offset
+    path.write_bytes(bytes(out))
+    return path
+
+
+__all__ = ["ROOT", "ModelSpec", "demo_config", "write_gguf"]

@@ -1,0 +1,132 @@
+"""The ensemble loop on the real demo trio."""
+
+import threading
+
+import pytest
+
+from specem_local.engine import Ensemble
+from specem_local.events import FinalEvent, RoundEvent
+from tests.conftest import demo_config
+
+QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?"
+
+
+def test_events_and_final_record(trio):
+    events = list(trio.stream(QUESTION, max_tokens=30))
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and rounds
+    assert final.text == "".join(e.text for e in rounds)
+    assert final.rounds == len(rounds) and sum(final.wins.values()) == len(rounds)
+    assert final.finish_reason in ("eos", "length")
+    assert final.models_per_round == 3.0
+    for event in rounds:
+        assert event.author in trio.model_names
+        assert sum(event.weights.values()) == pytest.approx(1.0)
+        assert set(event.draft_seconds) == set(event.drafters)
+        if event.decision == "vote":
+            winner = max(event.candidates, key=lambda c: c.combined)
+            assert winner.model == event.author and winner.text == event.text
+            for candidate in event.candidates:
+                assert set(candidate.scores) == set(trio.model_names)
+                assert 0 < sum(candidate.shares.values())
+
+
+def test_fixed_seed_gives_the_same_answer_in_both_drafting_modes(trio):
+    settings = dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=11, max_tokens=30)
+    first = trio.generate(QUESTION, **settings).text
+    assert trio.generate(QUESTION, **settings).text == first
+    assert trio.generate(QUESTION, drafting="threads", **settings).text == first
+    assert trio.generate(QUESTION, **{**settings, "seed": 12}).text != first
+
+
+def test_cancel_then_answer_equals_fresh_answer(trio):
+    settings = dict(temperature=0.8, seed=5, max_tokens=30)
+    stream = trio.stream(QUESTION, **settings)
+    next(stream)
+    canceller = threading.Thread(target=trio.cancel)
+    canceller.start()
+    canceller.join()
+    final = list(stream)[-1]
+    assert final.finish_reason == "cancelled"
+    after_cancel = trio.generate(QUESTION, **settings).text
+    with Ensemble(demo_config(max_tokens=40)) as fresh:
+        assert fresh.generate(QUESTION, **settings).text == after_cancel
+
+
+def test_cancel_mid_draft_from_another_thread(trio):
+    timer = threading.Timer(0.3, trio.cancel)
+    timer.start()
+    final = trio.generate(QUESTION, max_tokens=200)
+    timer.join()
+    assert final.finish_reason == "cancelled"
+    assert trio.generate("Say hi.", max_tokens=8).finish_reason in ("eos", "length")
+
+
+def test_cjk_and_emoji_never_produce_replacement_characters(trio):
+    prompt = "Translate to Chinese and Japanese, and add three emoji: 'good morning, friends'. 日本語と中文で 🙂"
+    events = list(trio.stream(prompt, max_tokens=40, segment_tokens=3, temperature=1.0, seed=3))
+    texts = [c.text for e in events if isinstance(e, RoundEvent) for c in e.candidates] + [events[-1].text]
+    assert any(ord(ch) > 0x2E80 for text in texts for ch in text), "expected some CJK or emoji output"
+    assert not any("\ufffd" in text for text in texts)
+
+
+def test_stop_strings(trio):
+    """Stop at a string that spans two segments: the answer is cut just before it."""
+    events = list(trio.stream(QUESTION, greedy=True, max_tokens=40))
+    segments = [e.text for e in events if isinstance(e, RoundEvent)]
+    assert len(segments) >= 3
+    boundary = len(segments[0]) + len(segments[1])
+    full = events[-1].text
+    stop = full[boundary - 3 : boundary + 2]
+    final = trio.generate(QUESTION, greedy=True, max_tokens=40, stop=(stop,))
+    assert final.finish_reason == "stop"
+    assert final.text == full[: full.index(stop)]
+
+
+def test_max_tokens(trio):
+    final = trio.generate("Write a long story about a dragon.", max_tokens=15)
+    assert final.finish_reason == "length" and 15 <= final.tokens < 15 + 12
+
+
+def test_multi_turn_chat(trio):
+    messages = [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Nice to meet you, Ada."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    final = trio.chat(messages, greedy=True, max_tokens=20)
+    assert "Ada" in final.text
+
+
+def test_two_models_weights_move():
+    with Ensemble(demo_config("qwen2.5-coder-0.5b", "smollm2-135m", max_tokens=40)) as pair:
+        events = [e for e in pair.stream(QUESTION, greedy=True) if isinstance(e, RoundEvent)]
+    votes = [e for e in events if e.decision == "vote"]
+    assert votes
+    assert any(abs(e.weights["qwen2.5-coder-0.5b"] - 0.5) > 0.01 for e in votes)
+
+
+def test_one_model_is_plain_generation():
+    with Ensemble(demo_config("smollm2-135m")) as single:
+        assert single.plain_generation
+        final = single.generate("Say hello.", greedy=True, max_tokens=20)
+    assert final.plain_generation and final.text and set(final.wins) == {"smollm2-135m"}
+
+
+def test_fast_finish_and_model_exit(trio):
+    final = trio.generate(QUESTION, model_exit=True, exit_warmup_rounds=1, exit_share=0.9, max_tokens=60)
+    assert final.models_per_round < 3.0
+    events = list(trio.stream("Say yes.", fast_finish=True, max_tokens=30))
+    assert events[-1].finish_reason in ("eos", "length")
+
+
+def test_separate_drafter_and_verifier_sets():
+    config = demo_config(max_tokens=20)
+    from dataclasses import replace
+
+    models = (replace(config.models[0], role="verify"), config.models[1], replace(config.models[2], role="draft"))
+    with Ensemble(replace(config, models=models)) as ensemble:
+        events = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
+    assert all(e.author != "qwen2.5-coder-0.5b" for e in events)
+    assert all("smollm2-135m" not in e.weights for e in events)

@@ -1,0 +1,28 @@
+from specem_local.build_flags import choose_cmake_args, cmake_args_for_x86, cpu_flags_from_cpuinfo
+
+CPUINFO = "processor\t: 0\nflags\t\t: fpu sse avx avx2 fma f16c bmi2 avx512f avx512_vnni amx_tile amx_int8\n"
+
+
+def test_flags_read_from_cpuinfo():
+    assert {"avx2", "amx_tile"} <= cpu_flags_from_cpuinfo(CPUINFO)
+
+
+def test_never_enables_amx_even_when_reported():
+    args = cmake_args_for_x86(cpu_flags_from_cpuinfo(CPUINFO))
+    assert "-DGGML_NATIVE=OFF" in args
+    assert "-DGGML_AVX512=ON" in args
+    assert "AMX_TILE=ON" not in args and "-DGGML_AMX_TILE=OFF" in args
+
+
+def test_avx2_only_laptop_gets_no_avx512():
+    args = cmake_args_for_x86({"avx", "avx2", "fma", "f16c"})
+    assert "-DGGML_AVX2=ON" in args and "AVX512" not in args
+
+
+def test_user_cmake_args_pass_through_untouched():
+    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_METAL=on"}, "x86_64", CPUINFO) == "-DGGML_METAL=on"
+    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=on"}, "arm64", None) == "-DGGML_CUDA=on"
+
+
+def test_non_x86_uses_llama_cpp_defaults():
+    assert choose_cmake_args({}, "arm64", None) == ""

@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+
+from specem_local import feedback
+
+
+def test_logit_normalisation_matches_paper_for_positive_scores():
+    row = np.array([2.3, 2.6, 3.2])
+    np.testing.assert_allclose(feedback.normalise_logit_row(row), [0.284, 0.321, 0.395], atol=1e-3)
+
+
+@pytest.mark.parametrize("row", [[-1.0, 2.0, 0.5], [0.0, 0.0, 3.0], [-5.0, -4.0, -3.0], [0.0, 1.0]])
+def test_logit_normalisation_is_a_distribution_for_any_real_scores(row):
+    out = feedback.normalise_logit_row(np.array(row))
+    assert np.all(out > 0) and out.sum() == pytest.approx(1.0)
+    assert list(np.argsort(out)) == list(np.argsort(row))  # order kept
+
+
+@pytest.mark.parametrize("row", [[0.0, 0.0, 0.0], [-2.0, -2.0], [3.0, 3.0, 3.0]])
+def test_equal_scores_give_uniform(row):
+    np.testing.assert_allclose(feedback.normalise_logit_row(np.array(row)), 1 / len(row))
+    np.testing.assert_allclose(feedback.normalise_logprob_row(np.array(row)), 1 / len(row))
+
+
+def test_logprob_normalisation_is_softmax():
+    out = feedback.normalise_logprob_row(np.array([-1.0, -2.0]))
+    assert out[0] == pytest.approx(1 / (1 + np.exp(-1)))
+
+
+def test_normalise_skips_missing_scores():
+    scores = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
+    out = feedback.normalise(scores, "logit")
+    assert out[0, 0] == pytest.approx(0.25) and np.isnan(out[0, 1]) and np.isnan(out[1]).all()
+
+
+def test_combine_weights_verifiers():
+    shares = np.array([[0.9, 0.1], [0.2, 0.8]])
+    np.testing.assert_allclose(feedback.combine(shares, np.array([0.75, 0.25])), [0.725, 0.275])
+
+
+def test_wins_exclude_self_judgement():
+    # model 0 rates its own candidate highest, but the others prefer candidate 1
+    shares = np.array([[0.8, 0.1, 0.1], [0.2, 0.6, 0.2], [0.2, 0.5, 0.3]])
+    wins, comparisons = feedback.win_counts(shares, [0, 1, 2])
+    assert comparisons.tolist() == [4, 4, 4]
+    # author 1: judge 0 ties candidate 2 (1 win), judge 2 prefers it to both (2 wins)
+    assert wins.tolist() == [1, 3, 2]
+
+
+def test_two_models_weights_move():
+    """The reference's floor makes every K = 2 reward 1 (inert); smoothing must not."""
+    shares = np.array([[0.3, 0.7], [0.4, 0.6]])  # both judges prefer candidate 1
+    reward = feedback.rewards(shares, [0, 1])
+    assert reward[1] > reward[0]
+    weights = feedback.hedge_update(np.array([0.5, 0.5]), reward, feedback.learning_rate(1.0, 2, 1))
+    assert weights[1] > 0.5 > weights[0] and weights.sum() == pytest.approx(1.0)
+
+
+def test_absent_model_gets_neutral_reward():
+    shares = np.array([[0.5, 0.5, np.nan], [0.4, 0.6, np.nan], [0.3, 0.7, np.nan]])
+    reward = feedback.rewards(shares, [0, 1])
+    assert reward[2] == pytest.approx((reward[0] + reward[1]) / 2)
+
+
+def test_learning_rate_decays_as_paper():
+    assert feedback.learning_rate(1.0, 4, 1) == pytest.approx(0.5)
+    assert feedback.learning_rate(1.0, 4, 4) == pytest.approx(0.25)
+
+
+def test_model_exit_keeps_best_and_waits_for_warmup():
+    totals = np.array([5.0, 0.5, 4.5])
+    assert feedback.exiting_drafters(totals, [0, 1, 2], rounds=2, warmup=4, exit_share=0.5) == []
+    assert feedback.exiting_drafters(totals, [0, 1, 2], rounds=5, warmup=4, exit_share=0.5) == [1]
+    assert feedback.exiting_drafters(totals, [1], rounds=9, warmup=4, exit_share=0.9) == []

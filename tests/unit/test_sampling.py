@@ -1,0 +1,30 @@
+import numpy as np
+
+from specem_local.config import EnsembleSettings
+from specem_local.sampling import filtered_probabilities, make_sampler
+
+
+def test_greedy_picks_argmax():
+    sampler = make_sampler(EnsembleSettings(greedy=True), np.random.default_rng(0))
+    assert sampler(np.array([0.1, 3.0, 2.0], dtype=np.float32)) == 1
+
+
+def test_filters_top_k_top_p_min_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    ids, probs = filtered_probabilities(logits, 1.0, top_k=3, top_p=1.0, min_p=0.0)
+    assert ids.tolist() == [0, 1, 2]
+    ids, _ = filtered_probabilities(logits, 1.0, top_k=0, top_p=0.7, min_p=0.0)
+    assert ids.tolist() == [0, 1]
+    ids, _ = filtered_probabilities(logits, 1.0, top_k=0, top_p=1.0, min_p=0.4)
+    assert ids.tolist() == [0, 1]
+    assert probs.sum() == 1.0 or abs(probs.sum() - 1.0) < 1e-9
+
+
+def test_same_seed_same_samples():
+    logits = np.random.default_rng(1).normal(size=1000).astype(np.float32)
+    settings = EnsembleSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    first = [make_sampler(settings, np.random.default_rng(7))(logits) for _ in range(1)]
+    sampler_a = make_sampler(settings, np.random.default_rng(7))
+    sampler_b = make_sampler(settings, np.random.default_rng(7))
+    assert [sampler_a(logits) for _ in range(20)] == [sampler_b(logits) for _ in range(20)]
+    assert first[0] == make_sampler(settings, np.random.default_rng(7))(logits)
