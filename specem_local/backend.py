@@ -74,12 +74,12 @@ class LlamaModel:
         n_batch: int = 512,
         progress: Callable[[float], None] | None = None,
     ) -> None:
-        read_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
-        _init_backend()
-        self.path = path
         self._model = None
         self._ctx = None
         self._batch = None
+        read_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
+        _init_backend()
+        self.path = path
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         if progress is not None:
