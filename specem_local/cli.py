@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from specem_local.config import Config, EnsembleSettings, load_config
+from specem_local.config import Config, EnsembleSettings, load_config, model_colours
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent
 
@@ -33,15 +33,6 @@ ANSI_COLOURS = {
     "bright_magenta": 95,
     "bright_cyan": 96,
 }
-DEFAULT_PALETTE = ("magenta", "green", "cyan", "yellow", "blue", "red")
-
-
-def model_colours(config: Config) -> dict[str, str]:
-    """Each model's colour name: its ``color`` in models.toml, else one from the palette."""
-    return {
-        spec.name: spec.color or DEFAULT_PALETTE[index % len(DEFAULT_PALETTE)]
-        for index, spec in enumerate(config.models)
-    }
 
 
 # -- [ensemble] settings as flags --------------------------------------------------------------

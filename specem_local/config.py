@@ -33,6 +33,7 @@ SCORING_MODES = ("logit", "logprob")
 DRAFTING_MODES = ("round-robin", "threads")
 ROLES = ("both", "draft", "verify")
 PLAIN_TEMPLATE = "plain"
+DEFAULT_PALETTE = ("magenta", "green", "cyan", "yellow", "blue", "red")
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,14 @@ class Config:
         """A model path as written in the file: ``~`` expanded, relative to the file."""
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+
+def model_colours(config: Config) -> dict[str, str]:
+    """Each model's colour name: its ``color`` in models.toml, else one from the palette."""
+    return {
+        spec.name: spec.color or DEFAULT_PALETTE[index % len(DEFAULT_PALETTE)]
+        for index, spec in enumerate(config.models)
+    }
 
 
 def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:

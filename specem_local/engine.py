@@ -147,16 +147,35 @@ class Ensemble:
         self._cancel.set()
 
     # -- public API --------------------------------------------------------------------------------
-    def stream(self, prompt: str | list[Message] | list[dict[str, str]], **overrides: object) -> Iterator[Event]:
+    def stream(
+        self,
+        prompt: str | list[Message] | list[dict[str, str]],
+        *,
+        models: list[str] | None = None,
+        **overrides: object,
+    ) -> Iterator[Event]:
         """Answer ``prompt`` (a string or a conversation); yield a RoundEvent per round, then a
-        FinalEvent. ``overrides`` are ``[ensemble]`` settings for this answer only."""
+        FinalEvent. ``models`` picks which loaded models take part (default: all);
+        ``overrides`` are ``[ensemble]`` settings for this answer only."""
         settings = with_overrides(self.settings, **overrides)
         messages = as_messages(prompt, settings.system_prompt)
         with self._lock:
             if not self.members:
                 raise SpecemError("this ensemble has been closed")
+            members = self._select(models)
             self._cancel.clear()
-            yield from _Answer(self, settings, messages).run()
+            yield from _Answer(self, members, settings, messages).run()
+
+    def _select(self, names: list[str] | None) -> list[Member]:
+        if names is None:
+            return self.members
+        unknown = sorted(set(names) - set(self.model_names))
+        if unknown:
+            raise SpecemError(f"unknown model {unknown[0]!r}; loaded models: {', '.join(self.model_names)}")
+        chosen = [m for m in self.members if m.name in names]
+        if not any(m.spec.drafts for m in chosen) or not any(m.spec.verifies for m in chosen):
+            raise SpecemError("the chosen models cannot both draft and verify; pick at least one that does each")
+        return chosen
 
     def generate(self, prompt: str, **overrides: object) -> FinalEvent:
         """Answer a single prompt; return the final record."""
@@ -184,11 +203,13 @@ def _last(events: Iterator[Event]) -> FinalEvent:
 class _Answer:
     """The state of one answer: weights, the committed text, counters."""
 
-    def __init__(self, ensemble: Ensemble, settings: EnsembleSettings, messages: list[Message]) -> None:
+    def __init__(
+        self, ensemble: Ensemble, members: list[Member], settings: EnsembleSettings, messages: list[Message]
+    ) -> None:
         self.ensemble = ensemble
         self.settings = settings
         self.messages = messages
-        self.members = ensemble.members
+        self.members = members
         self.names = [m.name for m in self.members]
         size = len(self.members)
         verifiers = np.array([m.spec.verifies for m in self.members], dtype=bool)
@@ -244,7 +265,7 @@ class _Answer:
             wins=self.wins,
             models_per_round=self.drafter_count / self.rounds if self.rounds else 0.0,
             weights=self._weights_dict(),
-            plain_generation=self.ensemble.plain_generation,
+            plain_generation=len(self.members) == 1,
         )
 
     def _weights_dict(self) -> dict[str, float]:
@@ -353,6 +374,7 @@ class _Answer:
             weights=self._weights_dict(),
             drafters=tuple(self.names[i] for i in drafters),
             draft_seconds={self.names[i]: d.seconds for i, d in zip(drafters, drafts_list)},
+            draft_tokens={self.names[i]: d.sampled for i, d in zip(drafters, drafts_list)},
             verify_seconds=verify_seconds,
             seconds=time.perf_counter() - round_started,
             answer_tokens=self.tokens,

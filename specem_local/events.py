@@ -30,6 +30,7 @@ class RoundEvent:
     weights: dict[str, float]  # verifier weights after this round's update
     drafters: tuple[str, ...]  # models that drafted this round
     draft_seconds: dict[str, float]
+    draft_tokens: dict[str, int]  # tokens each drafter sampled this round (for its tok/s)
     verify_seconds: dict[str, float]
     seconds: float
     answer_tokens: int  # answer length so far, in the authors' tokens

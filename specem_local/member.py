@@ -47,6 +47,11 @@ class Draft:
     rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted tokens[i]; one more at the end
     seconds: float = 0.0
 
+    @property
+    def sampled(self) -> int:
+        """Tokens decoded while drafting (before any trimming)."""
+        return len(self.rows) - 1
+
 
 @dataclass
 class Scored:

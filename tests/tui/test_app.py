@@ -1,0 +1,138 @@
+"""specem-chat driven headless by Textual's pilot, against the real demo ensemble."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_tui.app import SpecemChatApp
+from specem_tui.screens.chat import ChatScreen
+from specem_tui.screens.history import HistoryScreen
+from specem_tui.screens.inspector import InspectorScreen
+from specem_tui.screens.settings import SettingsScreen
+from specem_tui.storage import chats_dir, list_chats
+from specem_tui.widgets.answer import AnswerView
+from specem_tui.widgets.weights import WeightsPanel
+from tests.conftest import demo_config
+
+pytestmark = pytest.mark.models
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+async def wait_until(pilot, condition, seconds: float = 120) -> None:
+    for _ in range(int(seconds * 10)):
+        if condition():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError("timed out waiting for the app")
+
+
+async def ask(pilot, app, text: str) -> None:
+    """Type a question and send it; returns once the user turn and the answer turn exist."""
+    before = len(app.screen.chat.turns)
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: len(app.screen.chat.turns) >= before + 2)
+
+
+def answered(app) -> bool:
+    screen = app.screen
+    return isinstance(screen, ChatScreen) and screen.answering is None and bool(screen.chat.turns)
+
+
+async def test_answer_authors_weights_inspector_and_saved_chat():
+    app = SpecemChatApp(demo_config(max_tokens=40, greedy=True))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await ask(pilot, app, "Natalia sold 48 clips in April and half as many in May. How many in total?")
+        await wait_until(pilot, lambda: answered(app))
+        screen = app.screen
+        turn = screen.chat.turns[-1]
+        assert turn.role == "assistant" and turn.final["finish_reason"] in ("eos", "length")
+        assert turn.rounds and all(r["author"] in app.ensemble.model_names for r in turn.rounds)
+        assert turn.content == "".join(r["text"] for r in turn.rounds)
+        panel = screen.query_one(WeightsPanel)
+        assert sum(panel.weights.values()) == pytest.approx(1.0)
+        assert sum(panel.wins.values()) == len(turn.rounds)
+
+        view = screen.query(AnswerView).last()
+        view.focus()
+        await pilot.press("right", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        inspector = app.screen
+        voted = next(i for i, r in enumerate(turn.rounds) if r["decision"] == "vote")
+        inspector.index = voted
+        inspector.show_round()
+        assert inspector.query_one("DataTable").row_count == 3  # K candidates
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+
+    saved = list_chats()
+    assert len(saved) == 1 and saved[0].turns[-1].content == turn.content
+    data = json.loads((chats_dir() / f"{saved[0].id}.json").read_text())
+    assert data["version"] == 1
+
+    # the chat reloads in a new app, through the history screen
+    app = SpecemChatApp(demo_config(max_tokens=40, greedy=True))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        assert app.screen.chat.id == saved[0].id
+        assert len(app.screen.query(AnswerView)) == 1
+
+
+async def test_escape_stops_a_long_answer_and_keeps_it():
+    app = SpecemChatApp(demo_config(max_tokens=400))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await ask(pilot, app, "Write a very long story about a dragon and a knight.")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.answering is not None and len(screen.answering.turn.rounds) >= 1)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: answered(app), 30)
+        turn = screen.chat.turns[-1]
+        assert turn.stopped and turn.content and turn.final["tokens"] < 400
+    assert list_chats()[0].turns[-1].stopped
+
+
+async def test_settings_apply_to_the_next_answer():
+    app = SpecemChatApp(demo_config(max_tokens=12, greedy=True))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        settings = app.screen
+        settings.query_one("#model-1").value = False  # gemma sits out
+        settings.query_one("#model-2").value = False  # smollm2 sits out
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        await ask(pilot, app, "Say hello.")
+        await wait_until(pilot, lambda: answered(app))
+        final = app.screen.chat.turns[-1].final
+        assert final["plain_generation"] and set(final["wins"]) == {"qwen2.5-coder-0.5b"}
+
+
+async def test_a_model_that_fails_to_load_is_reported_and_the_rest_run(tmp_path):
+    from dataclasses import replace
+
+    from specem_local.config import ModelSpec
+
+    bad = tmp_path / "broken.gguf"
+    bad.write_text("not a model")
+    config = demo_config("smollm2-135m", max_tokens=8)
+    config = replace(config, models=(*config.models, ModelSpec(name="broken", path=str(bad))))
+    app = SpecemChatApp(config)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        assert [f.model for f in app.ensemble.load_failures] == ["broken"]
+        assert app.ensemble.model_names == ["smollm2-135m"]

@@ -1,0 +1,1 @@
+"""specem-chat: a Textual app that shows several local models writing one answer together."""

@@ -1,0 +1,60 @@
+"""The weights panel: each model's current weight as a bar and a number, its wins in this
+answer and its drafting speed, updated every round."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.style import Style
+from textual.widgets import Static
+
+BAR_WIDTH = 14
+
+
+class WeightsPanel(Static):
+    def __init__(self, names: list[str], colours: dict[str, str]) -> None:
+        super().__init__(classes="weights")
+        self.border_title = "Weights"
+        self.names = names
+        self.colours = colours
+        self.weights: dict[str, float] = {}
+        self.wins: dict[str, int] = {}
+        self.tokens_per_second: dict[str, float] = {}
+        self._draft_tokens: dict[str, int] = {}
+        self._draft_seconds: dict[str, float] = {}
+
+    def on_mount(self) -> None:
+        self.reset(self.names)
+
+    def reset(self, names: list[str]) -> None:
+        """A new answer: equal weights over the models taking part, no wins yet."""
+        self.weights = {name: 1 / len(names) for name in names}
+        self.wins = dict.fromkeys(names, 0)
+        self._draft_tokens = dict.fromkeys(names, 0)
+        self._draft_seconds = dict.fromkeys(names, 0.0)
+        self.tokens_per_second = {}
+        self.update(self.render_panel())
+
+    def add_round(self, event: dict) -> None:
+        self.weights = dict(event["weights"])
+        self.wins[event["author"]] = self.wins.get(event["author"], 0) + 1
+        for name, seconds in event["draft_seconds"].items():
+            self._draft_seconds[name] = self._draft_seconds.get(name, 0.0) + seconds
+            self._draft_tokens[name] = self._draft_tokens.get(name, 0) + event["draft_tokens"].get(name, 0)
+            if self._draft_seconds[name] > 0:
+                self.tokens_per_second[name] = self._draft_tokens[name] / self._draft_seconds[name]
+        self.update(self.render_panel())
+
+    def render_panel(self) -> Content:
+        lines: list[Content] = []
+        for name in self.wins:
+            colour = Style.parse(self.colours.get(name, "white"))
+            weight = self.weights.get(name)
+            filled = round((weight or 0) * BAR_WIDTH)
+            bar = "█" * filled + "░" * (BAR_WIDTH - filled)
+            weight_text = f" {weight:.2f}" if weight is not None else " draft"
+            speed = self.tokens_per_second.get(name)
+            speed_text = f" · {speed:.0f} tok/s" if speed else ""
+            lines.append(Content.assemble(("■ ", colour), (name[:24], colour)))
+            lines.append(Content.assemble((bar, colour), weight_text))
+            lines.append(Content(f"  wins {self.wins[name]}{speed_text}"))
+        return Content("\n").join(lines)
