@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from specem_tui.app import SpecemChatApp
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
@@ -14,6 +13,7 @@ from specem_tui.screens.settings import SettingsScreen
 from specem_tui.storage import chats_dir, list_chats
 from specem_tui.widgets.answer import AnswerView
 from specem_tui.widgets.weights import WeightsPanel
+
 from tests.conftest import demo_config
 
 pytestmark = pytest.mark.models
