@@ -266,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 
+    from specem_local import bench, evaluate
+
+    bench.add_parser(commands, common)
+    evaluate.add_parser(commands, common)
+
     return parser
 
 

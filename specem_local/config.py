@@ -30,6 +30,7 @@ CONFIG_ENV = "SPECEM_CONFIG"
 CONFIG_FILENAME = "models.toml"
 
 SCORING_MODES = ("logit", "logprob")
+WEIGHT_PRIORS = ("uniform", "size")
 DRAFTING_MODES = ("round-robin", "threads")
 ROLES = ("both", "draft", "verify")
 PLAIN_TEMPLATE = "plain"
@@ -51,6 +52,8 @@ class EnsembleSettings:
     scoring: str = "logprob"
     feedback: bool = True
     learning_rate: float = 1.0
+    weight_prior: str = "uniform"
+    self_vote: bool = True
     fast_finish: bool = False
     model_exit: bool = False
     exit_warmup_rounds: int = 4
@@ -63,6 +66,7 @@ class EnsembleSettings:
     def __post_init__(self) -> None:
         _check_choice("scoring", self.scoring, SCORING_MODES)
         _check_choice("drafting", self.drafting, DRAFTING_MODES)
+        _check_choice("weight_prior", self.weight_prior, WEIGHT_PRIORS)
         for name in ("segment_tokens", "max_tokens", "threads_per_model"):
             if getattr(self, name) < 1:
                 raise SpecemError(f"[ensemble] {name} must be at least 1, got {getattr(self, name)}")

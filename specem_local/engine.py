@@ -213,7 +213,8 @@ class _Answer:
         self.names = [m.name for m in self.members]
         size = len(self.members)
         verifiers = np.array([m.spec.verifies for m in self.members], dtype=bool)
-        self.weights = np.where(verifiers, 1.0 / verifiers.sum(), 0.0)
+        sizes = np.array([m.model.n_params for m in self.members], dtype=np.float64)
+        self.weights = feedback.initial_weights(verifiers, sizes, settings.weight_prior)
         self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
         self.share_totals = np.zeros(size)
         self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, index])) for index in range(size)]
@@ -309,7 +310,8 @@ class _Answer:
             scored = self._verify(drafts, scores)
             verify_seconds = {self.names[v]: s.seconds for v, s in scored.items()}
             normalised = feedback.normalise(scores, settings.scoring)
-            combined = feedback.combine(normalised, self.weights)
+            votes = normalised if settings.self_vote else feedback.without_self_votes(normalised)
+            combined = feedback.combine(votes, self.weights)
             candidates = list(drafts)
             winner = max(candidates, key=lambda i: combined[i])
             decision = "vote"

@@ -61,6 +61,22 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.where(mass > 0, weighted.sum(axis=0) / mass, np.nan)
 
 
+def initial_weights(verifies: np.ndarray, sizes: np.ndarray, prior: str) -> np.ndarray:
+    """Starting weights over the verifiers: equal (the paper), or in proportion to parameter
+    count ("size"), the cheapest prior of which model judges best when nothing else is known."""
+    base = np.where(verifies, sizes if prior == "size" else 1.0, 0.0).astype(np.float64)
+    return base / base.sum()
+
+
+def without_self_votes(normalised: np.ndarray) -> np.ndarray:
+    """Drop each verifier's score of its own candidate from the vote. Models rank their own
+    draft first about half the time against a chance of 1/K (SPECEM.md §4)."""
+    out = normalised.copy()
+    size = min(out.shape)
+    out[np.arange(size), np.arange(size)] = np.nan
+    return out
+
+
 def win_counts(normalised: np.ndarray, candidates: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Per model: how often a third-party judge rated its candidate at least as high as a
     rival's, and how many such comparisons there were. Self-judgements never count."""

@@ -99,6 +99,13 @@ class Member:
         self.last_row = rows[-1]
         self._prompt_cache = (list(prompt_tokens), self.last_row)
 
+    def reset(self) -> None:
+        """Forget everything: an empty KV cache and no cached prompt."""
+        self.model.clear()
+        self.tokens = []
+        self.last_row = None
+        self._prompt_cache = None
+
     @property
     def room(self) -> int:
         return self.model.n_ctx - len(self.tokens)

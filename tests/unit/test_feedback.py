@@ -72,3 +72,18 @@ def test_model_exit_keeps_best_and_waits_for_warmup():
     assert feedback.exiting_drafters(totals, [0, 1, 2], rounds=2, warmup=4, exit_share=0.5) == []
     assert feedback.exiting_drafters(totals, [0, 1, 2], rounds=5, warmup=4, exit_share=0.5) == [1]
     assert feedback.exiting_drafters(totals, [1], rounds=9, warmup=4, exit_share=0.9) == []
+
+
+def test_initial_weights_uniform_or_by_size():
+    verifies = np.array([True, True, False])
+    sizes = np.array([600.0, 200.0, 100.0])
+    np.testing.assert_allclose(feedback.initial_weights(verifies, sizes, "uniform"), [0.5, 0.5, 0.0])
+    np.testing.assert_allclose(feedback.initial_weights(verifies, sizes, "size"), [0.75, 0.25, 0.0])
+
+
+def test_self_votes_removed_from_the_vote():
+    shares = np.array([[0.8, 0.2], [0.3, 0.7]])
+    votes = feedback.without_self_votes(shares)
+    assert np.isnan(votes[0, 0]) and np.isnan(votes[1, 1])
+    # each candidate is now judged only by the other model
+    np.testing.assert_allclose(feedback.combine(votes, np.array([0.5, 0.5])), [0.3, 0.2])

@@ -47,6 +47,7 @@ class ChatScreen(Screen[None]):
         self.chat = chat or Chat()
         self.settings = ChatSettings(ensemble.settings, tuple(ensemble.model_names))
         self.answering: AnswerView | None = None
+        self.title = f"specem-chat — {self.chat.title}"  # set before the Header mounts (no race)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -59,7 +60,7 @@ class ChatScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.call_after_refresh(self.show_chat, self.chat)
+        self.show_turns()
         self.query_one(PromptInput).focus()
         for failure in self.ensemble.load_failures:
             self.notify(f"{failure.model} did not load: {failure.error}", severity="warning", timeout=10)
@@ -75,11 +76,15 @@ class ChatScreen(Screen[None]):
 
     # -- showing chats -------------------------------------------------------------------------------
     def show_chat(self, chat: Chat) -> None:
+        """Switch to another chat (new, or resumed from the history)."""
         self.chat = chat
         self.title = f"specem-chat — {chat.title}"
+        self.show_turns()
+
+    def show_turns(self) -> None:
         conversation = self.query_one("#conversation", VerticalScroll)
         conversation.remove_children()
-        for turn in chat.turns:
+        for turn in self.chat.turns:
             conversation.mount(UserMessage(turn) if turn.role == "user" else AnswerView(turn, self.colours))
         conversation.scroll_end(animate=False)
 

@@ -1,0 +1,217 @@
+"""``specem eval TASKS.jsonl``: the ensemble against each of its members, on the same items.
+
+Every system (the ensemble, each member alone, and any named ensemble variants) answers every
+item with the same prompt and decoding settings, in one process with the models loaded once.
+Writes ``items.jsonl`` (one line per item: prompt, each system's answer, correct or not) and
+``report.json`` (per system: accuracy with a 95% interval, tokens, seconds; for ensembles the
+share of winning segments per model and the average final weights). Resumable: items already
+in ``items.jsonl`` are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specem_local.config import EnsembleSettings, load_config, with_overrides
+from specem_local.errors import SpecemError
+from specem_local.scoring_text import extract_choice, extract_number, numbers_equal, wilson_interval
+
+NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
+CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    question: str
+    answer: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def prompt(self) -> str:
+        if not self.choices:
+            return f"{self.question}\n\n{NUMERIC_INSTRUCTION}"
+        lettered = "\n".join(f"{'ABCDEFGHIJ'[i]}) {choice}" for i, choice in enumerate(self.choices))
+        return f"{self.question}\n\n{lettered}\n\n{CHOICE_INSTRUCTION}"
+
+    def grade(self, text: str) -> tuple[str | None, bool]:
+        """The extracted answer (as text) and whether it is correct."""
+        if self.choices:
+            letter = extract_choice(text, len(self.choices))
+            return letter, letter == self.answer.strip().upper()
+        number = extract_number(text)
+        return (None if number is None else f"{number:g}"), numbers_equal(number, self.answer)
+
+
+def load_tasks(path: Path) -> list[Task]:
+    """Read JSON lines: ``{"id", "question", "answer"}`` (numeric answer) or with ``"choices"``
+    (a list) and a letter answer (multiple choice)."""
+    if not path.is_file():
+        raise SpecemError(f"{path}: no such tasks file")
+    tasks = []
+    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            tasks.append(Task(str(data.get("id", number)), data["question"], str(data["answer"]),
+                              tuple(data.get("choices", ()))))
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise SpecemError(f"{path}:{number}: not a task line ({error}); "
+                              'expected {"question": ..., "answer": ...}') from None
+    if not tasks:
+        raise SpecemError(f"{path}: no tasks in the file")
+    return tasks
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:key=value,key=value`` -> a named set of [ensemble] overrides."""
+    name, _, assignments = text.partition(":")
+    if not name or not assignments:
+        raise SpecemError(f"--variant {text!r}: expected NAME:key=value[,key=value]")
+    overrides: dict[str, Any] = {}
+    fields = EnsembleSettings.__dataclass_fields__
+    for assignment in assignments.split(","):
+        key, _, value = assignment.partition("=")
+        key = key.strip()
+        if key not in fields:
+            raise SpecemError(f"--variant {name}: unknown setting {key!r}")
+        kind = str(fields[key].type)
+        if kind == "bool":
+            overrides[key] = value.strip().lower() in ("1", "true", "yes", "on")
+        elif kind in ("int", "float"):
+            overrides[key] = (int if kind == "int" else float)(value)
+        else:
+            overrides[key] = value.strip()
+    return name, overrides
+
+
+def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
+    """Per-system accuracy with a 95% interval, tokens and seconds, and ensemble statistics."""
+    report: dict[str, Any] = {}
+    for system in systems:
+        results = [r["systems"][system] for r in records if system in r["systems"]]
+        correct = sum(result["correct"] for result in results)
+        low, high = wilson_interval(correct, len(results))
+        entry: dict[str, Any] = {
+            "items": len(results), "correct": correct,
+            "accuracy": correct / len(results) if results else 0.0, "ci95": [low, high],
+            "tokens": sum(r["tokens"] for r in results), "seconds": round(sum(r["seconds"] for r in results), 2),
+            "finish_reasons": _count(r["finish_reason"] for r in results),
+        }
+        if results and results[0].get("wins") and len(results[0]["wins"]) > 1:
+            wins: dict[str, int] = {}
+            weights: dict[str, float] = {}
+            for result in results:
+                for name, count in result["wins"].items():
+                    wins[name] = wins.get(name, 0) + count
+                for name, weight in result["weights"].items():
+                    weights[name] = weights.get(name, 0.0) + weight / len(results)
+            total = sum(wins.values()) or 1
+            entry["segment_share"] = {name: count / total for name, count in wins.items()}
+            entry["mean_final_weights"] = weights
+            entry["models_per_round"] = sum(r["models_per_round"] for r in results) / len(results)
+        report[system] = entry
+    return report
+
+
+def _count(values) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from specem_local.cli import settings_overrides
+    from specem_local.engine import Ensemble
+
+    tasks = load_tasks(Path(args.tasks))[: args.limit]
+    config = load_config(args.config)
+    base: dict[str, Any] = {"greedy": not args.sampled}  # --seed sets the sampling seed
+    base.update(settings_overrides(args))
+    with_overrides(config.ensemble, **base)  # validate before loading anything
+    variants = dict(parse_variant(v) for v in args.variant or [])
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    items_path = output / "items.jsonl"
+    done = {}
+    if items_path.exists():
+        for line in items_path.read_text("utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                done[record["id"]] = record
+    with Ensemble(config) as ensemble:
+        systems: dict[str, tuple[list[str] | None, dict[str, Any]]] = {}
+        if not args.members_only:
+            systems["ensemble"] = (None, {})
+        for name, overrides in variants.items():
+            systems[name] = (None, overrides)
+        if not args.ensemble_only:
+            for name in ensemble.model_names:
+                systems[name] = ([name], {})
+        todo = [task for task in tasks if task.id not in done or set(systems) - set(done[task.id]["systems"])]
+        with items_path.open("a", encoding="utf-8") as sink:
+            for task in tqdm(todo, desc="eval", unit="item", file=sys.stderr):
+                fresh = {"id": task.id, "prompt": task.prompt, "expected": task.answer, "systems": {}}
+                record = done.get(task.id, fresh)
+                for system, (models, overrides) in systems.items():
+                    if system in record["systems"]:
+                        continue
+                    started = time.perf_counter()
+                    final = ensemble.generate(task.prompt, models=models, **{**base, **overrides})
+                    extracted, correct = task.grade(final.text)
+                    record["systems"][system] = {
+                        "text": final.text, "extracted": extracted, "correct": correct,
+                        "tokens": final.tokens, "seconds": round(time.perf_counter() - started, 3),
+                        "finish_reason": final.finish_reason, "wins": final.wins, "weights": final.weights,
+                        "models_per_round": final.models_per_round,
+                    }
+                done[task.id] = record
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.flush()
+    records = [done[task.id] for task in tasks if task.id in done]
+    report = {
+        "tasks": str(args.tasks), "items": len(records), "config": config.source,
+        "decoding": base, "variants": variants, "systems": summarise(records, list(systems)),
+    }
+    (output / "report.json").write_text(json.dumps(report, indent=2))
+    print_report(report)
+    return 0
+
+
+def print_report(report: dict[str, Any]) -> None:
+    from specem_local.cli import print_table
+
+    rows = []
+    for system, entry in report["systems"].items():
+        low, high = entry["ci95"]
+        share = entry.get("segment_share")
+        share_text = ", ".join(f"{n[:8]} {v:.0%}" for n, v in share.items()) if share else "-"
+        rows.append((system, f"{entry['correct']}/{entry['items']}", f"{entry['accuracy']:.1%}",
+                     f"[{low:.1%}, {high:.1%}]", entry["tokens"], f"{entry['seconds']:.0f}", share_text))
+    print_table(("SYSTEM", "CORRECT", "ACC", "95% CI", "TOKENS", "SECONDS", "SEGMENT SHARE"), rows)
+
+
+def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from specem_local.cli import add_settings_flags
+
+    parser = commands.add_parser("eval", parents=[common], help="accuracy of the ensemble vs each member")
+    parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
+    parser.add_argument("--output", default="eval-results", help="folder for items.jsonl and report.json")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N items")
+    parser.add_argument("--sampled", action="store_true", help="sample (with --seed) instead of greedy decoding")
+    parser.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE,...",
+                        help="an extra ensemble system with these settings, e.g. paper:scoring=logit")
+    parser.add_argument("--ensemble-only", action="store_true", help="skip the members alone")
+    parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
+    add_settings_flags(parser)
+    parser.set_defaults(handler=cmd_eval)
