@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -197,21 +198,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
         stream = ensemble.stream(prompt)
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        previous_author = None
         try:
             for event in stream:
                 if args.json:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
                 elif isinstance(event, RoundEvent):
-                    if args.authors:
+                    if args.authors and colour:
                         code = ANSI_COLOURS.get(colours.get(event.author, ""), 0)
                         sys.stdout.write(f"\x1b[{code}m{event.text}\x1b[0m")
+                    elif args.authors and event.author != previous_author:
+                        sys.stdout.write(f"«{event.author}»{event.text}")
                     else:
                         sys.stdout.write(event.text)
+                    previous_author = event.author
                     sys.stdout.flush()
                 elif isinstance(event, FinalEvent):
                     print()
                     if args.authors:
-                        print_legend(event, colours)
+                        print_legend(event, colours, colour)
         except KeyboardInterrupt:
             ensemble.cancel()
             for _ in stream:
@@ -221,13 +227,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_legend(final: FinalEvent, colours: dict[str, str]) -> None:
+def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool) -> None:
     parts = []
     for name, wins in final.wins.items():
         code = ANSI_COLOURS.get(colours.get(name, ""), 0)
         weight = final.weights.get(name)
         weight_text = f", weight {weight:.2f}" if weight is not None else ""
-        parts.append(f"\x1b[{code}m■ {name}\x1b[0m ({wins} segments{weight_text})")
+        label = f"\x1b[{code}m■ {name}\x1b[0m" if colour else f"«{name}»"
+        parts.append(f"{label} ({wins} segments{weight_text})")
     print("  ".join(parts))
     print(
         f"{final.tokens} tokens in {final.seconds:.1f} s ({final.tokens_per_second:.1f} tok/s), "

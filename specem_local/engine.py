@@ -81,7 +81,7 @@ class Ensemble:
         if warning:
             self.warnings.append(warning)
             warnings.warn(warning, stacklevel=2)
-        n_seq_max = len(paths) + 1
+        n_seq_max = max(len(paths), 4) + 1  # seq 0 + one per candidate (room for 4 in benchmarks)
         try:
             for spec in self.config.models:
                 if spec.name not in paths:
