@@ -81,7 +81,7 @@ def _human_count(count: int | None) -> str:
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
     from specem_local.gguf import read_header
-    from specem_local.sources import model_status
+    from specem_local.sources import demo_for, model_status
 
     rows = []
     for spec in config.models:
@@ -100,6 +100,7 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
             "chat_template": None,
             "file_size": None,
             "role": spec.role,
+            "licence": demo_for(spec).licence if spec.demo else None,
         }
         if status.status == "ready" and status.path is not None:
             header = read_header(status.path)

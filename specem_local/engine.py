@@ -18,7 +18,7 @@ import numpy as np
 
 from specem_local import feedback
 from specem_local.backend import ContextFull, LlamaModel
-from specem_local.config import Config, EnsembleSettings, ModelSpec, load_config, with_overrides
+from specem_local.config import PLAIN_TEMPLATE, Config, EnsembleSettings, ModelSpec, load_config, with_overrides
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent
 from specem_local.member import Draft, Member, Scored
@@ -40,7 +40,7 @@ class LoadFailure:
 def prompt_format_for(spec: ModelSpec, model: LlamaModel) -> PromptFormat:
     """The model's own template, the models.toml override, or the plain format."""
     override = spec.chat_template
-    if override == "plain":
+    if override == PLAIN_TEMPLATE:
         template = None
     else:
         template = override or model.chat_template()
