@@ -53,6 +53,7 @@ class EnsembleSettings:
     feedback: bool = True
     learning_rate: float = 1.0
     weight_prior: str = "uniform"
+    weighted_judges: bool = False
     self_vote: bool = True
     fast_finish: bool = False
     model_exit: bool = False

@@ -200,6 +200,18 @@ def _last(events: Iterator[Event]) -> FinalEvent:
     return final
 
 
+@dataclass(frozen=True)
+class _Vote:
+    """The outcome of one round's selection."""
+
+    winner: int
+    decision: str  # "vote", "fast-finish" or "only-candidate"
+    scores: np.ndarray  # raw scores[verifier, candidate] (NaN: not scored)
+    normalised: np.ndarray
+    combined: np.ndarray | None
+    scored: dict[int, Scored]
+
+
 class _Answer:
     """The state of one answer: weights, the committed text, counters."""
 
@@ -273,8 +285,8 @@ class _Answer:
         return {name: float(w) for name, w, m in zip(self.names, self.weights, self.members) if m.spec.verifies}
 
     def _round(self, started: float) -> tuple[RoundEvent | None, str]:
-        """One round. Returns the event (None if nothing was appended) and a finish reason
-        ("" to go on)."""
+        """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
+        appended) and a finish reason ("" to go on)."""
         settings = self.settings
         round_started = time.perf_counter()
         cancel = self.ensemble._cancel
@@ -288,114 +300,122 @@ class _Answer:
         if cancel.is_set():
             return None, "cancelled"
         drafts: dict[int, Draft] = {i: d for i, d in zip(drafters, drafts_list) if d.text}
+        if not drafts:
+            return None, "eos" if any(d.ended for d in drafts_list) else "empty"
         self.rounds += 1
         self.drafter_count += len(drafters)
-        if not drafts:
-            ended = any(d.ended for d in drafts_list)
-            self.rounds -= 1
-            self.drafter_count -= len(drafters)
-            return None, "eos" if ended else "empty"
 
-        scores = np.full((len(self.members), len(self.members)), np.nan)
-        scored: dict[int, Scored] = {}
-        verify_seconds: dict[str, float] = {}
-        enders = [i for i, d in drafts.items() if d.ended]
-        if settings.fast_finish and enders:
-            winner = max(enders, key=lambda i: self.weights[i])
-            decision, combined = "fast-finish", None
-        elif len(drafts) == 1:
-            winner = next(iter(drafts))
-            decision, combined = "only-candidate", None
-        else:
-            scored = self._verify(drafts, scores)
-            verify_seconds = {self.names[v]: s.seconds for v, s in scored.items()}
-            normalised = feedback.normalise(scores, settings.scoring)
-            votes = normalised if settings.self_vote else feedback.without_self_votes(normalised)
-            combined = feedback.combine(votes, self.weights)
-            candidates = list(drafts)
-            winner = max(candidates, key=lambda i: combined[i])
-            decision = "vote"
-            total = float(np.nansum(combined[candidates]))
-            for i in candidates:
-                self.share_totals[i] += combined[i] / total if total > 0 else 0.0
-            if settings.feedback:
-                eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
-                self.weights = feedback.hedge_update(self.weights, feedback.rewards(normalised, candidates), eta)
-                self.weights = np.where([m.spec.verifies for m in self.members], self.weights, 0.0)
-                self.weights /= self.weights.sum()
-            if settings.model_exit:
-                leaving = feedback.exiting_drafters(
-                    self.share_totals,
-                    self.active_drafters,
-                    self.rounds,
-                    settings.exit_warmup_rounds,
-                    settings.exit_share,
-                )
-                self.active_drafters = [i for i in self.active_drafters if i not in leaving]
-            shares = normalised
-
+        groups = feedback.merge_identical({i: d.text for i, d in drafts.items()}, self.weights)
+        vote = self._vote(drafts, groups)
+        if vote.decision == "vote":
+            self._learn(vote, groups)
+        winner = vote.winner
         winning = drafts[winner]
-        added = self._commit(winner, winning, drafts, scored)
-        self.tokens += added
+        self.tokens += self._commit(winner, winning, drafts, vote.scored)
         self.wins[self.names[winner]] += 1
-        previous_length = len(self.text)
-        self.text += winning.text
-        finish = "eos" if winning.ended else ""
-        segment = winning.text
-        if settings.stop:
-            longest = max(len(stop) for stop in settings.stop)
-            index = find_stop(self.text, settings.stop, previous_length - longest)
-            if index is not None:
-                self.text = self.text[:index]
-                segment = self.text[previous_length:] if index >= previous_length else ""
-                finish = "stop"
-
-        candidates_out = tuple(
-            Candidate(
-                model=self.names[i],
-                text=d.text,
-                ended=d.ended,
-                scores={
-                    self.names[v]: float(scores[v, i]) for v in range(len(self.members)) if not np.isnan(scores[v, i])
-                },
-                shares=(
-                    {self.names[v]: float(shares[v, i]) for v in range(len(self.members)) if not np.isnan(shares[v, i])}
-                    if decision == "vote"
-                    else {}
-                ),
-                combined=float(combined[i]) if combined is not None else None,
-            )
-            for i, d in drafts.items()
-        )
+        segment, finish = self._append(winning)
         event = RoundEvent(
             index=self.rounds,
             text=segment,
             author=self.names[winner],
-            decision=decision,
-            candidates=candidates_out,
+            decision=vote.decision,
+            candidates=self._candidates(drafts, groups, vote),
             weights=self._weights_dict(),
             drafters=tuple(self.names[i] for i in drafters),
             draft_seconds={self.names[i]: d.seconds for i, d in zip(drafters, drafts_list)},
             draft_tokens={self.names[i]: d.sampled for i, d in zip(drafters, drafts_list)},
-            verify_seconds=verify_seconds,
+            verify_seconds={self.names[v]: s.seconds for v, s in vote.scored.items()},
             seconds=time.perf_counter() - round_started,
             answer_tokens=self.tokens,
         )
         return event, finish
 
-    def _verify(self, drafts: dict[int, Draft], scores: np.ndarray) -> dict[int, Scored]:
-        """Every verifier scores every candidate: its own aligned draft from its drafting
-        logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``."""
+    def _vote(self, drafts: dict[int, Draft], groups: dict[int, list[int]]) -> _Vote:
+        """Pick the winning candidate: fast finish, the only candidate, or the weighted vote."""
+        size = len(self.members)
+        scores = np.full((size, size), np.nan)
+        enders = [i for i in groups if drafts[i].ended]
+        if self.settings.fast_finish and enders:
+            return _Vote(max(enders, key=lambda i: self.weights[i]), "fast-finish", scores, scores, None, {})
+        if len(groups) == 1:
+            return _Vote(next(iter(groups)), "only-candidate", scores, scores, None, {})
+        scored = self._verify(drafts, groups, scores)
+        normalised = feedback.normalise(scores, self.settings.scoring)
+        votes = normalised if self.settings.self_vote else feedback.mask_self_judgements(normalised, groups)
+        combined = feedback.combine(votes, self.weights)
+        winner = max(groups, key=lambda i: combined[i])
+        return _Vote(winner, "vote", scores, normalised, combined, scored)
+
+    def _learn(self, vote: _Vote, groups: dict[int, list[int]]) -> None:
+        """Hedge update of the verifier weights, and model exit."""
+        settings = self.settings
+        candidates = list(groups)
+        total = float(np.nansum(vote.combined[candidates]))
+        for representative, authors in groups.items():
+            self.share_totals[authors] += vote.combined[representative] / total if total > 0 else 0.0
+        if settings.feedback:
+            verifies = np.array([m.spec.verifies for m in self.members])
+            judges = self.weights / self.weights[verifies].mean() if settings.weighted_judges else None
+            reward = feedback.rewards(vote.normalised, groups, judges)
+            eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
+            updated = np.where(verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
+            self.weights = updated / updated.sum()
+        if settings.model_exit:
+            leaving = feedback.exiting_drafters(
+                self.share_totals, self.active_drafters, self.rounds, settings.exit_warmup_rounds, settings.exit_share
+            )
+            self.active_drafters = [i for i in self.active_drafters if i not in leaving]
+
+    def _append(self, winning: Draft) -> tuple[str, str]:
+        """Add the winning text to the answer; apply stop strings. Returns the segment as
+        shown (cut at a stop string) and the finish reason."""
+        previous_length = len(self.text)
+        self.text += winning.text
+        if self.settings.stop:
+            longest = max(len(stop) for stop in self.settings.stop)
+            index = find_stop(self.text, self.settings.stop, previous_length - longest)
+            if index is not None:
+                self.text = self.text[:index]
+                return self.text[previous_length:], "stop"
+        return winning.text, "eos" if winning.ended else ""
+
+    def _candidates(self, drafts: dict[int, Draft], groups: dict[int, list[int]], vote: _Vote) -> tuple[Candidate, ...]:
+        """Every drafter's candidate for the event; merged duplicates share their scores."""
+        representative_of = {author: rep for rep, authors in groups.items() for author in authors}
+
+        def column(matrix: np.ndarray, c: int) -> dict[str, float]:
+            return {self.names[v]: float(matrix[v, c]) for v in range(len(self.members)) if not np.isnan(matrix[v, c])}
+
+        out = []
+        for i, draft in drafts.items():
+            rep = representative_of[i]
+            out.append(
+                Candidate(
+                    model=self.names[i],
+                    text=draft.text,
+                    ended=draft.ended,
+                    scores=column(vote.scores, rep),
+                    shares=column(vote.normalised, rep) if vote.decision == "vote" else {},
+                    combined=float(vote.combined[rep]) if vote.combined is not None else None,
+                    same_as=self.names[rep] if rep != i else None,
+                )
+            )
+        return tuple(out)
+
+    def _verify(self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray) -> dict[int, Scored]:
+        """Every verifier scores every distinct candidate: one it drafted itself from its
+        drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
+        (candidate = the representative's index)."""
         settings = self.settings
         verifiers = [v for v, m in enumerate(self.members) if m.spec.verifies]
 
         def verify(v: int) -> tuple[int, Scored]:
             member = self.members[v]
             own = drafts.get(v)
-            foreign = {i: d.text for i, d in drafts.items() if i != v or not d.aligned}
-            result = member.score(foreign, settings.scoring)
-            if own is not None and own.aligned:
-                result.scores[v] = member.own_score(own, settings.scoring)
+            mine = next((rep for rep, authors in groups.items() if v in authors and own.aligned), None)
+            result = member.score({rep: drafts[rep].text for rep in groups if rep != mine}, settings.scoring)
+            if mine is not None:
+                result.scores[mine] = member.own_score(own, settings.scoring)
             return v, result
 
         results = dict(self.ensemble._map(settings, verify, verifiers))
@@ -408,7 +428,8 @@ class _Answer:
         """Broadcast the winner to every model; return its length in the author's tokens."""
 
         def commit(index: int) -> int:
-            own = drafts.get(index) if index == winner else None
+            own = drafts.get(index)
+            own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
         added = self.ensemble._map(self.settings, commit, list(range(len(self.members))))

@@ -18,6 +18,7 @@ class Candidate:
     scores: dict[str, float]  # verifier -> raw score (mean logit or mean log-probability)
     shares: dict[str, float]  # verifier -> normalised score (its row sums to 1)
     combined: float | None  # weighted vote; None when no vote was needed
+    same_as: str | None = None  # drafted the same text as this model (scored once, as one candidate)
 
 
 @dataclass(frozen=True)

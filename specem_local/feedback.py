@@ -68,46 +68,77 @@ def initial_weights(verifies: np.ndarray, sizes: np.ndarray, prior: str) -> np.n
     return base / base.sum()
 
 
-def without_self_votes(normalised: np.ndarray) -> np.ndarray:
-    """Drop each verifier's score of its own candidate from the vote. Models rank their own
-    draft first about half the time against a chance of 1/K (SPECEM.md §4)."""
+def merge_identical(texts: dict[int, str], priority: np.ndarray) -> dict[int, list[int]]:
+    """Group drafters whose drafts are the same text: ``{representative: [authors...]}``.
+
+    The same text is one candidate. Scoring copies separately would split every verifier's
+    normalised mass between them (measured on the demo trio: two weak models drafting the same
+    wrong step outvoted the strong model's right one). The representative is the author with
+    the highest ``priority`` (current weight), ties to the lower index.
+    """
+    groups: dict[str, list[int]] = {}
+    for index, text in texts.items():
+        groups.setdefault(text, []).append(index)
+    merged = {}
+    for authors in groups.values():
+        ordered = sorted(authors, key=lambda i: (-priority[i], i))
+        merged[ordered[0]] = ordered
+    return merged
+
+
+def mask_self_judgements(normalised: np.ndarray, groups: dict[int, list[int]]) -> np.ndarray:
+    """Remove each verifier's score of a candidate it drafted itself (alone or together with
+    others). Models rank their own draft first about half the time against a chance of 1/K
+    (SPECEM.md §4)."""
     out = normalised.copy()
-    size = min(out.shape)
-    out[np.arange(size), np.arange(size)] = np.nan
+    for representative, authors in groups.items():
+        out[authors, representative] = np.nan
     return out
 
 
-def win_counts(normalised: np.ndarray, candidates: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per model: how often a third-party judge rated its candidate at least as high as a
-    rival's, and how many such comparisons there were. Self-judgements never count."""
+def win_counts(
+    normalised: np.ndarray, groups: dict[int, list[int]], judge_weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate (keyed by its representative): how often a judge that did not draft it
+    rated it at least as high as a rival (any other candidate, the judge's own included), and
+    how many such comparisons there were. With ``judge_weights`` each comparison counts as
+    much as its judge's weight."""
     size = normalised.shape[0]
+    weights = np.ones(size) if judge_weights is None else judge_weights
     wins = np.zeros(size)
     comparisons = np.zeros(size)
-    for author in candidates:
+    for author, drafted_by in groups.items():
         for judge in range(size):
-            if judge == author or np.isnan(normalised[judge, author]):
+            if judge in drafted_by or np.isnan(normalised[judge, author]):
                 continue
-            for rival in candidates:
+            for rival in groups:
                 if rival == author or np.isnan(normalised[judge, rival]):
                     continue
-                comparisons[author] += 1
-                wins[author] += normalised[judge, author] >= normalised[judge, rival]
+                comparisons[author] += weights[judge]
+                wins[author] += weights[judge] * (normalised[judge, author] >= normalised[judge, rival])
     return wins, comparisons
 
 
-def rewards(normalised: np.ndarray, candidates: list[int]) -> np.ndarray:
-    """Smoothed win rate ``(wins + 0.5) / (comparisons + 1)`` for each model with a candidate.
+def rewards(
+    normalised: np.ndarray, groups: dict[int, list[int]], judge_weights: np.ndarray | None = None
+) -> np.ndarray:
+    """Smoothed win rate ``(wins + 0.5) / (comparisons + 1)`` for every author of a candidate.
 
     The reference floors wins at 1 and divides by ``(K-1)^2``; with K = 2 that makes every
     reward 1 and the weights never move. Smoothing keeps rewards in (0, 1), distinct for
-    different win counts at any K. Models without a candidate this round get the mean
-    reward of the others, so sitting out neither helps nor hurts them.
+    different win counts at any K. Authors of the same merged text share its reward; models
+    without a candidate this round get the mean reward of the others, so sitting out neither
+    helps nor hurts them. ``judge_weights`` (mean 1 over the judges) make a trusted judge's
+    comparisons count for more.
     """
-    wins, comparisons = win_counts(normalised, candidates)
+    wins, comparisons = win_counts(normalised, groups, judge_weights)
     out = (wins + 0.5) / (comparisons + 1.0)
     has_comparisons = comparisons > 0
     neutral = float(out[has_comparisons].mean()) if has_comparisons.any() else 0.5
-    return np.where(has_comparisons, out, neutral)
+    out = np.where(has_comparisons, out, neutral)
+    for representative, authors in groups.items():
+        out[authors] = out[representative]
+    return out
 
 
 def learning_rate(base: float, n_models: int, round_number: int) -> float:
