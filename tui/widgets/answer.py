@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specem_tui.storage import Turn
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -21,15 +22,19 @@ class UserMessage(Static):
 
 
 class SegmentText(Static):
-    """The answer as coloured segments; each one is clickable."""
+    """The answer as coloured segments; a click on one selects it. Each segment carries its
+    index in the style's meta (not an ``@click`` action, whose link style would hide the
+    author's colour)."""
 
     class Clicked(Message):
         def __init__(self, index: int) -> None:
             super().__init__()
             self.index = index
 
-    def action_select_segment(self, index: int) -> None:
-        self.post_message(self.Clicked(index))
+    def on_click(self, event: events.Click) -> None:
+        index = event.style.meta.get("segment")
+        if index is not None:
+            self.post_message(self.Clicked(int(index)))
 
 
 class AnswerView(Vertical, can_focus=True):
@@ -71,7 +76,7 @@ class AnswerView(Vertical, can_focus=True):
         parts: list[tuple[str, Style] | str] = []
         for index, event in enumerate(self.turn.rounds):
             style = Style.parse(self.colours.get(event["author"], "white"))
-            style += Style.from_meta({"@click": f"select_segment({index})"})
+            style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)
             parts.append((event["text"], style))
