@@ -31,6 +31,7 @@ CONFIG_FILENAME = "models.toml"
 
 SCORING_MODES = ("logit", "logprob")
 WEIGHT_PRIORS = ("uniform", "size")
+POOLINGS = ("linear", "log")
 DRAFTING_MODES = ("round-robin", "threads")
 ROLES = ("both", "draft", "verify")
 PLAIN_TEMPLATE = "plain"
@@ -54,6 +55,7 @@ class EnsembleSettings:
     learning_rate: float = 1.0
     weight_prior: str = "uniform"
     weighted_judges: bool = False
+    pooling: str = "linear"
     self_vote: bool = True
     fast_finish: bool = False
     model_exit: bool = False
@@ -68,6 +70,7 @@ class EnsembleSettings:
         _check_choice("scoring", self.scoring, SCORING_MODES)
         _check_choice("drafting", self.drafting, DRAFTING_MODES)
         _check_choice("weight_prior", self.weight_prior, WEIGHT_PRIORS)
+        _check_choice("pooling", self.pooling, POOLINGS)
         for name in ("segment_tokens", "max_tokens", "threads_per_model"):
             if getattr(self, name) < 1:
                 raise SpecemError(f"[ensemble] {name} must be at least 1, got {getattr(self, name)}")

@@ -342,7 +342,8 @@ class _Answer:
         scored = self._verify(drafts, groups, scores)
         normalised = feedback.normalise(scores, self.settings.scoring)
         votes = normalised if self.settings.self_vote else feedback.mask_self_judgements(normalised, groups)
-        combined = feedback.combine(votes, self.weights)
+        pool = feedback.combine_log if self.settings.pooling == "log" else feedback.combine
+        combined = pool(votes, self.weights)
         winner = max(groups, key=lambda i: combined[i])
         return _Vote(winner, "vote", scores, normalised, combined, scored)
 

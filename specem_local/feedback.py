@@ -96,6 +96,24 @@ def mask_self_judgements(normalised: np.ndarray, groups: dict[int, list[int]]) -
     return out
 
 
+def combine_log(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Log-linear pooling: ``y_c ∝ exp(Σ_v w_v log ŝ[v, c] / Σ_v w_v)`` over the verifiers
+    that scored ``c``, then normalised over the candidates. A weighted geometric mean: a
+    trusted verifier that finds a candidate very unlikely can veto it, which the linear vote
+    (a weighted arithmetic mean, where a "no" costs at most that verifier's weight) cannot."""
+    present = ~np.isnan(normalised)
+    logs = np.log(np.clip(np.where(present, normalised, 1.0), 1e-12, None))
+    mass = (present * weights[:, None]).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = np.where(mass > 0, (logs * present * weights[:, None]).sum(axis=0) / mass, np.nan)
+    out = np.full(pooled.shape, np.nan)
+    scored = ~np.isnan(pooled)
+    if scored.any():
+        exp = np.exp(pooled[scored] - pooled[scored].max())
+        out[scored] = exp / exp.sum()
+    return out
+
+
 def win_counts(
     normalised: np.ndarray, groups: dict[int, list[int]], judge_weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -130,3 +130,14 @@ def test_separate_drafter_and_verifier_sets():
         events = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
     assert all(e.author != "qwen2.5-coder-0.5b" for e in events)
     assert all("smollm2-135m" not in e.weights for e in events)
+
+
+def test_context_full_stops_cleanly():
+    from dataclasses import replace
+
+    config = demo_config("smollm2-135m", max_tokens=500)
+    config = replace(config, models=(replace(config.models[0], n_ctx=128),))
+    with Ensemble(config) as small:
+        final = small.generate("Write a long story about the sea.", greedy=True)
+        assert final.finish_reason == "context" and final.text
+        assert small.generate("Say hi.", greedy=True, max_tokens=5).finish_reason in ("eos", "length")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from specem_tui.app import SpecemChatApp
@@ -11,7 +12,7 @@ from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.screens.settings import SettingsScreen
 from specem_tui.storage import chats_dir, list_chats
-from specem_tui.widgets.answer import AnswerView
+from specem_tui.widgets.answer import AnswerView, SegmentText
 from specem_tui.widgets.weights import WeightsPanel
 
 from tests.conftest import demo_config
@@ -73,6 +74,21 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         assert inspector.query_one("DataTable").row_count == 3  # K candidates
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+
+        # a mouse click on the first segment opens the inspector at round 1
+        view.focus()
+        view.show_markdown = False
+        await pilot.pause(0.2)
+        await pilot.click(SegmentText, offset=(1, 0))
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        assert app.screen.index == 0
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+
+        await pilot.press("ctrl+e")  # export to Markdown in the current folder
+        await pilot.pause(0.2)
+        exported = Path.cwd() / f"specem-chat-{screen.chat.id}.md"
+        assert exported.read_text().startswith("# Natalia sold") and "## Ensemble" in exported.read_text()
 
     saved = list_chats()
     assert len(saved) == 1 and saved[0].turns[-1].content == turn.content

@@ -109,3 +109,18 @@ def test_weighted_judges_trust_the_heavier_judge():
     weighted = feedback.rewards(shares, {0: [0], 1: [1]}, judge_weights=np.array([1.0, 1.0, 1.8, 0.2]))
     assert equal[0] == equal[1]
     assert weighted[1] > weighted[0]
+
+
+def test_log_pooling_lets_a_trusted_verifier_veto():
+    # verifier 0 (weight 0.6) nearly rules out candidate 1; verifiers 1 and 2 like it a lot
+    shares = np.array([[0.98, 0.02], [0.3, 0.7], [0.3, 0.7]])
+    weights = np.array([0.6, 0.2, 0.2])
+    linear = feedback.combine(shares, weights)
+    pooled = feedback.combine_log(shares, weights)
+    assert linear[0] > linear[1] and pooled[0] > pooled[1]
+    assert pooled[0] - pooled[1] > linear[0] - linear[1]
+    assert pooled.sum() == pytest.approx(1.0)
+    even = feedback.combine_log(np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([0.5, 0.5]))
+    np.testing.assert_allclose(even, [0.5, 0.5])
+    partial = feedback.combine_log(np.array([[0.9, np.nan], [0.4, 0.6]]), np.array([0.5, 0.5]))
+    assert not np.isnan(partial).any() and partial.sum() == pytest.approx(1.0)
