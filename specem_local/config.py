@@ -53,14 +53,14 @@ class EnsembleSettings:
     scoring: str = "logprob"
     feedback: bool = True
     learning_rate: float = 1.0
-    weight_prior: str = "uniform"
+    weight_prior: str = "size"
     weighted_judges: bool = False
     pooling: str = "linear"
     self_vote: bool = True
     fast_finish: bool = False
     model_exit: bool = False
     exit_warmup_rounds: int = 4
-    exit_share: float = 0.5
+    exit_share: float = 0.8
     drafting: str = "round-robin"
     threads_per_model: int = 2
     stop: tuple[str, ...] = ()
