@@ -80,7 +80,6 @@ def _human_count(count: int | None) -> str:
 
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
-    from specem_local.gguf import read_header
     from specem_local.sources import demo_for, model_status
 
     rows = []
@@ -102,8 +101,8 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
             "role": spec.role,
             "licence": demo_for(spec).licence if spec.demo else None,
         }
-        if status.status == "ready" and status.path is not None:
-            header = read_header(status.path)
+        header = status.header
+        if header is not None:
             row.update(
                 architecture=header.architecture,
                 parameters=header.parameter_count,

@@ -196,7 +196,8 @@ def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
     return value
 
 
-def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+def _checked_values(cls: type, table: dict[str, Any], where: str) -> dict[str, Any]:
+    """The table's values, each checked against the dataclass field of the same name."""
     known = {f.name: f.type for f in fields(cls)}
     values = {}
     for key, value in table.items():
@@ -205,7 +206,16 @@ def _build(cls: type, table: dict[str, Any], where: str) -> Any:
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
             raise SpecemError(f"{where}: unknown key {key!r}{hint}")
         values[key] = _coerce(where, key, value, known[key])
-    return cls(**values)
+    return values
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    return cls(**_checked_values(cls, table, where))
+
+
+def ensemble_overrides(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """``[ensemble]`` overrides from a table of TOML values, type-checked like models.toml."""
+    return _checked_values(EnsembleSettings, table, where)
 
 
 def parse_config(text: str, source: str, base_dir: Path) -> Config:

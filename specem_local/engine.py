@@ -224,9 +224,9 @@ class _Answer:
         self.members = members
         self.names = [m.name for m in self.members]
         size = len(self.members)
-        verifiers = np.array([m.spec.verifies for m in self.members], dtype=bool)
+        self.verifies = np.array([m.spec.verifies for m in self.members], dtype=bool)
         sizes = np.array([m.model.n_params for m in self.members], dtype=np.float64)
-        self.weights = feedback.initial_weights(verifiers, sizes, settings.weight_prior)
+        self.weights = feedback.initial_weights(self.verifies, sizes, settings.weight_prior)
         self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
         self.share_totals = np.zeros(size)
         self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, index])) for index in range(size)]
@@ -259,7 +259,7 @@ class _Answer:
                 finish = "length"
                 break
             try:
-                event, finish = self._round(started)
+                event, finish = self._round()
             except ContextFull:
                 finish = "context"
                 break
@@ -282,9 +282,9 @@ class _Answer:
         )
 
     def _weights_dict(self) -> dict[str, float]:
-        return {name: float(w) for name, w, m in zip(self.names, self.weights, self.members) if m.spec.verifies}
+        return {name: float(w) for name, w, verifies in zip(self.names, self.weights, self.verifies) if verifies}
 
-    def _round(self, started: float) -> tuple[RoundEvent | None, str]:
+    def _round(self) -> tuple[RoundEvent | None, str]:
         """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
         appended) and a finish reason ("" to go on)."""
         settings = self.settings
@@ -355,11 +355,10 @@ class _Answer:
         for representative, authors in groups.items():
             self.share_totals[authors] += vote.combined[representative] / total if total > 0 else 0.0
         if settings.feedback:
-            verifies = np.array([m.spec.verifies for m in self.members])
-            judges = self.weights / self.weights[verifies].mean() if settings.weighted_judges else None
+            judges = self.weights / self.weights[self.verifies].mean() if settings.weighted_judges else None
             reward = feedback.rewards(vote.normalised, groups, judges)
             eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
-            updated = np.where(verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
+            updated = np.where(self.verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
             self.weights = updated / updated.sum()
         if settings.model_exit:
             leaving = feedback.exiting_drafters(
@@ -408,7 +407,7 @@ class _Answer:
         drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
         (candidate = the representative's index)."""
         settings = self.settings
-        verifiers = [v for v, m in enumerate(self.members) if m.spec.verifies]
+        verifiers = [int(v) for v in np.flatnonzero(self.verifies)]
 
         def verify(v: int) -> tuple[int, Scored]:
             member = self.members[v]

@@ -14,11 +14,12 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import EnsembleSettings, load_config, with_overrides
+from specem_local.config import ensemble_overrides, load_config, tomllib, with_overrides
 from specem_local.errors import SpecemError
 from specem_local.scoring_text import extract_choice, extract_number, numbers_equal, wilson_interval
 
@@ -60,36 +61,32 @@ def load_tasks(path: Path) -> list[Task]:
             continue
         try:
             data = json.loads(line)
-            tasks.append(Task(str(data.get("id", number)), data["question"], str(data["answer"]),
-                              tuple(data.get("choices", ()))))
+            tasks.append(
+                Task(str(data.get("id", number)), data["question"], str(data["answer"]), tuple(data.get("choices", ())))
+            )
         except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise SpecemError(f"{path}:{number}: not a task line ({error}); "
-                              'expected {"question": ..., "answer": ...}') from None
+            raise SpecemError(
+                f'{path}:{number}: not a task line ({error}); expected {{"question": ..., "answer": ...}}'
+            ) from None
     if not tasks:
         raise SpecemError(f"{path}: no tasks in the file")
     return tasks
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
-    """``NAME:key=value,key=value`` -> a named set of [ensemble] overrides."""
+    """``NAME:key=value,key=value`` -> a named set of [ensemble] overrides. Values are read as
+    TOML (``true``, ``0.5``, ``"logit"``); a bare word is a string."""
     name, _, assignments = text.partition(":")
     if not name or not assignments:
         raise SpecemError(f"--variant {text!r}: expected NAME:key=value[,key=value]")
-    overrides: dict[str, Any] = {}
-    fields = EnsembleSettings.__dataclass_fields__
+    table: dict[str, Any] = {}
     for assignment in assignments.split(","):
-        key, _, value = assignment.partition("=")
-        key = key.strip()
-        if key not in fields:
-            raise SpecemError(f"--variant {name}: unknown setting {key!r}")
-        kind = str(fields[key].type)
-        if kind == "bool":
-            overrides[key] = value.strip().lower() in ("1", "true", "yes", "on")
-        elif kind in ("int", "float"):
-            overrides[key] = (int if kind == "int" else float)(value)
-        else:
-            overrides[key] = value.strip()
-    return name, overrides
+        key, _, raw = assignment.partition("=")
+        try:
+            table[key.strip()] = tomllib.loads(f"value = {raw.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            table[key.strip()] = raw.strip()
+    return name, ensemble_overrides(table, f"--variant {name}")
 
 
 def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
@@ -100,10 +97,13 @@ def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, An
         correct = sum(result["correct"] for result in results)
         low, high = wilson_interval(correct, len(results))
         entry: dict[str, Any] = {
-            "items": len(results), "correct": correct,
-            "accuracy": correct / len(results) if results else 0.0, "ci95": [low, high],
-            "tokens": sum(r["tokens"] for r in results), "seconds": round(sum(r["seconds"] for r in results), 2),
-            "finish_reasons": _count(r["finish_reason"] for r in results),
+            "items": len(results),
+            "correct": correct,
+            "accuracy": correct / len(results) if results else 0.0,
+            "ci95": [low, high],
+            "tokens": sum(r["tokens"] for r in results),
+            "seconds": round(sum(r["seconds"] for r in results), 2),
+            "finish_reasons": dict(Counter(r["finish_reason"] for r in results)),
         }
         if results and results[0].get("wins") and len(results[0]["wins"]) > 1:
             wins: dict[str, int] = {}
@@ -119,13 +119,6 @@ def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, An
             entry["models_per_round"] = sum(r["models_per_round"] for r in results) / len(results)
         report[system] = entry
     return report
-
-
-def _count(values) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return counts
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -170,9 +163,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     final = ensemble.generate(task.prompt, models=models, **{**base, **overrides})
                     extracted, correct = task.grade(final.text)
                     record["systems"][system] = {
-                        "text": final.text, "extracted": extracted, "correct": correct,
-                        "tokens": final.tokens, "seconds": round(time.perf_counter() - started, 3),
-                        "finish_reason": final.finish_reason, "wins": final.wins, "weights": final.weights,
+                        "text": final.text,
+                        "extracted": extracted,
+                        "correct": correct,
+                        "tokens": final.tokens,
+                        "seconds": round(time.perf_counter() - started, 3),
+                        "finish_reason": final.finish_reason,
+                        "wins": final.wins,
+                        "weights": final.weights,
                         "models_per_round": final.models_per_round,
                     }
                 done[task.id] = record
@@ -180,8 +178,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 sink.flush()
     records = [done[task.id] for task in tasks if task.id in done]
     report = {
-        "tasks": str(args.tasks), "items": len(records), "config": config.source,
-        "decoding": base, "variants": variants, "systems": summarise(records, list(systems)),
+        "tasks": str(args.tasks),
+        "items": len(records),
+        "config": config.source,
+        "decoding": base,
+        "variants": variants,
+        "systems": summarise(records, list(systems)),
     }
     (output / "report.json").write_text(json.dumps(report, indent=2))
     print_report(report)
@@ -196,8 +198,17 @@ def print_report(report: dict[str, Any]) -> None:
         low, high = entry["ci95"]
         share = entry.get("segment_share")
         share_text = ", ".join(f"{n[:8]} {v:.0%}" for n, v in share.items()) if share else "-"
-        rows.append((system, f"{entry['correct']}/{entry['items']}", f"{entry['accuracy']:.1%}",
-                     f"[{low:.1%}, {high:.1%}]", entry["tokens"], f"{entry['seconds']:.0f}", share_text))
+        rows.append(
+            (
+                system,
+                f"{entry['correct']}/{entry['items']}",
+                f"{entry['accuracy']:.1%}",
+                f"[{low:.1%}, {high:.1%}]",
+                entry["tokens"],
+                f"{entry['seconds']:.0f}",
+                share_text,
+            )
+        )
     print_table(("SYSTEM", "CORRECT", "ACC", "95% CI", "TOKENS", "SECONDS", "SEGMENT SHARE"), rows)
 
 
@@ -209,8 +220,12 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--output", default="eval-results", help="folder for items.jsonl and report.json")
     parser.add_argument("--limit", type=int, default=None, help="only the first N items")
     parser.add_argument("--sampled", action="store_true", help="sample (with --seed) instead of greedy decoding")
-    parser.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE,...",
-                        help="an extra ensemble system with these settings, e.g. paper:scoring=logit")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME:KEY=VALUE,...",
+        help="an extra ensemble system with these settings, e.g. paper:scoring=logit",
+    )
     parser.add_argument("--ensemble-only", action="store_true", help="skip the members alone")
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     add_settings_flags(parser)

@@ -19,7 +19,7 @@ import platformdirs
 
 from specem_local.config import APP_NAME, Config, ModelSpec
 from specem_local.errors import SpecemError
-from specem_local.gguf import read_header
+from specem_local.gguf import GGUFHeader, read_header
 
 CACHE_ENV = "SPECEM_CACHE_DIR"
 
@@ -244,6 +244,7 @@ class ModelStatus:
     path: Path | None
     status: str  # "ready", "missing" or "corrupt"
     detail: str = ""
+    header: GGUFHeader | None = None
 
 
 def model_status(spec: ModelSpec, config: Config, *, checksum: bool = False) -> ModelStatus:
@@ -253,7 +254,7 @@ def model_status(spec: ModelSpec, config: Config, *, checksum: bool = False) -> 
     except SpecemError as error:
         return ModelStatus(spec, None, "missing", str(error))
     try:
-        read_header(path)
+        header = read_header(path)
     except SpecemError as error:
         return ModelStatus(spec, path, "corrupt", str(error))
     if spec.demo:
@@ -261,4 +262,4 @@ def model_status(spec: ModelSpec, config: Config, *, checksum: bool = False) -> 
         good = verify_demo(demo) if checksum else (is_verified(path, demo.sha256) or verify_demo(demo))
         if not good:
             return ModelStatus(spec, path, "corrupt", f"{path}: sha256 does not match; run: specem models pull")
-    return ModelStatus(spec, path, "ready")
+    return ModelStatus(spec, path, "ready", header=header)

@@ -15,8 +15,14 @@ def test_bench_quick_writes_every_field(tmp_path):
     report = json.loads(output.read_text())
     assert {"verification", "round_time", "speed", "first_segment", "memory", "models", "seconds"} <= set(report)
     row = report["verification"][0]
-    assert {"model", "context_tokens", "inline_ms", "one_at_a_time_ms", "from_scratch_ms",
-            "max_score_difference"} <= set(row)
+    assert {
+        "model",
+        "context_tokens",
+        "inline_ms",
+        "one_at_a_time_ms",
+        "from_scratch_ms",
+        "max_score_difference",
+    } <= set(row)
     assert {"round_seconds_near_tokens", "ratio_last_to_first", "rounds"} <= set(report["round_time"])
     speed = report["speed"]
     assert set(speed["members_tokens_per_second"]) == set(report["models"])

@@ -18,8 +18,13 @@ SPECEM = [sys.executable, "-m", "specem_local.cli"]
 
 def specem(*args: str, stdin: str | None = None, env: dict[str, str] | None = None, cwd: Path = ROOT):
     result = subprocess.run(
-        [*SPECEM, *args], input=stdin, capture_output=True, text=True, cwd=cwd,
-        env={**os.environ, **(env or {})}, timeout=600,
+        [*SPECEM, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=600,
     )
     return result
 
@@ -96,7 +101,7 @@ def test_missing_file_says_where_it_looked(tmp_path):
 
 def test_invalid_toml_names_file_and_line(tmp_path):
     config = tmp_path / "models.toml"
-    config.write_text('[ensemble]\nseed = 1\ntemperature = = 2\n')
+    config.write_text("[ensemble]\nseed = 1\ntemperature = = 2\n")
     assert_clean_error(specem("models", "list", "--config", str(config)), str(config), "line 3")
 
 
@@ -148,6 +153,8 @@ def test_model_too_large_for_free_memory_warns_with_numbers(monkeypatch):
     from tests.conftest import demo_config
 
     monkeypatch.setattr(engine, "available_memory_bytes", lambda: 50 * 2**20)
-    with pytest.warns(UserWarning, match=r"need at least 0\.09 GiB .* only 0\.05 GiB is available"), \
-            engine.Ensemble(demo_config("smollm2-135m")) as ensemble:
+    with (
+        pytest.warns(UserWarning, match=r"need at least 0\.09 GiB .* only 0\.05 GiB is available"),
+        engine.Ensemble(demo_config("smollm2-135m")) as ensemble,
+    ):
         assert ensemble.warnings

@@ -72,7 +72,7 @@ def test_adopted_winner_gives_same_next_logits_as_fresh_decode(key, tolerance):
     fresh = member(key)
     winner_tokens = fresh.model.tokenize(CANDIDATES[0])
     fresh.commit(0, CANDIDATES[0], None, None)  # decodes the winner afresh
-    assert fresh.tokens == m.tokens and fresh.tokens[-len(winner_tokens):] == winner_tokens
+    assert fresh.tokens == m.tokens and fresh.tokens[-len(winner_tokens) :] == winner_tokens
     fresh_probe = fresh.model.decode([BatchRow(probe[0], len(fresh.tokens), 0, True)])[0]
     assert np.abs(adopted_row - fresh.last_row).max() < tolerance
     assert np.abs(probe_row - fresh_probe).max() < tolerance

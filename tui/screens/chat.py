@@ -113,7 +113,7 @@ class ChatScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="answer")
     def generate(self, messages: list[dict[str, str]], settings: ChatSettings) -> None:
-        overrides = {f.name: getattr(settings.ensemble, f.name) for f in dataclasses.fields(settings.ensemble)}
+        overrides = dataclasses.asdict(settings.ensemble)
         try:
             for event in self.ensemble.stream(messages, models=list(settings.models), **overrides):
                 self.app.call_from_thread(self.on_engine_event, event)

@@ -28,7 +28,8 @@ def explain(event: dict) -> str:
         best, runner_up = ranked[0], ranked[1]
         text += f" with {best['combined']:.3f} against {runner_up['combined']:.3f} ({runner_up['model']})."
         favourites = [
-            verifier for verifier in best["shares"]
+            verifier
+            for verifier in best["shares"]
             if all(best["shares"][verifier] >= c["shares"].get(verifier, 0) for c in voted)
         ]
         if favourites:

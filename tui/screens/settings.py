@@ -39,10 +39,14 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             yield Label("Temperature (0 = greedy)")
             yield Input(str(settings.temperature), id="temperature", type="number")
             yield Label("Scoring")
-            yield Select([(mode, mode) for mode in SCORING_MODES], value=settings.scoring, allow_blank=False,
-                         id="scoring")
-            for name, label in (("feedback", "Online weights (feedback)"), ("fast_finish", "Fast finish"),
-                                ("model_exit", "Model exit")):
+            yield Select(
+                [(mode, mode) for mode in SCORING_MODES], value=settings.scoring, allow_blank=False, id="scoring"
+            )
+            for name, label in (
+                ("feedback", "Online weights (feedback)"),
+                ("fast_finish", "Fast finish"),
+                ("model_exit", "Model exit"),
+            ):
                 with Horizontal(classes="switch-row"):
                     yield Switch(getattr(settings, name), id=name)
                     yield Label(label)
