@@ -123,12 +123,10 @@ def _strategies_at(member: Member, prefix: list[int], plan: BenchPlan) -> dict[s
 
 
 def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
-    """Mean round time for rounds whose answer so far is near 50, 200 and 400 tokens."""
-    events = [
-        e
-        for e in ensemble.stream(prompt, max_tokens=plan.round_length_tokens, temperature=0.8, seed=1)
-        if e.type == "round"
-    ]
+    """Mean round time for rounds whose answer so far is near 50, 200 and 400 tokens. The
+    answer goes on past end-of-generation tokens so every length is reached."""
+    stream = ensemble.stream(prompt, max_tokens=plan.round_length_tokens, temperature=0.8, seed=1, ignore_eos=True)
+    events = [e for e in stream if e.type == "round"]
     marks = [m for m in (50, 200, 400) if m <= plan.round_length_tokens]
     by_mark = {}
     for mark in marks:
@@ -145,8 +143,9 @@ def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, An
 
 
 def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
-    """Ensemble tokens/s against each member alone and the lockstep ideal."""
-    common = dict(max_tokens=plan.speed_tokens, temperature=0.8, seed=3)
+    """Ensemble tokens/s against each member alone and the lockstep ideal, every run the same
+    number of tokens long (end-of-generation tokens are resampled)."""
+    common = dict(max_tokens=plan.speed_tokens, temperature=0.8, seed=3, ignore_eos=True)
     members = {}
     for name in ensemble.model_names:
         final = ensemble.generate(prompt, models=[name], **common)

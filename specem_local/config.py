@@ -44,6 +44,7 @@ class EnsembleSettings:
 
     segment_tokens: int = 10
     max_tokens: int = 256
+    ignore_eos: bool = False
     temperature: float = 0.7
     top_p: float = 0.95
     top_k: int = 40

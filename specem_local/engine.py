@@ -295,7 +295,7 @@ class _Answer:
         if not drafters:
             return None, "context"
         drafts_list = self.ensemble._map(
-            settings, lambda i: self.members[i].draft(budget, self.samplers[i], cancel), drafters
+            settings, lambda i: self.members[i].draft(budget, self.samplers[i], cancel, settings.ignore_eos), drafters
         )
         if cancel.is_set():
             return None, "cancelled"

@@ -21,7 +21,7 @@ from typing import Any
 
 from specem_local.config import ensemble_overrides, load_config, tomllib, with_overrides
 from specem_local.errors import SpecemError
-from specem_local.scoring_text import extract_choice, extract_number, numbers_equal, wilson_interval
+from specem_local.scoring_text import extract_choice, extract_number, mcnemar_exact_p, numbers_equal, wilson_interval
 
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
@@ -89,8 +89,24 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, ensemble_overrides(table, f"--variant {name}")
 
 
-def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
-    """Per-system accuracy with a 95% interval, tokens and seconds, and ensemble statistics."""
+def paired_comparison(records: list[dict[str, Any]], system: str, baseline: str) -> dict[str, Any]:
+    """``system`` against ``baseline`` on the items both answered: how many only one of them
+    got right, and the exact McNemar p-value of that split."""
+    both = [r["systems"] for r in records if system in r["systems"] and baseline in r["systems"]]
+    only_system = sum(s[system]["correct"] and not s[baseline]["correct"] for s in both)
+    only_baseline = sum(s[baseline]["correct"] and not s[system]["correct"] for s in both)
+    return {
+        "baseline": baseline,
+        "items": len(both),
+        "only_system_correct": only_system,
+        "only_baseline_correct": only_baseline,
+        "p_value": mcnemar_exact_p(only_system, only_baseline),
+    }
+
+
+def summarise(records: list[dict[str, Any]], systems: list[str], members: list[str]) -> dict[str, Any]:
+    """Per-system accuracy with a 95% interval, tokens and seconds; for ensembles, segment
+    shares, final weights and a paired comparison with the best member alone."""
     report: dict[str, Any] = {}
     for system in systems:
         results = [r["systems"][system] for r in records if system in r["systems"]]
@@ -118,6 +134,11 @@ def summarise(records: list[dict[str, Any]], systems: list[str]) -> dict[str, An
             entry["mean_final_weights"] = weights
             entry["models_per_round"] = sum(r["models_per_round"] for r in results) / len(results)
         report[system] = entry
+    if members:
+        best = max(members, key=lambda name: report[name]["correct"])
+        for system in systems:
+            if system not in members:
+                report[system]["vs_best_member"] = paired_comparison(records, system, best)
     return report
 
 
@@ -183,7 +204,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "config": config.source,
         "decoding": base,
         "variants": variants,
-        "systems": summarise(records, list(systems)),
+        "systems": summarise(records, list(systems), [name for name, (models, _) in systems.items() if models]),
     }
     (output / "report.json").write_text(json.dumps(report, indent=2))
     print_report(report)
@@ -198,6 +219,12 @@ def print_report(report: dict[str, Any]) -> None:
         low, high = entry["ci95"]
         share = entry.get("segment_share")
         share_text = ", ".join(f"{n[:8]} {v:.0%}" for n, v in share.items()) if share else "-"
+        paired = entry.get("vs_best_member")
+        paired_text = (
+            f"+{paired['only_system_correct']} -{paired['only_baseline_correct']} p={paired['p_value']:.2f}"
+            if paired
+            else "-"
+        )
         rows.append(
             (
                 system,
@@ -206,10 +233,11 @@ def print_report(report: dict[str, Any]) -> None:
                 f"[{low:.1%}, {high:.1%}]",
                 entry["tokens"],
                 f"{entry['seconds']:.0f}",
+                paired_text,
                 share_text,
             )
         )
-    print_table(("SYSTEM", "CORRECT", "ACC", "95% CI", "TOKENS", "SECONDS", "SEGMENT SHARE"), rows)
+    print_table(("SYSTEM", "CORRECT", "ACC", "95% CI", "TOKENS", "SECONDS", "VS BEST MEMBER", "SEGMENT SHARE"), rows)
 
 
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

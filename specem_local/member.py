@@ -20,9 +20,9 @@ from specem_local.backend import BatchRow, LlamaModel
 from specem_local.config import ModelSpec
 from specem_local.prompting import PromptFormat
 from specem_local.sampling import Sampler
-from specem_local.text import incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.text import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
 
-UTF8_EXTRA_TOKENS = 4  # drafting may run this far past L to finish a UTF-8 character
+EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
 
 
 def segment_score(rows: np.ndarray, tokens: list[int], scoring: str) -> float:
@@ -111,27 +111,37 @@ class Member:
         return self.model.n_ctx - len(self.tokens)
 
     # -- drafting -------------------------------------------------------------------------------
-    def draft(self, max_tokens: int, sampler: Sampler, cancel: threading.Event) -> Draft:
-        """Sample up to ``max_tokens`` on sequence 0 (a few more if a UTF-8 character is
-        unfinished), then post-process: whole characters, this model's stop strings, and a cut
-        back to a word boundary unless the draft ended the answer."""
+    def draft(self, max_tokens: int, sampler: Sampler, cancel: threading.Event, ignore_eos: bool = False) -> Draft:
+        """Sample ``max_tokens`` on sequence 0, then go on (a few tokens at most) until the next
+        token would start a new word, so the segment ends on a whole word and whole characters
+        without throwing drafted tokens away. Then post-process: this model's stop strings, and
+        a cut back to a word boundary if the extra tokens ran out. ``ignore_eos`` resamples
+        instead of ending at an end-of-generation token (benchmarks of fixed answer length)."""
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
         rows = [self.last_row]
         drafted: list[int] = []
         data = b""
-        ended = False
-        limit = min(max_tokens + UTF8_EXTRA_TOKENS, self.room - 1)
+        ended = at_boundary = False
+        limit = min(max_tokens + EXTRA_TOKENS, self.room - 1)
         while len(drafted) < limit and not cancel.is_set():
-            if len(drafted) >= max_tokens and incomplete_utf8_tail(data) == 0:
-                break
             token = sampler(rows[-1])
+            if ignore_eos:
+                token = _resample_past_eog(self.model, sampler, rows[-1], token)
             if self.model.is_eog(token):
                 ended = True
                 break
+            piece = self.model.token_bytes(token)
+            if (
+                len(drafted) >= max_tokens
+                and incomplete_utf8_tail(data) == 0
+                and ends_at_word_boundary(data.decode("utf-8", errors="replace"), piece)
+            ):
+                at_boundary = True  # the next segment starts with this token, not decoded here
+                break
             drafted.append(token)
-            data += self.model.token_bytes(token)
+            data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
         while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
             ended = False
@@ -141,7 +151,7 @@ class Member:
             index = text.find(stop)
             if index >= 0:
                 text, ended = text[:index].rstrip(), True
-        if not ended:
+        if not ended and not at_boundary:
             text = trim_to_word_boundary(text)
         kept = _aligned_prefix(self.model, drafted, text.encode("utf-8"))
         tokens = drafted[:kept] if kept is not None else drafted
@@ -208,6 +218,16 @@ class Member:
         self.tokens += tokens
         self.last_row = rows[-1]
         return len(tokens)
+
+
+def _resample_past_eog(model: LlamaModel, sampler: Sampler, row: np.ndarray, token: int) -> int:
+    """Sample again from ``row`` with every end-of-generation token drawn so far masked out."""
+    masked = row
+    while model.is_eog(token):
+        masked = masked.copy()
+        masked[token] = -np.inf
+        token = sampler(masked)
+    return token
 
 
 def _aligned_prefix(model: LlamaModel, tokens: list[int], target: bytes) -> int | None:

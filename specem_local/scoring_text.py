@@ -63,3 +63,14 @@ def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float,
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mcnemar_exact_p(only_first: int, only_second: int) -> float:
+    """Two-sided exact McNemar test for two systems graded on the same items: the chance of a
+    split at least this uneven among the items where exactly one of them is right, if each
+    were equally likely to be the one (binomial with p = 1/2)."""
+    discordant = only_first + only_second
+    if discordant == 0:
+        return 1.0
+    tail = sum(math.comb(discordant, k) for k in range(min(only_first, only_second) + 1)) / 2**discordant
+    return min(1.0, 2 * tail)

@@ -20,6 +20,19 @@ def incomplete_utf8_tail(data: bytes) -> int:
     return 0
 
 
+def _is_word_character(character: str) -> bool:
+    return character.isalnum() or character == "_"
+
+
+def ends_at_word_boundary(text: str, following: bytes) -> bool:
+    """Whether a segment may stop after ``text`` when the model's next token is ``following``:
+    ``text`` ends in something other than a word character, or the next token starts with
+    whitespace (tokenizers attach a space to the word after it, so the cut goes before it)."""
+    if text and not _is_word_character(text[-1]):
+        return True
+    return following[:1].isspace()
+
+
 def trim_to_word_boundary(text: str) -> str:
     """Cut a draft that stops inside a word back to before its last whitespace run.
 
@@ -27,7 +40,7 @@ def trim_to_word_boundary(text: str) -> str:
     before the whitespace because tokenizers attach a space to the word after it. A draft
     that ends in whitespace or punctuation is kept; so is one that would become empty.
     """
-    if not text or not (text[-1].isalnum() or text[-1] == "_"):
+    if not text or not _is_word_character(text[-1]):
         return text
     cut = len(text)
     while cut > 0 and not text[cut - 1].isspace():

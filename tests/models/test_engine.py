@@ -121,6 +121,13 @@ def test_fast_finish_and_model_exit(trio):
     assert events[-1].finish_reason in ("eos", "length")
 
 
+def test_ignore_eos_answers_to_the_length_limit(trio):
+    short = trio.generate("Say yes.", greedy=True, max_tokens=40)
+    assert short.finish_reason == "eos" and short.tokens < 40
+    forced = trio.generate("Say yes.", greedy=True, max_tokens=40, ignore_eos=True)
+    assert forced.finish_reason == "length" and forced.tokens >= 40
+
+
 def test_separate_drafter_and_verifier_sets():
     config = demo_config(max_tokens=20)
     from dataclasses import replace

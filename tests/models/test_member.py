@@ -93,6 +93,19 @@ def test_own_draft_is_scored_from_drafting_logits():
     m.model.close()
 
 
+@pytest.mark.parametrize("length", [1, 3, 5, 8])
+def test_drafts_end_on_a_whole_word_without_discarding_tokens(length):
+    from specem_local.sampling import greedy_sampler
+
+    m = member("qwen2.5-coder-0.5b")
+    draft = m.draft(length, greedy_sampler(), threading.Event())
+    m.model.close()
+    assert draft.aligned and len(draft.tokens) == draft.sampled  # every drafted token kept
+    assert draft.sampled >= length or draft.ended
+    following = m.model.token_bytes(greedy_sampler()(draft.rows[-1]))
+    assert draft.ended or following[:1].isspace() or not draft.text[-1].isalnum()
+
+
 def test_special_token_text_in_a_prompt_stays_text():
     m = member("qwen2.5-coder-0.5b")
     im_end = m.model.tokenize("<|im_end|>", parse_special=True)

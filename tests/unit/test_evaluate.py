@@ -1,7 +1,7 @@
 import pytest
 
 from specem_local.errors import SpecemError
-from specem_local.evaluate import parse_variant
+from specem_local.evaluate import parse_variant, summarise
 
 
 def test_variant_values_are_typed_like_models_toml():
@@ -22,3 +22,21 @@ def test_variant_values_are_typed_like_models_toml():
 def test_bad_variants_are_one_line_errors(text, message):
     with pytest.raises(SpecemError, match=message):
         parse_variant(text)
+
+
+def _record(ensemble: bool, qwen: bool, smol: bool) -> dict:
+    def result(correct: bool) -> dict:
+        return {"correct": correct, "tokens": 10, "seconds": 1.0, "finish_reason": "eos", "wins": {}}
+
+    return {"systems": {"ensemble": result(ensemble), "qwen": result(qwen), "smol": result(smol)}}
+
+
+def test_summary_pairs_each_ensemble_with_the_best_member():
+    records = [_record(True, False, False)] * 3 + [_record(False, True, False)] * 5 + [_record(True, True, True)] * 2
+    report = summarise(records, ["ensemble", "qwen", "smol"], ["qwen", "smol"])
+    assert report["qwen"]["correct"] == 7 and report["ensemble"]["correct"] == 5
+    assert "vs_best_member" not in report["qwen"]
+    paired = report["ensemble"]["vs_best_member"]
+    assert paired["baseline"] == "qwen" and paired["items"] == 10
+    assert (paired["only_system_correct"], paired["only_baseline_correct"]) == (3, 5)
+    assert paired["p_value"] == pytest.approx(0.7265625)

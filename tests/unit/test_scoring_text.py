@@ -1,6 +1,12 @@
 import pytest
 
-from specem_local.scoring_text import extract_choice, extract_number, numbers_equal, wilson_interval
+from specem_local.scoring_text import (
+    extract_choice,
+    extract_number,
+    mcnemar_exact_p,
+    numbers_equal,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,3 +44,11 @@ def test_wilson_interval():
     assert low == pytest.approx(0.180, abs=2e-3) and high == pytest.approx(0.335, abs=2e-3)
     assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
     assert wilson_interval(0, 0) == (0.0, 0.0)
+
+
+def test_mcnemar_exact_p():
+    assert mcnemar_exact_p(0, 0) == 1.0
+    assert mcnemar_exact_p(3, 3) == 1.0
+    assert mcnemar_exact_p(0, 5) == pytest.approx(2 / 32)  # 5 of 5 one way: 2 * (1/2)^5
+    assert mcnemar_exact_p(1, 9) == pytest.approx(2 * 11 / 1024)
+    assert mcnemar_exact_p(9, 1) == mcnemar_exact_p(1, 9)

@@ -1,6 +1,6 @@
 import pytest
 
-from specem_local.text import find_stop, incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.text import ends_at_word_boundary, find_stop, incomplete_utf8_tail, trim_to_word_boundary
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,22 @@ def test_incomplete_utf8_tail(data, tail):
 )
 def test_trim_to_word_boundary(text, trimmed):
     assert trim_to_word_boundary(text) == trimmed
+
+
+@pytest.mark.parametrize(
+    ("text", "following", "boundary"),
+    [
+        ("The answer is 4", b"2", False),  # "42" is one word
+        ("The answer is 42", b" apples", True),  # the next token starts a word
+        ("The answer is 42", b"\n", True),
+        ("The answer is 42.", b"5", True),  # already ends outside a word
+        ("snake", b"_case", False),
+        ("caf", "\u00e9".encode(), False),  # a letter, even non-ASCII
+        ("x", b"", False),
+    ],
+)
+def test_ends_at_word_boundary(text, following, boundary):
+    assert ends_at_word_boundary(text, following) is boundary
 
 
 def test_find_stop_across_segment_boundary():
