@@ -290,13 +290,16 @@ class _Answer:
         settings = self.settings
         round_started = time.perf_counter()
         cancel = self.ensemble._cancel
-        budget = min(settings.segment_tokens, settings.max_tokens - self.tokens)
+        left = settings.max_tokens - self.tokens
+        budget = min(settings.segment_tokens, left)
         drafters = [i for i in self.active_drafters if self.members[i].room > budget + 8]
         if not drafters:
             return None, "context"
-        drafts_list = self.ensemble._map(
-            settings, lambda i: self.members[i].draft(budget, self.samplers[i], cancel, settings.ignore_eos), drafters
-        )
+
+        def draft(i: int) -> Draft:
+            return self.members[i].draft(budget, self.samplers[i], cancel, at_most=left, ignore_eos=settings.ignore_eos)
+
+        drafts_list = self.ensemble._map(settings, draft, drafters)
         if cancel.is_set():
             return None, "cancelled"
         drafts: dict[int, Draft] = {i: d for i, d in zip(drafters, drafts_list) if d.text}

@@ -111,12 +111,21 @@ class Member:
         return self.model.n_ctx - len(self.tokens)
 
     # -- drafting -------------------------------------------------------------------------------
-    def draft(self, max_tokens: int, sampler: Sampler, cancel: threading.Event, ignore_eos: bool = False) -> Draft:
-        """Sample ``max_tokens`` on sequence 0, then go on (a few tokens at most) until the next
-        token would start a new word, so the segment ends on a whole word and whole characters
-        without throwing drafted tokens away. Then post-process: this model's stop strings, and
-        a cut back to a word boundary if the extra tokens ran out. ``ignore_eos`` resamples
-        instead of ending at an end-of-generation token (benchmarks of fixed answer length)."""
+    def draft(
+        self,
+        tokens: int,
+        sampler: Sampler,
+        cancel: threading.Event,
+        *,
+        at_most: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Draft:
+        """Sample ``tokens`` on sequence 0, then go on (a few tokens, never past ``at_most``)
+        until the next token would start a new word, so the segment ends on a whole word and
+        whole characters without throwing drafted tokens away. Then post-process: this model's
+        stop strings, and a cut back to a word boundary if the extra tokens ran out.
+        ``ignore_eos`` resamples instead of ending at an end-of-generation token (benchmarks of
+        fixed answer length)."""
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
@@ -124,7 +133,9 @@ class Member:
         drafted: list[int] = []
         data = b""
         ended = at_boundary = False
-        limit = min(max_tokens + EXTRA_TOKENS, self.room - 1)
+        limit = min(tokens + EXTRA_TOKENS, self.room - 1)
+        if at_most is not None:
+            limit = min(limit, at_most)
         while len(drafted) < limit and not cancel.is_set():
             token = sampler(rows[-1])
             if ignore_eos:
@@ -134,7 +145,7 @@ class Member:
                 break
             piece = self.model.token_bytes(token)
             if (
-                len(drafted) >= max_tokens
+                len(drafted) >= tokens
                 and incomplete_utf8_tail(data) == 0
                 and ends_at_word_boundary(data.decode("utf-8", errors="replace"), piece)
             ):

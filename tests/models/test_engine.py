@@ -18,7 +18,7 @@ def test_events_and_final_record(trio):
     assert isinstance(final, FinalEvent) and rounds
     assert final.text == "".join(e.text for e in rounds)
     assert final.rounds == len(rounds) and sum(final.wins.values()) == len(rounds)
-    assert final.finish_reason in ("eos", "length")
+    assert final.finish_reason in ("eos", "length") and final.tokens <= 30
     assert final.models_per_round == 3.0
     for event in rounds:
         assert event.author in trio.model_names
@@ -125,7 +125,7 @@ def test_ignore_eos_answers_to_the_length_limit(trio):
     short = trio.generate("Say yes.", greedy=True, max_tokens=40)
     assert short.finish_reason == "eos" and short.tokens < 40
     forced = trio.generate("Say yes.", greedy=True, max_tokens=40, ignore_eos=True)
-    assert forced.finish_reason == "length" and forced.tokens >= 40
+    assert forced.finish_reason == "length" and forced.tokens == 40  # finishing a word never overruns
 
 
 def test_separate_drafter_and_verifier_sets():
