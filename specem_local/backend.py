@@ -12,6 +12,7 @@ allocate ``n_ctx x n_vocab`` floats per model (gigabytes for 150k-260k vocabular
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -175,6 +176,11 @@ class LlamaModel:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @functools.cached_property
+    def eog_tokens(self) -> np.ndarray:
+        """Every token llama.cpp treats as end-of-generation (found once, by asking for each)."""
+        return np.array([t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)], dtype=np.intp)
 
     @property
     def bos_token(self) -> int:

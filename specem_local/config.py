@@ -32,6 +32,7 @@ CONFIG_FILENAME = "models.toml"
 SCORING_MODES = ("logit", "logprob")
 WEIGHT_PRIORS = ("uniform", "size")
 POOLINGS = ("linear", "log")
+NORMALISE_UNITS = ("token", "segment")
 DRAFTING_MODES = ("round-robin", "threads")
 ROLES = ("both", "draft", "verify")
 PLAIN_TEMPLATE = "plain"
@@ -52,12 +53,14 @@ class EnsembleSettings:
     seed: int = 0
     greedy: bool = False
     scoring: str = "logprob"
+    normalise: str = "token"
     feedback: bool = True
     learning_rate: float = 1.0
     weight_prior: str = "size"
     weighted_judges: bool = False
     pooling: str = "linear"
     self_vote: bool = True
+    verify_end: bool = True
     fast_finish: bool = False
     model_exit: bool = False
     exit_warmup_rounds: int = 4
@@ -72,6 +75,9 @@ class EnsembleSettings:
         _check_choice("drafting", self.drafting, DRAFTING_MODES)
         _check_choice("weight_prior", self.weight_prior, WEIGHT_PRIORS)
         _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("normalise", self.normalise, NORMALISE_UNITS)
+        if self.normalise == "segment" and self.scoring != "logprob":
+            raise SpecemError('[ensemble] normalise = "segment" needs scoring = "logprob"')
         for name in ("segment_tokens", "max_tokens", "threads_per_model"):
             if getattr(self, name) < 1:
                 raise SpecemError(f"[ensemble] {name} must be at least 1, got {getattr(self, name)}")

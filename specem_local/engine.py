@@ -343,7 +343,8 @@ class _Answer:
         if len(groups) == 1:
             return _Vote(next(iter(groups)), "only-candidate", scores, scores, None, {})
         scored = self._verify(drafts, groups, scores)
-        normalised = feedback.normalise(scores, self.settings.scoring)
+        unit = self.settings.segment_tokens if self.settings.normalise == "segment" else 1
+        normalised = feedback.normalise(scores, self.settings.scoring, unit)
         votes = normalised if self.settings.self_vote else feedback.mask_self_judgements(normalised, groups)
         pool = feedback.combine_log if self.settings.pooling == "log" else feedback.combine
         combined = pool(votes, self.weights)
@@ -411,14 +412,16 @@ class _Answer:
         (candidate = the representative's index)."""
         settings = self.settings
         verifiers = [int(v) for v in np.flatnonzero(self.verifies)]
+        ending = frozenset(rep for rep in groups if drafts[rep].ended) if settings.verify_end else frozenset()
 
         def verify(v: int) -> tuple[int, Scored]:
             member = self.members[v]
             own = drafts.get(v)
             mine = next((rep for rep, authors in groups.items() if v in authors and own.aligned), None)
-            result = member.score({rep: drafts[rep].text for rep in groups if rep != mine}, settings.scoring)
+            others = {rep: drafts[rep].text for rep in groups if rep != mine}
+            result = member.score(others, settings.scoring, ending)
             if mine is not None:
-                result.scores[mine] = member.own_score(own, settings.scoring)
+                result.scores[mine] = member.own_score(own, settings.scoring, with_end=mine in ending)
             return v, result
 
         results = dict(self.ensemble._map(settings, verify, verifiers))

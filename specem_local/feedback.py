@@ -31,23 +31,33 @@ def normalise_logit_row(row: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum()
 
 
-def normalise_logprob_row(row: np.ndarray) -> np.ndarray:
-    """Mean log-probabilities -> softmax over candidates (per-token geometric-mean probability)."""
-    row = np.asarray(row, dtype=np.float64)
+def normalise_logprob_row(row: np.ndarray, tokens: float = 1.0) -> np.ndarray:
+    """Mean log-probabilities -> softmax over candidates of ``tokens * mean``.
+
+    ``tokens`` = 1 compares per-token geometric-mean probabilities, which is flat: a candidate
+    the judge finds 0.75 nats per token less likely, over a 10-token segment, is 1800 times
+    less likely as a whole but still gets half the share of the other. ``tokens`` = L compares
+    the candidates as whole L-token segments (length-normalised sequence probabilities), the
+    judge's actual preference between them.
+    """
+    row = np.asarray(row, dtype=np.float64) * tokens
     if row.size == 0:
         return row
     exp = np.exp(row - row.max())
     return exp / exp.sum()
 
 
-def normalise(scores: np.ndarray, scoring: str) -> np.ndarray:
-    """Normalise each verifier's row over the candidates it scored (NaNs stay NaN)."""
-    rule = normalise_logit_row if scoring == "logit" else normalise_logprob_row
+def normalise(scores: np.ndarray, scoring: str, tokens: float = 1.0) -> np.ndarray:
+    """Normalise each verifier's row over the candidates it scored (NaNs stay NaN);
+    ``tokens`` is the length at which ``logprob`` rows are compared (see above)."""
     out = np.full(scores.shape, np.nan)
     for v, row in enumerate(scores):
         present = ~np.isnan(row)
         if present.any():
-            out[v, present] = rule(row[present])
+            values = row[present]
+            out[v, present] = (
+                normalise_logit_row(values) if scoring == "logit" else normalise_logprob_row(values, tokens)
+            )
     return out
 
 

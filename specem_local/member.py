@@ -25,15 +25,35 @@ from specem_local.text import ends_at_word_boundary, incomplete_utf8_tail, trim_
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
 
 
-def segment_score(rows: np.ndarray, tokens: list[int], scoring: str) -> float:
-    """Mean over the tokens of the logit (``logit``) or log-probability (``logprob``) that
-    ``rows[i]`` gives ``tokens[i]``."""
+def token_scores(rows: np.ndarray, tokens: list[int], scoring: str) -> np.ndarray:
+    """Per token: the logit (``logit``) or log-probability (``logprob``) that ``rows[i]``
+    gives ``tokens[i]``."""
     picked = rows[np.arange(len(tokens)), tokens].astype(np.float64)
     if scoring == "logprob":
         top = rows.max(axis=1, keepdims=True)
-        log_norm = np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
-        picked = picked - log_norm
-    return float(picked.mean())
+        picked = picked - (np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0])
+    return picked
+
+
+def end_score(row: np.ndarray, end_tokens: np.ndarray, scoring: str) -> float:
+    """How strongly ``row`` predicts that the answer ends here: the log-probability of any
+    end-of-generation token (``logprob``), or the highest such raw logit (``logit``)."""
+    ends = row[end_tokens].astype(np.float64)
+    if scoring == "logit":
+        return float(ends.max())
+    top = float(row.max())
+    return float(np.log(np.exp(ends - top).sum()) - np.log(np.exp(row - top).sum(dtype=np.float64)))
+
+
+def segment_score(
+    rows: np.ndarray, tokens: list[int], scoring: str, end: tuple[np.ndarray, np.ndarray] | None = None
+) -> float:
+    """Mean of the token scores; ``end`` = (the row after the last token, the end tokens)
+    counts the end of the answer as one more token, for a candidate that ends it."""
+    values = token_scores(rows, tokens, scoring)
+    if end is not None:
+        values = np.append(values, end_score(end[0], end[1], scoring))
+    return float(values.mean())
 
 
 @dataclass
@@ -124,8 +144,8 @@ class Member:
         until the next token would start a new word, so the segment ends on a whole word and
         whole characters without throwing drafted tokens away. Then post-process: this model's
         stop strings, and a cut back to a word boundary if the extra tokens ran out.
-        ``ignore_eos`` resamples instead of ending at an end-of-generation token (benchmarks of
-        fixed answer length)."""
+        ``ignore_eos`` resamples instead of ending at an end-of-generation token, and does not
+        end at the template's end-of-turn text either (benchmarks of fixed answer length)."""
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
@@ -158,7 +178,7 @@ class Member:
             ended = False
             data = data[: len(data) - len(self.model.token_bytes(drafted.pop()))]
         text = data.decode("utf-8", errors="replace")
-        for stop in self.prompt_format.stop_strings:
+        for stop in () if ignore_eos else self.prompt_format.stop_strings:  # a template's end of turn
             index = text.find(stop)
             if index >= 0:
                 text, ended = text[:index].rstrip(), True
@@ -168,15 +188,18 @@ class Member:
         tokens = drafted[:kept] if kept is not None else drafted
         return Draft(text, ended, tokens, kept is not None, rows, time.perf_counter() - started)
 
-    def own_score(self, draft: Draft, scoring: str) -> float:
-        """Score this model's own aligned draft from the logits it drafted with (no decode)."""
+    def own_score(self, draft: Draft, scoring: str, with_end: bool = False) -> float:
+        """Score this model's own aligned draft from the logits it drafted with (no decode);
+        ``with_end`` also scores ending the answer after it."""
         rows = np.stack(draft.rows[: len(draft.tokens)])
-        return segment_score(rows, draft.tokens, scoring)
+        end = (draft.rows[len(draft.tokens)], self.model.eog_tokens) if with_end else None
+        return segment_score(rows, draft.tokens, scoring, end)
 
     # -- verification ---------------------------------------------------------------------------
-    def score(self, candidates: dict[int, str], scoring: str) -> Scored:
+    def score(self, candidates: dict[int, str], scoring: str, ending: frozenset[int] = frozenset()) -> Scored:
         """Score every candidate text in one batched decode, each in its own sequence on top of
-        the shared committed prefix."""
+        the shared committed prefix. Candidates in ``ending`` end the answer, and ending it
+        there is scored too."""
         started = time.perf_counter()
         assert self.last_row is not None
         prefix = len(self.tokens)
@@ -197,7 +220,8 @@ class Member:
         for index, tokens in candidate_tokens.items():
             own_rows = rows[offset : offset + len(tokens)]
             predicting = np.concatenate([self.last_row[None, :], own_rows[:-1]])
-            scores[index] = segment_score(predicting, tokens, scoring)
+            end = (own_rows[-1], self.model.eog_tokens) if index in ending else None
+            scores[index] = segment_score(predicting, tokens, scoring, end)
             last_rows[index] = own_rows[-1].copy()
             offset += len(tokens)
         return Scored(candidate_tokens, scores, seq_of, last_rows, time.perf_counter() - started)

@@ -93,6 +93,20 @@ def test_own_draft_is_scored_from_drafting_logits():
     m.model.close()
 
 
+def test_ending_is_scored_the_same_from_drafting_logits_and_in_line():
+    from specem_local.sampling import greedy_sampler
+
+    m = member("qwen2.5-coder-0.5b")
+    draft = m.draft(16, greedy_sampler(), threading.Event())
+    assert draft.ended and draft.aligned  # "The capital of France is Paris." then end-of-turn
+    own = m.own_score(draft, "logprob", with_end=True)
+    assert own != pytest.approx(m.own_score(draft, "logprob"), abs=1e-3)
+    m.model.seq_remove(0, len(m.tokens), -1)
+    in_line = m.score({0: draft.text}, "logprob", ending=frozenset({0})).scores[0]
+    m.model.close()
+    assert own == pytest.approx(in_line, abs=0.05)  # Q4_K_M batch-shape noise, see TOLERANCE
+
+
 @pytest.mark.parametrize("length", [1, 3, 5, 8])
 def test_drafts_end_on_a_whole_word_without_discarding_tokens(length):
     from specem_local.sampling import greedy_sampler
