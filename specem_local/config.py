@@ -53,7 +53,7 @@ class EnsembleSettings:
     seed: int = 0
     greedy: bool = False
     scoring: str = "logprob"
-    normalise: str = "token"
+    normalise: str = "segment"
     feedback: bool = True
     learning_rate: float = 1.0
     weight_prior: str = "size"
@@ -76,8 +76,6 @@ class EnsembleSettings:
         _check_choice("weight_prior", self.weight_prior, WEIGHT_PRIORS)
         _check_choice("pooling", self.pooling, POOLINGS)
         _check_choice("normalise", self.normalise, NORMALISE_UNITS)
-        if self.normalise == "segment" and self.scoring != "logprob":
-            raise SpecemError('[ensemble] normalise = "segment" needs scoring = "logprob"')
         for name in ("segment_tokens", "max_tokens", "threads_per_model"):
             if getattr(self, name) < 1:
                 raise SpecemError(f"[ensemble] {name} must be at least 1, got {getattr(self, name)}")

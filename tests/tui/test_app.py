@@ -35,8 +35,21 @@ async def wait_until(pilot, condition, seconds: float = 120) -> None:
     raise AssertionError("timed out waiting for the app")
 
 
+def chat_ready(app) -> bool:
+    """The chat screen is mounted (its Header too: setting a title earlier races Textual) and
+    the prompt has focus (keys typed earlier are lost)."""
+    screen = app.screen
+    return (
+        isinstance(screen, ChatScreen)
+        and bool(screen.query("HeaderTitle"))
+        and app.focused is not None
+        and (app.focused.id == "prompt")
+    )
+
+
 async def ask(pilot, app, text: str) -> None:
     """Type a question and send it; returns once the user turn and the answer turn exist."""
+    await wait_until(pilot, lambda: chat_ready(app))
     before = len(app.screen.chat.turns)
     await pilot.press(*text)
     await pilot.press("enter")
@@ -149,6 +162,6 @@ async def test_a_model_that_fails_to_load_is_reported_and_the_rest_run(tmp_path)
     config = replace(config, models=(*config.models, ModelSpec(name="broken", path=str(bad))))
     app = SpecemChatApp(config)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await wait_until(pilot, lambda: chat_ready(app))
         assert [f.model for f in app.ensemble.load_failures] == ["broken"]
         assert app.ensemble.model_names == ["smollm2-135m"]

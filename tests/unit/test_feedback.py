@@ -27,6 +27,21 @@ def test_logprob_normalisation_is_softmax():
     assert out[0] == pytest.approx(1 / (1 + np.exp(-1)))
 
 
+def test_segment_normalisation_compares_whole_segments():
+    # a judge's mean log-probabilities of three 10-token candidates (a measured round)
+    row = np.array([-0.28, -1.03, -0.49])
+    per_token = feedback.normalise_logprob_row(row)
+    per_segment = feedback.normalise_logprob_row(row, tokens=10)
+    assert per_token.max() < 0.45  # flat: the judge barely prefers its favourite
+    assert per_segment[0] == pytest.approx(1 / (1 + np.exp(-7.5) + np.exp(-2.1)))  # ~0.89
+    assert np.argsort(per_token).tolist() == np.argsort(per_segment).tolist()
+    scores = np.array([row, [np.nan, -1.0, -1.5]])
+    out = feedback.normalise(scores, "logprob", tokens=10)
+    np.testing.assert_allclose(out[0], per_segment)
+    assert np.isnan(out[1, 0]) and out[1, 1] == pytest.approx(1 / (1 + np.exp(-5)))
+    np.testing.assert_allclose(feedback.normalise(scores[:1], "logit", tokens=10)[0], feedback.normalise_logit_row(row))
+
+
 def test_normalise_skips_missing_scores():
     scores = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
     out = feedback.normalise(scores, "logit")
