@@ -40,10 +40,13 @@ def normalise_logprob_row(row: np.ndarray, tokens: float = 1.0) -> np.ndarray:
     the candidates as whole L-token segments (length-normalised sequence probabilities), the
     judge's actual preference between them.
     """
-    row = np.asarray(row, dtype=np.float64) * tokens
-    if row.size == 0:
-        return row
-    exp = np.exp(row - row.max())
+    return softmax(np.asarray(row, dtype=np.float64) * tokens)
+
+
+def softmax(values: np.ndarray) -> np.ndarray:
+    if values.size == 0:
+        return values
+    exp = np.exp(values - values.max())
     return exp / exp.sum()
 
 
@@ -118,9 +121,7 @@ def combine_log(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
         pooled = np.where(mass > 0, (logs * present * weights[:, None]).sum(axis=0) / mass, np.nan)
     out = np.full(pooled.shape, np.nan)
     scored = ~np.isnan(pooled)
-    if scored.any():
-        exp = np.exp(pooled[scored] - pooled[scored].max())
-        out[scored] = exp / exp.sum()
+    out[scored] = softmax(pooled[scored])
     return out
 
 

@@ -29,10 +29,7 @@ def token_scores(rows: np.ndarray, tokens: list[int], scoring: str) -> np.ndarra
     """Per token: the logit (``logit``) or log-probability (``logprob``) that ``rows[i]``
     gives ``tokens[i]``."""
     picked = rows[np.arange(len(tokens)), tokens].astype(np.float64)
-    if scoring == "logprob":
-        top = rows.max(axis=1, keepdims=True)
-        picked = picked - (np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0])
-    return picked
+    return picked - _log_normalisers(rows) if scoring == "logprob" else picked
 
 
 def end_score(row: np.ndarray, end_tokens: np.ndarray, scoring: str) -> float:
@@ -41,8 +38,13 @@ def end_score(row: np.ndarray, end_tokens: np.ndarray, scoring: str) -> float:
     ends = row[end_tokens].astype(np.float64)
     if scoring == "logit":
         return float(ends.max())
-    top = float(row.max())
-    return float(np.log(np.exp(ends - top).sum()) - np.log(np.exp(row - top).sum(dtype=np.float64)))
+    return float(_log_normalisers(ends[None, :])[0] - _log_normalisers(row[None, :])[0])
+
+
+def _log_normalisers(rows: np.ndarray) -> np.ndarray:
+    """``log Σ exp`` of each row (shifted by its maximum; summed in float64)."""
+    top = rows.max(axis=1, keepdims=True)
+    return np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
 
 
 def segment_score(
