@@ -61,6 +61,7 @@ class EnsembleSettings:
     pooling: str = "linear"
     self_vote: bool = True
     verify_end: bool = True
+    loop_guard: bool = False
     fast_finish: bool = False
     model_exit: bool = False
     exit_warmup_rounds: int = 4

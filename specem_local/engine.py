@@ -26,7 +26,7 @@ from specem_local.memory import available_memory_bytes, memory_warning
 from specem_local.prompting import Message, PromptFormat, as_messages
 from specem_local.sampling import make_sampler
 from specem_local.sources import model_file
-from specem_local.text import find_stop
+from specem_local.text import copied_fraction, find_stop
 
 ProgressCallback = Callable[[str, float], None]
 
@@ -210,6 +210,7 @@ class _Vote:
     normalised: np.ndarray
     combined: np.ndarray | None
     scored: dict[int, Scored]
+    copied: np.ndarray | None = None  # per candidate: share of words repeating the answer (loop_guard)
 
 
 class _Answer:
@@ -348,8 +349,13 @@ class _Answer:
         votes = normalised if self.settings.self_vote else feedback.mask_self_judgements(normalised, groups)
         pool = feedback.combine_log if self.settings.pooling == "log" else feedback.combine
         combined = pool(votes, self.weights)
-        winner = max(groups, key=lambda i: combined[i])
-        return _Vote(winner, "vote", scores, normalised, combined, scored)
+        copied = None
+        if self.settings.loop_guard:
+            copied = np.zeros(size)
+            for i in groups:
+                copied[i] = copied_fraction(self.text, drafts[i].text)
+        winner = feedback.pick_winner(list(groups), combined, copied)
+        return _Vote(winner, "vote", scores, normalised, combined, scored, copied)
 
     def _learn(self, vote: _Vote, groups: dict[int, list[int]]) -> None:
         """Hedge update of the verifier weights, and model exit."""
@@ -402,6 +408,7 @@ class _Answer:
                     shares=column(vote.normalised, rep) if vote.decision == "vote" else {},
                     combined=float(vote.combined[rep]) if vote.combined is not None else None,
                     same_as=self.names[rep] if rep != i else None,
+                    copied=float(vote.copied[rep]) if vote.copied is not None else None,
                 )
             )
         return tuple(out)

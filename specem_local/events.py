@@ -19,6 +19,7 @@ class Candidate:
     shares: dict[str, float]  # verifier -> normalised score (its row sums to 1)
     combined: float | None  # weighted vote; None when no vote was needed
     same_as: str | None = None  # drafted the same text as this model (scored once, as one candidate)
+    copied: float | None = None  # share of its words that repeat the answer so far (with loop_guard)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,20 @@ def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.where(mass > 0, weighted.sum(axis=0) / mass, np.nan)
 
 
+def pick_winner(candidates: list[int], combined: np.ndarray, copied: np.ndarray | None = None) -> int:
+    """The candidate with the highest vote; with ``copied`` (each candidate's share of words
+    that only repeat the answer so far), the vote is first scaled by ``1 - copied``.
+
+    Repeating is what every member predicts best once a loop has started, so the plain vote
+    keeps choosing it. The discount lets a candidate that says something new win, while a
+    loop that every candidate continues still goes to the vote (ties on the discounted vote
+    fall back to the plain one).
+    """
+    if copied is None:
+        return max(candidates, key=lambda c: combined[c])
+    return max(candidates, key=lambda c: (combined[c] * (1.0 - copied[c]), combined[c]))
+
+
 def initial_weights(verifies: np.ndarray, sizes: np.ndarray, prior: str) -> np.ndarray:
     """Starting weights over the verifiers: equal (the paper), or in proportion to parameter
     count ("size"), the cheapest prior of which model judges best when nothing else is known."""

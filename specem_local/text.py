@@ -57,3 +57,25 @@ def find_stop(text: str, stops: tuple[str, ...], search_from: int = 0) -> int | 
     (pass the previous length minus the longest stop, so stops across segments are found)."""
     hits = [index for stop in stops if stop and (index := text.find(stop, max(0, search_from))) >= 0]
     return min(hits) if hits else None
+
+
+def copied_fraction(answer: str, candidate: str, span_words: int = 12) -> float:
+    """Share of ``candidate``'s words that continue a verbatim copy of at least ``span_words``
+    words of ``answer``: 0 for new text, 1 for a segment that only repeats what was written.
+
+    Small models fall into loops that every member finds probable once begun (a copy is easy
+    to predict), while restating a phrase is normal in worked answers; a run of 12 words
+    (about two segments) separates the two on the development set (see README, Quality).
+    """
+    before = answer.split()
+    words = candidate.split()
+    if not words or len(before) < span_words:
+        return 0.0
+    sequence = (answer + candidate).split()  # the candidate's first word may finish the answer's last
+    start = len(sequence) - len(words)
+    seen = {tuple(before[i : i + span_words]) for i in range(len(before) - span_words + 1)}
+    copied = sum(
+        tuple(sequence[end - span_words + 1 : end + 1]) in seen
+        for end in range(max(start, span_words - 1), len(sequence))
+    )
+    return copied / len(words)

@@ -2,10 +2,13 @@
 
 import threading
 
+import numpy as np
 import pytest
 
 from specem_local.engine import Ensemble
 from specem_local.events import FinalEvent, RoundEvent
+from specem_local.feedback import pick_winner
+from specem_local.text import copied_fraction
 from tests.conftest import demo_config
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?"
@@ -148,3 +151,24 @@ def test_context_full_stops_cleanly():
         final = small.generate("Write a long story about the sea.", greedy=True)
         assert final.finish_reason == "context" and final.text
         assert small.generate("Say hi.", greedy=True, max_tokens=5).finish_reason in ("eos", "length")
+
+
+def test_loop_guard_discounts_repeated_candidates_in_the_vote(trio):
+    prompt = "Write the line 'I will not talk in class.' ten times, one per line."
+    events = trio.stream(prompt, greedy=True, max_tokens=80, ignore_eos=True, loop_guard=True)
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    answer, discounted = "", 0
+    for event in rounds:
+        if event.decision == "vote":
+            distinct = [c for c in event.candidates if c.same_as is None]
+            for c in distinct:
+                assert c.copied == pytest.approx(copied_fraction(answer, c.text))
+            index = {c.model: i for i, c in enumerate(distinct)}
+            combined = np.array([c.combined for c in distinct])
+            chosen = pick_winner(list(range(len(distinct))), combined, np.array([c.copied for c in distinct]))
+            assert distinct[chosen].model == event.author or combined[chosen] == combined[index[event.author]]
+            discounted += combined[index[event.author]] < combined.max()
+        answer += event.text
+    assert discounted  # the models repeat the line; the guard must let new text win at least once
+    plain = [e for e in trio.stream(prompt, greedy=True, max_tokens=20) if isinstance(e, RoundEvent)]
+    assert all(c.copied is None for e in plain for c in e.candidates)

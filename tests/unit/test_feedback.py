@@ -139,3 +139,16 @@ def test_log_pooling_lets_a_trusted_verifier_veto():
     np.testing.assert_allclose(even, [0.5, 0.5])
     partial = feedback.combine_log(np.array([[0.9, np.nan], [0.4, 0.6]]), np.array([0.5, 0.5]))
     assert not np.isnan(partial).any() and partial.sum() == pytest.approx(1.0)
+
+
+def test_loop_guard_lets_new_text_beat_a_copied_favourite():
+    combined = np.array([0.7, 0.2, 0.1])
+    assert feedback.pick_winner([0, 1, 2], combined) == 0
+    assert feedback.pick_winner([0, 1, 2], combined, np.array([1.0, 0.0, 0.0])) == 1
+    # a partial copy is discounted, not excluded: 0.7 * 0.5 still beats 0.2
+    assert feedback.pick_winner([0, 1, 2], combined, np.array([0.5, 0.0, 0.0])) == 0
+
+
+def test_loop_guard_falls_back_to_the_vote_when_every_candidate_copies():
+    combined = np.array([0.2, 0.7, 0.1])
+    assert feedback.pick_winner([0, 1, 2], combined, np.ones(3)) == 1

@@ -1,6 +1,12 @@
 import pytest
 
-from specem_local.text import ends_at_word_boundary, find_stop, incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.text import (
+    copied_fraction,
+    ends_at_word_boundary,
+    find_stop,
+    incomplete_utf8_tail,
+    trim_to_word_boundary,
+)
 
 
 @pytest.mark.parametrize(
@@ -59,3 +65,38 @@ def test_find_stop_across_segment_boundary():
     assert find_stop("hello", ("END",)) is None
     assert find_stop("abcEND", ("END", "cE"), search_from=1) == 2
     assert find_stop("xx", ("",)) is None
+
+
+STEPS = "1. Add the money from the three families to the money from the fifteen families.\n"
+
+
+def test_a_segment_that_only_repeats_the_answer_is_fully_copied():
+    answer = STEPS + "2. Subtract the total from the goal.\n\n" + STEPS[: STEPS.index(" the fifteen")]
+    assert copied_fraction(answer, " the fifteen families.") == 1.0
+
+
+def test_new_text_and_short_restatements_are_not_copies():
+    answer = STEPS + "2. Subtract the total from the goal."
+    assert copied_fraction(answer, " So 150 - 105 = 45 dollars are left.") == 0.0
+    # an 11-word phrase restated is normal in a worked answer; only a run of 12 counts
+    assert copied_fraction(answer, " Then add the money from the three families to the money from") == 0.0
+
+
+def test_only_the_words_past_twelve_repeated_ones_count():
+    words = " ".join(f"w{i}" for i in range(20))
+    answer = words + " x " + " ".join(f"w{i}" for i in range(10))
+    # "w11" ends the 12-word run w0..w11, written before; "w10" ends a run of only 11
+    assert copied_fraction(answer, " w10 w11 new") == 1 / 3
+
+
+def test_a_candidate_that_finishes_the_last_word_is_joined_to_it():
+    words = " ".join(f"w{i}" for i in range(14))
+    answer = words + " " + " ".join(f"w{i}" for i in range(11)) + " w1"
+    # "1" finishes "w1" into "w11", the 12th word of a repeated run
+    assert copied_fraction(answer, "1 w12") == 1.0
+
+
+def test_short_answers_have_nothing_to_copy():
+    assert copied_fraction("", "anything at all") == 0.0
+    assert copied_fraction("a b c", " a b c") == 0.0
+    assert copied_fraction("a " * 30, "") == 0.0

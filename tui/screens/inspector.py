@@ -25,8 +25,13 @@ def explain(event: dict) -> str:
     voted = [c for c in event["candidates"] if c["combined"] is not None]
     if event["decision"] == "vote" and len(voted) > 1:
         ranked = sorted(voted, key=lambda c: c["combined"], reverse=True)
-        best, runner_up = ranked[0], ranked[1]
+        best = next((c for c in voted if c["model"] == author), ranked[0])
+        runner_up = next(c for c in ranked if c is not best)
         text += f" with {best['combined']:.3f} against {runner_up['combined']:.3f} ({runner_up['model']})."
+        if runner_up["combined"] > best["combined"] and runner_up.get("copied"):
+            text += (
+                f" The loop guard discounted {runner_up['model']}: {runner_up['copied']:.0%} of it repeats the answer."
+            )
         favourites = [
             verifier
             for verifier in best["shares"]

@@ -44,6 +44,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             )
             for name, label in (
                 ("feedback", "Online weights (feedback)"),
+                ("loop_guard", "Loop guard"),
                 ("fast_finish", "Fast finish"),
                 ("model_exit", "Model exit"),
             ):
@@ -75,6 +76,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 greedy=temperature == 0,
                 scoring=str(self.query_one("#scoring", Select).value),
                 feedback=self.query_one("#feedback", Switch).value,
+                loop_guard=self.query_one("#loop_guard", Switch).value,
                 fast_finish=self.query_one("#fast_finish", Switch).value,
                 model_exit=self.query_one("#model_exit", Switch).value,
             )
