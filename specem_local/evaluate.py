@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import ensemble_overrides, load_config, tomllib, with_overrides
+from specem_local.config import Config, ensemble_overrides, load_config, tomllib, with_overrides
 from specem_local.errors import SpecemError
 from specem_local.scoring_text import extract_choice, extract_number, mcnemar_exact_p, numbers_equal, wilson_interval
 
@@ -142,11 +142,36 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
     return report
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def member_systems(records: list[dict[str, Any]]) -> list[str]:
+    """Systems in ``records`` that are one model answering alone: only that model won segments."""
+    names = dict.fromkeys(name for record in records for name in record["systems"])
+    return [
+        name
+        for name in names
+        if all(set(r["systems"][name].get("wins") or {}) <= {name} for r in records if name in r["systems"])
+    ]
 
+
+def read_records(items_path: Path) -> dict[str, dict[str, Any]]:
+    """The records in ``items.jsonl`` by item id; a resumed item's last line counts."""
+    done: dict[str, dict[str, Any]] = {}
+    if items_path.exists():
+        for number, line in enumerate(items_path.read_text("utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                done[record["id"]] = record
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise SpecemError(
+                    f"{items_path}:{number}: not a line written by specem eval; "
+                    "move the file away or choose another --output"
+                ) from None
+    return done
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
     from specem_local.cli import settings_overrides
-    from specem_local.engine import Ensemble
 
     tasks = load_tasks(Path(args.tasks))[: args.limit]
     config = load_config(args.config)
@@ -155,14 +180,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with_overrides(config.ensemble, **base)  # validate before loading anything
     variants = dict(parse_variant(v) for v in args.variant or [])
     output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
     items_path = output / "items.jsonl"
-    done = {}
-    if items_path.exists():
-        for line in items_path.read_text("utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                done[record["id"]] = record
+    done = read_records(items_path)
+    if args.report_only:
+        if not done:
+            raise SpecemError(f"{items_path}: no answers to report; run specem eval without --report-only first")
+        run: list[str] = []
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        run = run_systems(args, config, base, variants, tasks, done, items_path)
+    records = [done[task.id] for task in tasks if task.id in done]
+    report_path = output / "report.json"
+    earlier = json.loads(report_path.read_text("utf-8")) if report_path.exists() else {}
+    reported = list(dict.fromkeys([*run, *(name for record in records for name in record["systems"])]))
+    report = {
+        "tasks": str(args.tasks),
+        "items": len(records),
+        "config": config.source,
+        "decoding": base if run else earlier.get("decoding", base),
+        "variants": {**earlier.get("variants", {}), **variants},
+        **({"note": earlier["note"]} if "note" in earlier else {}),
+        "systems": summarise(records, reported, member_systems(records)),
+    }
+    report_path.write_text(json.dumps(report, indent=2))
+    print_report(report)
+    return 0
+
+
+def run_systems(
+    args: argparse.Namespace,
+    config: Config,
+    base: dict[str, Any],
+    variants: dict[str, dict[str, Any]],
+    tasks: list[Task],
+    done: dict[str, dict[str, Any]],
+    items_path: Path,
+) -> list[str]:
+    """Answer every task with every system not yet in ``done`` (updated in place), appending
+    each finished item to ``items.jsonl``. Returns the systems of this run."""
+    from tqdm import tqdm
+
+    from specem_local.engine import Ensemble
+
     with Ensemble(config) as ensemble:
         systems: dict[str, tuple[list[str] | None, dict[str, Any]]] = {}
         if not args.members_only:
@@ -197,18 +256,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 sink.flush()
-    records = [done[task.id] for task in tasks if task.id in done]
-    report = {
-        "tasks": str(args.tasks),
-        "items": len(records),
-        "config": config.source,
-        "decoding": base,
-        "variants": variants,
-        "systems": summarise(records, list(systems), [name for name, (models, _) in systems.items() if models]),
-    }
-    (output / "report.json").write_text(json.dumps(report, indent=2))
-    print_report(report)
-    return 0
+    return list(systems)
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -255,6 +303,11 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="an extra ensemble system with these settings, e.g. paper:scoring=logit",
     )
     parser.add_argument("--ensemble-only", action="store_true", help="skip the members alone")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="answer nothing: rewrite report.json from the answers already in items.jsonl",
+    )
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_eval)

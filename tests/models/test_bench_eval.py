@@ -53,6 +53,21 @@ def test_eval_reports_every_system_and_resumes(tmp_path):
     assert len(lines) == 2 and {"prompt", "expected", "systems"} <= set(json.loads(lines[0]))
     again = specem(*args)  # resumable: nothing left to do, nothing appended
     assert again.returncode == 0 and len((out / "items.jsonl").read_text().splitlines()) == 2
+    (out / "report.json").unlink()
+    rewritten = specem("eval", str(tasks), "--output", str(out), "--report-only")
+    assert rewritten.returncode == 0, rewritten.stderr
+    assert json.loads((out / "report.json").read_text())["systems"] == systems
+
+
+def test_eval_report_only_needs_answers(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n')
+    result = specem("eval", str(tasks), "--output", str(tmp_path / "out"), "--report-only")
+    assert result.returncode == 1 and "no answers to report" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "items.jsonl").write_text("not json\n")
+    result = specem("eval", str(tasks), "--output", str(tmp_path / "out"), "--report-only")
+    assert result.returncode == 1 and "items.jsonl:1: not a line written by specem eval" in result.stderr
 
 
 def test_eval_bad_tasks_file(tmp_path):

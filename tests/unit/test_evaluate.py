@@ -1,7 +1,7 @@
 import pytest
 
 from specem_local.errors import SpecemError
-from specem_local.evaluate import parse_variant, summarise
+from specem_local.evaluate import member_systems, parse_variant, summarise
 
 
 def test_variant_values_are_typed_like_models_toml():
@@ -40,3 +40,17 @@ def test_summary_pairs_each_ensemble_with_the_best_member():
     assert paired["baseline"] == "qwen" and paired["items"] == 10
     assert (paired["only_system_correct"], paired["only_baseline_correct"]) == (3, 5)
     assert paired["p_value"] == pytest.approx(0.7265625)
+
+
+def test_members_are_the_systems_where_only_that_model_won():
+    records = [
+        {
+            "systems": {
+                "ensemble": {"wins": {"qwen": 3, "smol": 0}},
+                "qwen": {"wins": {"qwen": 5}},
+                "smol": {"wins": {}},
+            }
+        },
+        {"systems": {"ensemble": {"wins": {"qwen": 1, "smol": 1}}, "qwen": {"wins": {"qwen": 2}}}},
+    ]
+    assert member_systems(records) == ["qwen", "smol"]
