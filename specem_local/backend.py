@@ -180,7 +180,7 @@ class LlamaModel:
     @functools.cached_property
     def eog_tokens(self) -> np.ndarray:
         """Every token llama.cpp treats as end-of-generation (found once, by asking for each)."""
-        return np.array([t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)], dtype=np.intp)
+        return np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.intp)
 
     @property
     def bos_token(self) -> int:

@@ -142,12 +142,16 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
     return report
 
 
+def systems_in(records: list[dict[str, Any]]) -> list[str]:
+    """Every system that answered in ``records``, in the order they first appear."""
+    return list(dict.fromkeys(name for record in records for name in record["systems"]))
+
+
 def member_systems(records: list[dict[str, Any]]) -> list[str]:
     """Systems in ``records`` that are one model answering alone: only that model won segments."""
-    names = dict.fromkeys(name for record in records for name in record["systems"])
     return [
         name
-        for name in names
+        for name in systems_in(records)
         if all(set(r["systems"][name].get("wins") or {}) <= {name} for r in records if name in r["systems"])
     ]
 
@@ -185,22 +189,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.report_only:
         if not done:
             raise SpecemError(f"{items_path}: no answers to report; run specem eval without --report-only first")
-        run: list[str] = []
     else:
         output.mkdir(parents=True, exist_ok=True)
-        run = run_systems(args, config, base, variants, tasks, done, items_path)
+        run_systems(args, config, base, variants, tasks, done, items_path)
     records = [done[task.id] for task in tasks if task.id in done]
     report_path = output / "report.json"
     earlier = json.loads(report_path.read_text("utf-8")) if report_path.exists() else {}
-    reported = list(dict.fromkeys([*run, *(name for record in records for name in record["systems"])]))
     report = {
         "tasks": str(args.tasks),
         "items": len(records),
         "config": config.source,
-        "decoding": base if run else earlier.get("decoding", base),
+        "decoding": earlier.get("decoding", base) if args.report_only else base,
         "variants": {**earlier.get("variants", {}), **variants},
         **({"note": earlier["note"]} if "note" in earlier else {}),
-        "systems": summarise(records, reported, member_systems(records)),
+        "systems": summarise(records, systems_in(records), member_systems(records)),
     }
     report_path.write_text(json.dumps(report, indent=2))
     print_report(report)
@@ -215,9 +217,9 @@ def run_systems(
     tasks: list[Task],
     done: dict[str, dict[str, Any]],
     items_path: Path,
-) -> list[str]:
+) -> None:
     """Answer every task with every system not yet in ``done`` (updated in place), appending
-    each finished item to ``items.jsonl``. Returns the systems of this run."""
+    each finished item to ``items.jsonl``."""
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
@@ -256,7 +258,6 @@ def run_systems(
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 sink.flush()
-    return list(systems)
 
 
 def print_report(report: dict[str, Any]) -> None:
