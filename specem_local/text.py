@@ -64,8 +64,9 @@ def copied_fraction(answer: str, candidate: str, span_words: int = 12) -> float:
     words of ``answer``: 0 for new text, 1 for a segment that only repeats what was written.
 
     Small models fall into loops that every member finds probable once begun (a copy is easy
-    to predict), while restating a phrase is normal in worked answers; a run of 12 words
-    (about two segments) separates the two on the development set (see README, Quality).
+    to predict), while restating a phrase is normal in worked answers. Only words past a
+    12-word run count, and the vote is discounted in proportion, so a short restatement costs
+    little and a long copy a lot (measured in README, Quality).
     """
     before = answer.split()
     words = candidate.split()
