@@ -21,7 +21,15 @@ from typing import Any
 
 from specem_local.config import Config, ensemble_overrides, load_config, tomllib, with_overrides
 from specem_local.errors import SpecemError
-from specem_local.scoring_text import extract_choice, extract_number, mcnemar_exact_p, numbers_equal, wilson_interval
+from specem_local.scoring_text import (
+    extract_choice,
+    extract_number,
+    mcnemar_exact_p,
+    numbers_equal,
+    paired_sign_flip_p,
+    repeated_runs_interval,
+    wilson_interval,
+)
 
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
@@ -174,6 +182,60 @@ def read_records(items_path: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
+def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Several runs over the same items (seeds, usually) as one comparison, on the items and
+    systems every run has: per system the correct answers in each run and in all, an interval
+    that treats an item's runs as one draw, and for ensembles a paired test against the best
+    member in which each item counts once (its differences summed over the runs)."""
+    by_id = [{record["id"]: record for record in records} for records in runs]
+    ids = [item for item in by_id[0] if all(item in run for run in by_id[1:])]
+    systems = [name for name in systems_in(runs[0]) if all(name in run[i]["systems"] for run in by_id for i in ids)]
+    if not ids or not systems:
+        raise SpecemError("these runs share no items answered by the same systems; pool runs of one tasks file")
+    pooled = [run[i] for run in by_id for i in ids]
+    members = member_systems(pooled)
+    report = summarise(pooled, systems, [])
+
+    def correct(name: str, item: str) -> int:
+        return sum(bool(run[item]["systems"][name]["correct"]) for run in by_id)
+
+    for name, entry in report.items():
+        entry["correct_per_run"] = [sum(bool(run[i]["systems"][name]["correct"]) for i in ids) for run in by_id]
+        entry["ci95"] = list(repeated_runs_interval([correct(name, i) for i in ids], len(runs)))
+    if members:
+        best = max(members, key=lambda name: report[name]["correct"])
+        for name in systems:
+            if name not in members:
+                differences = [correct(name, i) - correct(best, i) for i in ids]
+                report[name]["vs_best_member"] = {
+                    **paired_comparison(pooled, name, best),
+                    "items_ahead": sum(d > 0 for d in differences),
+                    "items_behind": sum(d < 0 for d in differences),
+                    "p_value": paired_sign_flip_p(differences),
+                }
+    return {"runs": len(runs), "items": len(ids), "systems": report}
+
+
+def cmd_eval_pool(args: argparse.Namespace) -> int:
+    runs, decodings = [], []
+    for folder in map(Path, args.runs):
+        records = read_records(folder / "items.jsonl")
+        if not records:
+            raise SpecemError(f"{folder}: no items.jsonl with answers; give folders written by specem eval --output")
+        runs.append(list(records.values()))
+        report_path = folder / "report.json"
+        decodings.append(json.loads(report_path.read_text("utf-8")).get("decoding") if report_path.exists() else None)
+    pooled = {"folders": args.runs, "decoding": decodings, **pool_runs(runs)}
+    if args.output:
+        try:
+            Path(args.output).write_text(json.dumps(pooled, indent=2))
+        except OSError as error:
+            raise SpecemError(f"{args.output}: cannot write the pooled report ({error.strerror})") from None
+    print(f"{pooled['runs']} runs of {pooled['items']} items")
+    print_report(pooled)
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from specem_local.cli import settings_overrides
 
@@ -270,14 +332,15 @@ def print_report(report: dict[str, Any]) -> None:
         share_text = ", ".join(f"{n[:8]} {v:.0%}" for n, v in share.items()) if share else "-"
         paired = entry.get("vs_best_member")
         paired_text = (
-            f"+{paired['only_system_correct']} -{paired['only_baseline_correct']} p={paired['p_value']:.2f}"
+            f"+{paired['only_system_correct']} -{paired['only_baseline_correct']} p={paired['p_value']:.3f}"
             if paired
             else "-"
         )
         rows.append(
             (
                 system,
-                f"{entry['correct']}/{entry['items']}",
+                f"{entry['correct']}/{entry['items']}"
+                + (f" ({'+'.join(map(str, entry['correct_per_run']))})" if "correct_per_run" in entry else ""),
                 f"{entry['accuracy']:.1%}",
                 f"[{low:.1%}, {high:.1%}]",
                 entry["tokens"],
@@ -312,3 +375,8 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_eval)
+
+    pool = commands.add_parser("eval-pool", help="several specem eval runs (seeds) as one paired comparison")
+    pool.add_argument("runs", nargs="+", metavar="RUN_FOLDER", help="--output folders of specem eval on one tasks file")
+    pool.add_argument("--output", help="also write the pooled report to this JSON file")
+    pool.set_defaults(handler=cmd_eval_pool)

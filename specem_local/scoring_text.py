@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from collections.abc import Sequence
 
 _NUMBER = r"-?\$?\d[\d,]*(?:\.\d+)?"
 _FINAL_PATTERNS = (
@@ -54,7 +56,7 @@ def extract_choice(text: str, n_choices: int) -> str | None:
     return None
 
 
-def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
+def wilson_interval(successes: float, total: float, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a proportion (well-behaved at 0 and n)."""
     if total == 0:
         return (0.0, 0.0)
@@ -74,3 +76,44 @@ def mcnemar_exact_p(only_first: int, only_second: int) -> float:
         return 1.0
     tail = sum(math.comb(discordant, k) for k in range(min(only_first, only_second) + 1)) / 2**discordant
     return min(1.0, 2 * tail)
+
+
+def paired_sign_flip_p(differences: Sequence[int]) -> float:
+    """Two-sided exact test that two systems are equally good, from each item's difference in
+    correct answers (this system's minus the other's) summed over repeated runs such as seeds.
+
+    Items, not runs, are the unit: two runs of one question are not independent, so they are
+    summed rather than counted as separate pairs. If the systems were equally good, each item's
+    difference would be as likely negative as positive; the p-value is the share of the sign
+    flips whose total is at least as far from zero as the observed one. With one run per item
+    this is the exact McNemar test."""
+    totals: Counter[int] = Counter({0: 1})
+    for difference in differences:
+        if difference:
+            flipped: Counter[int] = Counter()
+            for total, ways in totals.items():
+                flipped[total + abs(difference)] += ways
+                flipped[total - abs(difference)] += ways
+            totals = flipped
+    observed = abs(sum(differences))
+    return min(1.0, sum(ways for total, ways in totals.items() if abs(total) >= observed) / sum(totals.values()))
+
+
+def repeated_runs_interval(correct_per_item: Sequence[int], runs: int) -> tuple[float, float]:
+    """95% Wilson interval for accuracy over several runs of the same items (``correct_per_item``:
+    in how many runs each item was right). Runs of one item agree more than independent answers
+    would, so the interval uses the effective number of answers (the total divided by the design
+    effect, the variance of per-item means over the binomial variance), which lies between the
+    number of items and the number of answers; with one run it is the plain Wilson interval."""
+    items = len(correct_per_item)
+    answers = items * runs
+    if answers == 0:
+        return (0.0, 0.0)
+    accuracy = sum(correct_per_item) / answers
+    effective = float(items)
+    if 0.0 < accuracy < 1.0 and items > 1:
+        means = [correct / runs for correct in correct_per_item]
+        spread = sum((mean - accuracy) ** 2 for mean in means) / (items - 1) / items
+        design_effect = spread / (accuracy * (1 - accuracy) / answers)
+        effective = min(float(answers), max(float(items), answers / design_effect if design_effect else answers))
+    return wilson_interval(accuracy * effective, effective)

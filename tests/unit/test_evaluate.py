@@ -1,7 +1,11 @@
+import json
+
 import pytest
 
+from specem_local.cli import main
 from specem_local.errors import SpecemError
-from specem_local.evaluate import member_systems, parse_variant, summarise
+from specem_local.evaluate import member_systems, parse_variant, pool_runs, summarise
+from specem_local.scoring_text import paired_sign_flip_p
 
 
 def test_variant_values_are_typed_like_models_toml():
@@ -54,3 +58,67 @@ def test_members_are_the_systems_where_only_that_model_won():
         {"systems": {"ensemble": {"wins": {"qwen": 1, "smol": 1}}, "qwen": {"wins": {"qwen": 2}}}},
     ]
     assert member_systems(records) == ["qwen", "smol"]
+
+
+def _run(outcomes: dict[str, list[bool]]) -> list[dict]:
+    """One eval run: item i's record with each system right or wrong as ``outcomes`` says."""
+    items = len(next(iter(outcomes.values())))
+    return [
+        {
+            "id": f"item-{i}",
+            "systems": {
+                name: {
+                    "correct": results[i],
+                    "tokens": 10,
+                    "seconds": 1.0,
+                    "finish_reason": "eos",
+                    "wins": {name: 1} if name != "ensemble" else {"qwen": 1, "smol": 1},
+                    "weights": {},
+                    "models_per_round": 2.0,
+                }
+                for name, results in outcomes.items()
+            },
+        }
+        for i in range(items)
+    ]
+
+
+def test_pooled_runs_count_each_item_once_in_the_paired_test():
+    first = _run({"ensemble": [True, True, False, False], "qwen": [False, True, True, False], "smol": [False] * 4})
+    second = _run({"ensemble": [True, False, False, True], "qwen": [False, False, True, False], "smol": [False] * 4})
+    second[0]["systems"]["extra"] = second[0]["systems"]["qwen"]  # only in one run: left out
+    pooled = pool_runs([first, second])
+    assert pooled["runs"] == 2 and pooled["items"] == 4
+    assert set(pooled["systems"]) == {"ensemble", "qwen", "smol"}
+    ensemble = pooled["systems"]["ensemble"]
+    assert ensemble["correct_per_run"] == [2, 2] and ensemble["correct"] == 4 and ensemble["items"] == 8
+    paired = ensemble["vs_best_member"]
+    # per item, ensemble minus qwen over both runs: +2, 0, -2, +1
+    assert paired["baseline"] == "qwen" and (paired["items_ahead"], paired["items_behind"]) == (2, 1)
+    assert (paired["only_system_correct"], paired["only_baseline_correct"]) == (3, 2)
+    assert paired["p_value"] == pytest.approx(paired_sign_flip_p([2, 0, -2, 1]))
+    assert "vs_best_member" not in pooled["systems"]["qwen"]
+
+
+def test_pooling_runs_of_different_items_is_an_error():
+    first = _run({"qwen": [True]})
+    second = [{**record, "id": "elsewhere"} for record in _run({"qwen": [False]})]
+    with pytest.raises(SpecemError, match="share no items"):
+        pool_runs([first, second])
+
+
+def test_eval_pool_command(tmp_path, capsys):
+    folders = []
+    for seed, outcomes in enumerate(([True, False], [True, True])):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        records = _run({"ensemble": outcomes, "qwen": [False, True], "smol": [False, False]})
+        (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        folders.append(str(folder))
+    assert main(["eval-pool", *folders, "--output", str(tmp_path / "pooled.json")]) == 0
+    assert "2 runs of 2 items" in capsys.readouterr().out
+    assert json.loads((tmp_path / "pooled.json").read_text())["systems"]["ensemble"]["correct_per_run"] == [1, 2]
+    assert main(["eval-pool", folders[0], str(tmp_path / "missing")]) == 1
+    assert "missing: no items.jsonl with answers" in capsys.readouterr().err
+    assert main(["eval-pool", *folders, "--output", str(tmp_path / "no" / "such" / "dir.json")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1

@@ -5,6 +5,8 @@ from specem_local.scoring_text import (
     extract_number,
     mcnemar_exact_p,
     numbers_equal,
+    paired_sign_flip_p,
+    repeated_runs_interval,
     wilson_interval,
 )
 
@@ -52,3 +54,29 @@ def test_mcnemar_exact_p():
     assert mcnemar_exact_p(0, 5) == pytest.approx(2 / 32)  # 5 of 5 one way: 2 * (1/2)^5
     assert mcnemar_exact_p(1, 9) == pytest.approx(2 * 11 / 1024)
     assert mcnemar_exact_p(9, 1) == mcnemar_exact_p(1, 9)
+
+
+@pytest.mark.parametrize(("ahead", "behind"), [(0, 0), (3, 3), (0, 5), (1, 9), (10, 3), (7, 0)])
+def test_sign_flip_over_single_runs_is_mcnemar(ahead, behind):
+    differences = [1] * ahead + [-1] * behind + [0] * 20
+    assert paired_sign_flip_p(differences) == pytest.approx(mcnemar_exact_p(ahead, behind))
+
+
+def test_sign_flip_weighs_items_by_their_summed_difference():
+    # flips of ±2 ±1 ±1: totals 4, 2, 2, 0, 0, -2, -2, -4; six of eight are at least 2 from zero
+    assert paired_sign_flip_p([2, 1, -1, 0]) == pytest.approx(6 / 8)
+    assert paired_sign_flip_p([3, 3, 3]) == pytest.approx(2 / 8)
+    assert paired_sign_flip_p([]) == 1.0
+
+
+def test_repeated_runs_interval():
+    one_run = [1] * 30 + [0] * 90
+    assert repeated_runs_interval(one_run, 1) == pytest.approx(wilson_interval(30, 120))
+    # runs that always agree carry no more information than one run of the items
+    assert repeated_runs_interval([3] * 30 + [0] * 90, 3) == pytest.approx(wilson_interval(30, 120))
+    # runs that disagree within items are worth more answers: narrower than one run
+    scattered = repeated_runs_interval([1] * 90 + [0] * 30, 3)
+    low, high = wilson_interval(30, 120)
+    assert scattered[0] > low and scattered[1] < high
+    assert repeated_runs_interval([0] * 40, 3) == pytest.approx(wilson_interval(0, 40))
+    assert repeated_runs_interval([], 3) == (0.0, 0.0)
