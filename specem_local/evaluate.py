@@ -194,19 +194,17 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
         raise SpecemError("these runs share no items answered by the same systems; pool runs of one tasks file")
     pooled = [run[i] for run in by_id for i in ids]
     members = member_systems(pooled)
-    report = summarise(pooled, systems, [])
-
-    def correct(name: str, item: str) -> int:
-        return sum(bool(run[item]["systems"][name]["correct"]) for run in by_id)
-
+    report = summarise(pooled, systems, [])  # its Wilson interval and McNemar test are replaced below
+    right = {name: [[bool(run[i]["systems"][name]["correct"]) for i in ids] for run in by_id] for name in systems}
+    per_item = {name: [sum(column) for column in zip(*rows)] for name, rows in right.items()}
     for name, entry in report.items():
-        entry["correct_per_run"] = [sum(bool(run[i]["systems"][name]["correct"]) for i in ids) for run in by_id]
-        entry["ci95"] = list(repeated_runs_interval([correct(name, i) for i in ids], len(runs)))
+        entry["correct_per_run"] = [sum(row) for row in right[name]]
+        entry["ci95"] = list(repeated_runs_interval(per_item[name], len(runs)))
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
         for name in systems:
             if name not in members:
-                differences = [correct(name, i) - correct(best, i) for i in ids]
+                differences = [mine - theirs for mine, theirs in zip(per_item[name], per_item[best])]
                 report[name]["vs_best_member"] = {
                     **paired_comparison(pooled, name, best),
                     "items_ahead": sum(d > 0 for d in differences),
