@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -24,6 +25,7 @@ from specem_local.errors import SpecemError
 from specem_local.scoring_text import (
     extract_choice,
     extract_number,
+    majority_right,
     mcnemar_exact_p,
     numbers_equal,
     paired_sign_flip_p,
@@ -197,9 +199,12 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
     report = summarise(pooled, systems, [])  # its Wilson interval and McNemar test are replaced below
     right = {name: [[bool(run[i]["systems"][name]["correct"]) for i in ids] for run in by_id] for name in systems}
     per_item = {name: [sum(column) for column in zip(*rows)] for name, rows in right.items()}
+    by_majority = {name: _majority_right_per_item(by_id, ids, name) for name in systems}
     for name, entry in report.items():
         entry["correct_per_run"] = [sum(row) for row in right[name]]
         entry["ci95"] = list(repeated_runs_interval(per_item[name], len(runs)))
+        entry["majority_correct"] = round(sum(by_majority[name]), 2)
+        entry["any_run_correct"] = sum(count > 0 for count in per_item[name])
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
         for name in systems:
@@ -211,7 +216,22 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
                     "items_behind": sum(d < 0 for d in differences),
                     "p_value": paired_sign_flip_p(differences),
                 }
+                # tie shares are multiples of 1/k for k <= runs: scaled to whole numbers for the exact test
+                scale = math.lcm(*range(1, len(runs) + 1))
+                votes = [round((mine - theirs) * scale) for mine, theirs in zip(by_majority[name], by_majority[best])]
+                report[name]["majority_vs_best_member"] = {
+                    "baseline": best,
+                    "items_ahead": sum(v > 0 for v in votes),
+                    "items_behind": sum(v < 0 for v in votes),
+                    "p_value": paired_sign_flip_p(votes),
+                }
     return {"runs": len(runs), "items": len(ids), "systems": report}
+
+
+def _majority_right_per_item(by_id: list[dict[str, dict[str, Any]]], ids: list[str], system: str) -> list[float]:
+    """Per item: the chance that a majority vote over the runs' extracted answers is right."""
+    results = [[run[item]["systems"][system] for run in by_id] for item in ids]
+    return [majority_right([r.get("extracted") for r in rs], [bool(r["correct"]) for r in rs]) for rs in results]
 
 
 def cmd_eval_pool(args: argparse.Namespace) -> int:
@@ -231,6 +251,7 @@ def cmd_eval_pool(args: argparse.Namespace) -> int:
             raise SpecemError(f"{args.output}: cannot write the pooled report ({error.strerror})") from None
     print(f"{pooled['runs']} runs of {pooled['items']} items")
     print_report(pooled)
+    print_majority_report(pooled)
     return 0
 
 
@@ -318,6 +339,28 @@ def run_systems(
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 sink.flush()
+
+
+def print_majority_report(pooled: dict[str, Any]) -> None:
+    """The pooled runs as answer-level votes: the majority answer over the runs, and items any
+    run got right (self-consistency and pass@k, each item counted once)."""
+    from specem_local.cli import print_table
+
+    rows = []
+    for system, entry in pooled["systems"].items():
+        paired = entry.get("majority_vs_best_member")
+        rows.append(
+            (
+                system,
+                f"{entry['majority_correct']:g}/{pooled['items']}",
+                f"{entry['any_run_correct']}/{pooled['items']}",
+                f"+{paired['items_ahead']} -{paired['items_behind']} items p={paired['p_value']:.3f}"
+                if paired
+                else "-",
+            )
+        )
+    runs = pooled["runs"]
+    print_table(("SYSTEM", f"MAJORITY OF {runs}", f"ANY OF {runs} RIGHT", "MAJORITY VS BEST MEMBER"), rows)
 
 
 def print_report(report: dict[str, Any]) -> None:

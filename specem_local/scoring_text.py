@@ -99,6 +99,20 @@ def paired_sign_flip_p(differences: Sequence[int]) -> float:
     return min(1.0, sum(ways for total, ways in totals.items() if abs(total) >= observed) / sum(totals.values()))
 
 
+def majority_right(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """The chance that a majority vote over runs (self-consistency) picks a right answer:
+    ``answers[i]`` is run i's extracted answer (None: no answer, no vote) and ``correct[i]``
+    whether it was right. Ties are broken at random, so the result does not depend on the
+    order of the runs: 1/k when the right answer is one of k answers tied for most votes."""
+    counts = Counter(answer for answer in answers if answer is not None)
+    if not counts:
+        return 0.0
+    most = max(counts.values())
+    top = {answer for answer, count in counts.items() if count == most}
+    right = {answer for answer, ok in zip(answers, correct) if ok and answer is not None}
+    return len(top & right) / len(top)
+
+
 def repeated_runs_interval(correct_per_item: Sequence[int], runs: int) -> tuple[float, float]:
     """95% Wilson interval for accuracy over several runs of the same items (``correct_per_item``:
     in how many runs each item was right). Runs of one item agree more than independent answers

@@ -69,6 +69,7 @@ def _run(outcomes: dict[str, list[bool]]) -> list[dict]:
             "systems": {
                 name: {
                     "correct": results[i],
+                    "extracted": "42" if results[i] else f"{name}-wrong-{i}",
                     "tokens": 10,
                     "seconds": 1.0,
                     "finish_reason": "eos",
@@ -100,6 +101,33 @@ def test_pooled_runs_count_each_item_once_in_the_paired_test():
     assert "vs_best_member" not in pooled["systems"]["qwen"]
 
 
+def test_pooled_runs_vote_on_answers():
+    # each item's right answer is "42"; per run, each system's extracted answers
+    answers = [
+        {"ensemble": ["42", "42", "5", "7"], "qwen": ["42", "1", "2", "42"]},
+        {"ensemble": ["6", "42", "42", "13"], "qwen": ["42", "3", "2", "13"]},
+        {"ensemble": ["42", "8", "42", "13"], "qwen": ["9", "4", "42", "8"]},
+    ]
+    runs = []
+    for extracted in answers:
+        run = _run({name: [answer == "42" for answer in values] for name, values in extracted.items()})
+        for i, record in enumerate(run):
+            for name, result in record["systems"].items():
+                result["extracted"] = extracted[name][i]
+        runs.append(run)
+    pooled = pool_runs(runs)
+    ensemble, qwen = pooled["systems"]["ensemble"], pooled["systems"]["qwen"]
+    # ensemble: 42 wins items 0, 1 and 2; 13 wins item 3
+    assert (ensemble["majority_correct"], ensemble["any_run_correct"]) == (3, 3)
+    # qwen: 42 wins item 0; item 1 has no right answer; 2 wins item 2; item 3 is a 3-way tie (1/3)
+    assert qwen["majority_correct"] == pytest.approx(1 / 3 + 1, abs=0.01) and qwen["any_run_correct"] == 3
+    paired = ensemble["majority_vs_best_member"]
+    assert (paired["baseline"], paired["items_ahead"], paired["items_behind"]) == ("qwen", 2, 1)
+    # per item, ensemble minus qwen, in sixths: 0, +6, +6, -2
+    assert paired["p_value"] == pytest.approx(paired_sign_flip_p([0, 6, 6, -2]))
+    assert "majority_vs_best_member" not in qwen
+
+
 def test_pooling_runs_of_different_items_is_an_error():
     first = _run({"qwen": [True]})
     second = [{**record, "id": "elsewhere"} for record in _run({"qwen": [False]})]
@@ -116,7 +144,8 @@ def test_eval_pool_command(tmp_path, capsys):
         (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         folders.append(str(folder))
     assert main(["eval-pool", *folders, "--output", str(tmp_path / "pooled.json")]) == 0
-    assert "2 runs of 2 items" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 runs of 2 items" in printed and "MAJORITY OF 2" in printed
     assert json.loads((tmp_path / "pooled.json").read_text())["systems"]["ensemble"]["correct_per_run"] == [1, 2]
     assert main(["eval-pool", folders[0], str(tmp_path / "missing")]) == 1
     assert "missing: no items.jsonl with answers" in capsys.readouterr().err

@@ -3,6 +3,7 @@ import pytest
 from specem_local.scoring_text import (
     extract_choice,
     extract_number,
+    majority_right,
     mcnemar_exact_p,
     numbers_equal,
     paired_sign_flip_p,
@@ -80,3 +81,21 @@ def test_repeated_runs_interval():
     assert scattered[0] > low and scattered[1] < high
     assert repeated_runs_interval([0] * 40, 3) == pytest.approx(wilson_interval(0, 40))
     assert repeated_runs_interval([], 3) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("answers", "correct", "chance"),
+    [
+        (["18", "20", "18"], [True, False, True], 1.0),
+        (["18", "20", "20"], [True, False, False], 0.0),
+        (["3", "4", "5"], [False, True, False], 1 / 3),  # no majority: a random one of the three
+        (["4", "3", "4", "3"], [True, False, True, False], 0.5),  # a tie of two
+        ([None, None, "9"], [False, False, True], 1.0),  # a run without an answer does not vote
+        ([None, None], [False, False], 0.0),
+        ([], [], 0.0),
+    ],
+)
+def test_majority_right(answers, correct, chance):
+    assert majority_right(answers, correct) == pytest.approx(chance)
+    # the order of the runs does not matter
+    assert majority_right(answers[::-1], correct[::-1]) == pytest.approx(chance)
