@@ -372,11 +372,12 @@ def print_report(report: dict[str, Any]) -> None:
         share = entry.get("segment_share")
         share_text = ", ".join(f"{n[:8]} {v:.0%}" for n, v in share.items()) if share else "-"
         paired = entry.get("vs_best_member")
-        paired_text = (
-            f"+{paired['only_system_correct']} -{paired['only_baseline_correct']} p={paired['p_value']:.3f}"
-            if paired
-            else "-"
-        )
+        paired_text = "-"
+        if paired:
+            items = f" ({paired['items_ahead']}/{paired['items_behind']} items)" if "items_ahead" in paired else ""
+            paired_text = (
+                f"+{paired['only_system_correct']} -{paired['only_baseline_correct']}{items} p={paired['p_value']:.3f}"
+            )
         rows.append(
             (
                 system,

@@ -145,7 +145,7 @@ def test_eval_pool_command(tmp_path, capsys):
         folders.append(str(folder))
     assert main(["eval-pool", *folders, "--output", str(tmp_path / "pooled.json")]) == 0
     printed = capsys.readouterr().out
-    assert "2 runs of 2 items" in printed and "MAJORITY OF 2" in printed
+    assert "2 runs of 2 items" in printed and "(1/1 items)" in printed and "MAJORITY OF 2" in printed
     assert json.loads((tmp_path / "pooled.json").read_text())["systems"]["ensemble"]["correct_per_run"] == [1, 2]
     assert main(["eval-pool", folders[0], str(tmp_path / "missing")]) == 1
     assert "missing: no items.jsonl with answers" in capsys.readouterr().err
