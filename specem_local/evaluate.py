@@ -207,6 +207,7 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
         entry["any_run_correct"] = sum(count > 0 for count in per_item[name])
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
+        scale = math.lcm(*range(1, len(runs) + 1))  # tie shares are multiples of 1/k, k <= runs: whole numbers
         for name in systems:
             if name not in members:
                 differences = [mine - theirs for mine, theirs in zip(per_item[name], per_item[best])]
@@ -216,8 +217,6 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
                     "items_behind": sum(d < 0 for d in differences),
                     "p_value": paired_sign_flip_p(differences),
                 }
-                # tie shares are multiples of 1/k for k <= runs: scaled to whole numbers for the exact test
-                scale = math.lcm(*range(1, len(runs) + 1))
                 votes = [round((mine - theirs) * scale) for mine, theirs in zip(by_majority[name], by_majority[best])]
                 report[name]["majority_vs_best_member"] = {
                     "baseline": best,
