@@ -211,20 +211,19 @@ def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
         for name in systems:
             if name not in members:
                 differences = [mine - theirs for mine, theirs in zip(per_item[name], per_item[best])]
-                report[name]["vs_best_member"] = {
-                    **paired_comparison(pooled, name, best),
-                    "items_ahead": sum(d > 0 for d in differences),
-                    "items_behind": sum(d < 0 for d in differences),
-                    "p_value": paired_sign_flip_p(differences),
-                }
+                report[name]["vs_best_member"] = {**paired_comparison(pooled, name, best), **_items_test(differences)}
                 votes = [round((mine - theirs) * scale) for mine, theirs in zip(by_majority[name], by_majority[best])]
-                report[name]["majority_vs_best_member"] = {
-                    "baseline": best,
-                    "items_ahead": sum(v > 0 for v in votes),
-                    "items_behind": sum(v < 0 for v in votes),
-                    "p_value": paired_sign_flip_p(votes),
-                }
+                report[name]["majority_vs_best_member"] = {"baseline": best, **_items_test(votes)}
     return {"runs": len(runs), "items": len(ids), "systems": report}
+
+
+def _items_test(differences: list[int]) -> dict[str, Any]:
+    """Items where a system did better or worse than its baseline, and the exact sign-flip test."""
+    return {
+        "items_ahead": sum(d > 0 for d in differences),
+        "items_behind": sum(d < 0 for d in differences),
+        "p_value": paired_sign_flip_p(differences),
+    }
 
 
 def _majority_right_per_item(by_id: list[dict[str, dict[str, Any]]], ids: list[str], system: str) -> list[float]:
