@@ -20,7 +20,7 @@ PY="$VENV/bin/python"
 # CMAKE_ARGS (Metal, CUDA, Vulkan: passed through untouched). pip's own wheel cache ignores
 # CMAKE_ARGS, so we bypass it and keep our wheels in a folder named by version + flags: a wheel
 # built with other flags is never reused.
-CMAKE_ARGS_CHOSEN="$("$PY" specem_local/build_flags.py)"
+CMAKE_ARGS_CHOSEN="$("$PY" scripts/build_flags.py)"
 WANT="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION $CMAKE_ARGS_CHOSEN"
 KEY="$(printf '%s' "$WANT" | sha256sum | cut -c1-16)"
 WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/specem-local/wheels/$KEY"

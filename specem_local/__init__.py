@@ -2,37 +2,42 @@
 
 The scripting API::
 
-    from specem_local import Ensemble
+    from specem_local import Ensemble, RoundEvent
 
     with Ensemble() as ensemble:
         for event in ensemble.stream("Why is the sky blue?"):
-            ...
+            if isinstance(event, RoundEvent):
+                print(event.author, event.text)
 """
 
-from specem_local.config import Config, EnsembleSettings, ModelSpec, load_config
+from specem_local.config import Config, ModelSpec, load_config
 from specem_local.errors import SpecemError
-from specem_local.events import Candidate, FinalEvent, RoundEvent
+from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
+from specem_local.settings import EnsembleSettings, LoadSettings
 
 __all__ = [
+    "AnswerStream",
     "Candidate",
     "Config",
     "Ensemble",
     "EnsembleSettings",
     "FinalEvent",
+    "LoadSettings",
     "Message",
     "ModelSpec",
     "RoundEvent",
     "SpecemError",
+    "StartEvent",
     "load_config",
 ]
 
 
 def __getattr__(name: str):
-    # Imported lazily so that `specem models list` and config errors never load llama.cpp.
-    if name == "Ensemble":
-        from specem_local.engine import Ensemble
+    # Imported lazily so that `specem models list` and config errors never load the engine.
+    if name in ("Ensemble", "AnswerStream"):
+        from specem_local import engine
 
-        return Ensemble
+        return getattr(engine, name)
     if name == "Message":
         from specem_local.prompting import Message
 

@@ -1,9 +1,10 @@
 """The llama.cpp backend: the only module that imports ``llama_cpp``.
 
-One ``LlamaModel`` is one GGUF model with one context. It owns the C resources (freed context
-first, then model), turns llama.cpp's return codes into exceptions, and offers the few
-operations the ensemble needs: tokenize, detokenize, decode a batch of (token, position,
-sequence) rows with logits for chosen rows, and the sequence (KV memory) operations.
+One ``LlamaModel`` is one GGUF model with one context: the ``model.LanguageModel`` protocol
+implemented with llama.cpp. It owns the C resources (freed context first, then model), turns
+llama.cpp's return codes into exceptions, and offers the few operations the ensemble needs:
+tokenize, decode a batch of (token, position, sequence) rows with logits for chosen rows, and
+the sequence (KV memory) operations.
 
 Built on the public low-level API on purpose: the high-level ``Llama(logits_all=True)`` would
 allocate ``n_ctx x n_vocab`` floats per model (gigabytes for 150k-260k vocabularies).
@@ -16,7 +17,6 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -24,6 +24,7 @@ import numpy as np
 
 from specem_local.errors import SpecemError
 from specem_local.gguf import read_header
+from specem_local.model import BatchRow, ContextFull
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _recent_errors: deque[str] = deque(maxlen=8)
@@ -47,18 +48,6 @@ def _init_backend() -> None:
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialised = True
-
-
-class ContextFull(Exception):
-    """The KV cache has no room for the batch (llama_decode returned 1)."""
-
-
-@dataclass(frozen=True)
-class BatchRow:
-    token: int
-    position: int
-    seq_id: int
-    wants_logits: bool
 
 
 class LlamaModel:
@@ -100,6 +89,7 @@ class LlamaModel:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
 
         ctx_params = llama_cpp.llama_context_default_params()
+        n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at n_ctx
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = n_batch
         ctx_params.n_ubatch = n_batch
@@ -117,6 +107,11 @@ class LlamaModel:
             raise SpecemError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}: {reason}")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self.n_params = int(llama_cpp.llama_model_n_params(self._model))
+        self.bos_token = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_token = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._piece_cache: dict[int, bytes] = {}
@@ -164,9 +159,6 @@ class LlamaModel:
         self._piece_cache[token] = piece
         return piece
 
-    def detokenize(self, tokens: Sequence[int]) -> bytes:
-        return b"".join(self.token_bytes(token) for token in tokens)
-
     def special_text(self, token: int) -> str:
         """A special token's own text (``<bos>``), for chat templates that print it."""
         if token < 0:
@@ -182,28 +174,9 @@ class LlamaModel:
         """Every token llama.cpp treats as end-of-generation (found once, by asking for each)."""
         return np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.intp)
 
-    @property
-    def bos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_bos(self._vocab))
-
-    @property
-    def eos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_eos(self._vocab))
-
-    @property
-    def adds_bos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
-
-    @property
-    def n_params(self) -> int:
-        return int(llama_cpp.llama_model_n_params(self._model))
-
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", errors="replace") if raw else None
-
-    def set_threads(self, n_threads: int) -> None:
-        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
 
     # -- decoding ---------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:

@@ -7,7 +7,6 @@ and is printed as one line, never a traceback.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -15,9 +14,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from specem_local.config import Config, EnsembleSettings, load_config, model_colours
+from specem_local.config import Config, load_config, model_colours
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent
+from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
 
 ANSI_COLOURS = {
     "red": 31,
@@ -34,31 +34,6 @@ ANSI_COLOURS = {
     "bright_magenta": 95,
     "bright_cyan": 96,
 }
-
-
-# -- [ensemble] settings as flags --------------------------------------------------------------
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per [ensemble] setting (``--segment-tokens``, ``--no-feedback``...)."""
-    group = parser.add_argument_group("ensemble settings (override models.toml [ensemble])")
-    for field in dataclasses.fields(EnsembleSettings):
-        flag = "--" + field.name.replace("_", "-")
-        kind = str(field.type)
-        if kind == "bool":
-            group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None)
-        elif kind == "tuple[str, ...]":
-            group.add_argument(
-                flag, dest=field.name, action="append", default=None, metavar="TEXT", help="repeat for several"
-            )
-        else:
-            convert = {"int": int, "float": float, "str": str}[kind]
-            group.add_argument(flag, dest=field.name, type=convert, default=None, metavar=kind.upper())
-
-
-def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(EnsembleSettings)}
-    if overrides.get("stop") is not None:
-        overrides["stop"] = tuple(overrides["stop"])
-    return {key: value for key, value in overrides.items() if value is not None}
 
 
 # -- specem models ---------------------------------------------------------------------------------
@@ -80,14 +55,15 @@ def _human_count(count: int | None) -> str:
 
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
-    from specem_local.sources import demo_for, model_status
+    from specem_local.sources import model_status, source_for
 
     rows = []
     for spec in config.models:
-        status = model_status(spec, config, checksum=checksum)
+        source = source_for(spec, config)
+        status = model_status(source, checksum=checksum)
         row: dict[str, Any] = {
             "name": spec.name,
-            "source": spec.source,
+            "source": source.describe(),
             "status": status.status,
             "path": str(status.path) if status.path else None,
             "detail": status.detail,
@@ -99,7 +75,7 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
             "chat_template": None,
             "file_size": None,
             "role": spec.role,
-            "licence": demo_for(spec).licence if spec.demo else None,
+            "licence": source.licence,
         }
         header = status.header
         if header is not None:
@@ -114,12 +90,6 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    for line in (headers, *rows):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -155,18 +125,13 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def cmd_models_pull(args: argparse.Namespace) -> int:
-    from specem_local.sources import assemble_demo, demo_for, model_file, pull_hf
+    from specem_local.sources import source_for
 
     config = load_config(args.config)
     for spec in config.models:
-        if spec.hf:
-            print(f"{spec.name}: downloading {spec.hf}/{spec.file}", file=sys.stderr)
-            path = pull_hf(spec)
-        elif spec.demo:
-            path = assemble_demo(demo_for(spec))
-        else:
-            path = model_file(spec, config)
-        print(f"{spec.name}: ready at {path}")
+        source = source_for(spec, config)
+        print(f"{spec.name}: pulling {source.describe()}", file=sys.stderr)
+        print(f"{spec.name}: ready at {source.pull()}")
     return 0
 
 
@@ -182,7 +147,15 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 # -- specem run ------------------------------------------------------------------------------------
 def read_prompt(prompt: str) -> str:
-    text = sys.stdin.read() if prompt == "-" else prompt
+    """The prompt from the argument or stdin, as text. Bytes that are not UTF-8 become U+FFFD
+    (with a warning) rather than an error after the models have loaded."""
+    if prompt == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        data = prompt.encode("utf-8", "surrogateescape")  # undecodable argv bytes come back as they were
+    text = data.decode("utf-8", errors="replace")
+    if text.count("\ufffd") > data.count("\ufffd".encode()):
+        warnings.warn("the prompt is not valid UTF-8; its undecodable bytes became U+FFFD", stacklevel=2)
     if not text.strip():
         raise SpecemError("the prompt is empty; give it as an argument, or '-' to read it from stdin")
     return text
@@ -192,9 +165,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.engine import Ensemble
 
     prompt = read_prompt(args.prompt)
-    config = load_config(args.config)
+    config = config_from_args(args)
     colours = model_colours(config)
-    with Ensemble(config, **settings_overrides(args)) as ensemble:
+    with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
         stream = ensemble.stream(prompt)
@@ -219,9 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     if args.authors:
                         print_legend(event, colours, colour)
         except KeyboardInterrupt:
-            ensemble.cancel()
-            for _ in stream:
-                pass
+            stream.cancel()
+            stream.final()
             print("\n[stopped]", file=sys.stderr)
             return 130
     return 0
@@ -238,7 +210,7 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool) -> No
     print("  ".join(parts))
     print(
         f"{final.tokens} tokens in {final.seconds:.1f} s ({final.tokens_per_second:.1f} tok/s), "
-        f"{final.rounds} rounds, {final.models_per_round:.1f} models/round, finish: {final.finish_reason}"
+        f"{final.rounds} rounds, {final.drafters_per_round:.1f} drafters/round, finish: {final.finish_reason}"
     )
 
 
@@ -273,10 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 
-    from specem_local import bench, evaluate
+    from specem_research import bench, evaluate, pool
 
     bench.add_parser(commands, common)
     evaluate.add_parser(commands, common)
+    pool.add_parser(commands)
 
     return parser
 

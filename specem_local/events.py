@@ -1,11 +1,20 @@
-"""The event stream every front end consumes: one ``RoundEvent`` per round, then a
-``FinalEvent``. Small frozen records, JSON-ready through ``to_dict``."""
+"""The event stream every front end consumes: a ``StartEvent``, one ``RoundEvent`` per round,
+then a ``FinalEvent``. Small frozen records; ``to_dict()`` and ``event_from_dict`` turn them
+into JSON-ready dicts and back (the CLI's ``--json``, saved chats)."""
 
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-ready data."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -23,7 +32,19 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class RoundEvent:
+class StartEvent(_Record):
+    """An answer begins: who takes part and the weights the vote starts from."""
+
+    models: tuple[str, ...]  # the models taking part
+    drafters: tuple[str, ...]
+    weights: dict[str, float]  # starting weight of each verifier
+    prompt_tokens: dict[str, int]  # the conversation's length in each model's tokens
+    plain_generation: bool  # one model: no ensembling takes place
+    type: str = "start"
+
+
+@dataclass(frozen=True)
+class RoundEvent(_Record):
     index: int  # 1-based round number
     text: str  # the winning segment, appended to the answer
     author: str
@@ -36,14 +57,14 @@ class RoundEvent:
     verify_seconds: dict[str, float]
     seconds: float
     answer_tokens: int  # answer length so far, in the authors' tokens
+    runner_up: str | None = None  # the best other candidate in the vote
+    ranked_first_by: tuple[str, ...] = ()  # verifiers that gave the winner their highest share
+    discounted: str | None = None  # the loop guard kept this candidate from winning
     type: str = "round"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
-class FinalEvent:
+class FinalEvent(_Record):
     text: str
     finish_reason: str  # "eos", "length", "stop", "context", "cancelled" or "empty"
     rounds: int
@@ -51,7 +72,7 @@ class FinalEvent:
     seconds: float
     first_segment_seconds: float | None
     wins: dict[str, int]
-    models_per_round: float
+    drafters_per_round: float  # mean number of models that drafted a round (model exit lowers it)
     weights: dict[str, float]
     plain_generation: bool  # one model: no ensembling took place
     type: str = "final"
@@ -61,9 +82,53 @@ class FinalEvent:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["tokens_per_second"] = round(self.tokens_per_second, 3)
-        return data
+        return {**super().to_dict(), "tokens_per_second": round(self.tokens_per_second, 3)}
 
 
-Event = RoundEvent | FinalEvent
+Event = StartEvent | RoundEvent | FinalEvent
+EVENT_TYPES: dict[str, type] = {"start": StartEvent, "round": RoundEvent, "final": FinalEvent}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """An event from ``to_dict``'s output. Keys it does not know are ignored (written by a newer
+    version); a missing or mistyped field is a ``ValueError``."""
+    if not isinstance(data, dict) or data.get("type") not in EVENT_TYPES:
+        raise ValueError(f"not an event record: {str(data)[:60]}")
+    return _record(EVENT_TYPES[data["type"]], data)
+
+
+def _record(cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"a {cls.__name__} record must be an object, got {str(data)[:40]}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in data:
+            if field.default is dataclasses.MISSING:
+                raise ValueError(f"{cls.__name__} record without {field.name!r}")
+            continue
+        value = data[field.name]
+        if not _fits(value, hints[field.name]):
+            raise ValueError(f"{cls.__name__} record: {field.name} = {str(value)[:40]} is not a {hints[field.name]}")
+        if field.name == "candidates":
+            value = tuple(_record(Candidate, item) for item in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[field.name] = value
+    return cls(**values)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value can stand for a field of type ``hint`` (shallow: containers by kind)."""
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is tuple:
+        return isinstance(value, (list, tuple))
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)

@@ -6,6 +6,8 @@ answer so far) at positions ``0..P-1``; ``last_row`` holds the logits that predi
 ``P``. Drafting extends sequence 0 in place. Scoring copies the prefix to sequences 1..n (a
 cheap cell-sharing copy), puts candidate ``j``'s tokens in sequence ``j+1`` at ``P, P+1, ...``,
 and decodes them all in one batch. Committing adopts the winner's cells (no re-decode).
+When the candidates' tails do not fit in the free cells (near the end of the context), they
+are scored one at a time instead, each tail dropped after it is scored.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specem_local.backend import BatchRow, LlamaModel
 from specem_local.config import ModelSpec
+from specem_local.model import BatchRow, ContextFull, LanguageModel
 from specem_local.prompting import PromptFormat
 from specem_local.sampling import Sampler
-from specem_local.text import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
 
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
 
@@ -64,15 +66,19 @@ class Draft:
 
     text: str
     ended: bool
-    tokens: list[int]  # this model's tokens for ``text`` when aligned, else all drafted
-    aligned: bool  # True when ``text`` is exactly the first ``len(tokens)`` drafted tokens
-    rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted tokens[i]; one more at the end
+    text_tokens: list[int] | None  # the leading drafted tokens that spell ``text`` exactly, or None
+    rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted drafted token i; one more at the end
     seconds: float = 0.0
 
     @property
     def sampled(self) -> int:
         """Tokens decoded while drafting (before any trimming)."""
         return len(self.rows) - 1
+
+    @property
+    def aligned(self) -> bool:
+        """Whether ``text`` is exactly some leading drafted tokens (whose cells can be kept)."""
+        return self.text_tokens is not None
 
 
 @dataclass
@@ -87,12 +93,15 @@ class Scored:
 
 
 class Member:
-    def __init__(self, spec: ModelSpec, model: LlamaModel, prompt_format: PromptFormat) -> None:
+    """One model taking part: its spec, its model, and how it is prompted."""
+
+    def __init__(self, spec: ModelSpec, model: LanguageModel, prompt_format: PromptFormat) -> None:
         self.spec = spec
         self.model = model
         self.prompt_format = prompt_format
         self.tokens: list[int] = []  # committed sequence 0
         self.last_row: np.ndarray | None = None
+        self.drafted = 0  # tokens this round's draft added to sequence 0 after ``tokens``
         self._prompt_cache: tuple[list[int], np.ndarray] | None = None
 
     @property
@@ -103,6 +112,7 @@ class Member:
     def start(self, prompt_tokens: list[int]) -> None:
         """Make sequence 0 hold exactly ``prompt_tokens``, reusing the cached common prefix
         (multi-turn chats do not re-decode their history) and dropping everything else."""
+        self.drafted = 0
         if self._prompt_cache is not None and self._prompt_cache[0] == prompt_tokens:
             self.model.seq_remove(-1, len(prompt_tokens), -1)
             self.tokens = list(prompt_tokens)
@@ -125,11 +135,13 @@ class Member:
         """Forget everything: an empty KV cache and no cached prompt."""
         self.model.clear()
         self.tokens = []
+        self.drafted = 0
         self.last_row = None
         self._prompt_cache = None
 
     @property
     def room(self) -> int:
+        """KV cells not used by the committed sequence."""
         return self.model.n_ctx - len(self.tokens)
 
     # -- drafting -------------------------------------------------------------------------------
@@ -176,6 +188,7 @@ class Member:
             drafted.append(token)
             data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
+            self.drafted = len(drafted)
         while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
             ended = False
             data = data[: len(data) - len(self.model.token_bytes(drafted.pop()))]
@@ -187,30 +200,45 @@ class Member:
         if not ended and not at_boundary:
             text = trim_to_word_boundary(text)
         kept = _aligned_prefix(self.model, drafted, text.encode("utf-8"))
-        tokens = drafted[:kept] if kept is not None else drafted
-        return Draft(text, ended, tokens, kept is not None, rows, time.perf_counter() - started)
+        text_tokens = drafted[:kept] if kept is not None else None
+        return Draft(text, ended, text_tokens, rows, time.perf_counter() - started)
 
     def own_score(self, draft: Draft, scoring: str, with_end: bool = False) -> float:
         """Score this model's own aligned draft from the logits it drafted with (no decode);
         ``with_end`` also scores ending the answer after it."""
-        rows = np.stack(draft.rows[: len(draft.tokens)])
-        end = (draft.rows[len(draft.tokens)], self.model.eog_tokens) if with_end else None
-        return segment_score(rows, draft.tokens, scoring, end)
+        assert draft.text_tokens is not None
+        count = len(draft.text_tokens)
+        end = (draft.rows[count], self.model.eog_tokens) if with_end else None
+        return segment_score(np.stack(draft.rows[:count]), draft.text_tokens, scoring, end)
 
     # -- verification ---------------------------------------------------------------------------
     def score(self, candidates: dict[int, str], scoring: str, ending: frozenset[int] = frozenset()) -> Scored:
-        """Score every candidate text in one batched decode, each in its own sequence on top of
-        the shared committed prefix. Candidates in ``ending`` end the answer, and ending it
-        there is scored too."""
+        """Score every candidate text, each in its own sequence on top of the shared committed
+        prefix: in one batched decode when their tails fit in the free KV cells and sequences,
+        else one at a time. Candidates in ``ending`` end the answer, and ending it there is
+        scored too."""
         started = time.perf_counter()
+        tokenized = {index: self.model.tokenize(text) for index, text in candidates.items()}
+        free = self.room - self.drafted
+        fits = sum(map(len, tokenized.values())) <= free and len(tokenized) < self.model.n_seq_max
+        scored = None
+        if fits:
+            try:
+                scored = self._score_batch(tokenized, scoring, ending)
+            except ContextFull:  # the free cells were not where the batch needed them
+                for seq_id in range(1, len(tokenized) + 1):
+                    self.model.seq_remove(seq_id, -1, -1)
+        if scored is None:
+            scored = self._score_one_at_a_time(tokenized, scoring, ending)
+        scored.seconds = time.perf_counter() - started
+        return scored
+
+    def _score_batch(self, tokenized: dict[int, list[int]], scoring: str, ending: frozenset[int]) -> Scored:
         assert self.last_row is not None
         prefix = len(self.tokens)
         batch: list[BatchRow] = []
-        candidate_tokens: dict[int, list[int]] = {}
         seq_of: dict[int, int] = {}
-        for seq_id, (index, text) in enumerate(candidates.items(), start=1):
-            tokens = self.model.tokenize(text)
-            candidate_tokens[index] = tokens
+        for seq_id, (index, tokens) in enumerate(tokenized.items(), start=1):
             seq_of[index] = seq_id
             self.model.seq_remove(seq_id, -1, -1)  # a sequence left over from an earlier scoring
             self.model.seq_copy(0, seq_id, 0, prefix)
@@ -219,14 +247,34 @@ class Member:
         scores: dict[int, float] = {}
         last_rows: dict[int, np.ndarray] = {}
         offset = 0
-        for index, tokens in candidate_tokens.items():
+        for index, tokens in tokenized.items():
             own_rows = rows[offset : offset + len(tokens)]
-            predicting = np.concatenate([self.last_row[None, :], own_rows[:-1]])
-            end = (own_rows[-1], self.model.eog_tokens) if index in ending else None
-            scores[index] = segment_score(predicting, tokens, scoring, end)
+            scores[index] = self._candidate_score(own_rows, tokens, scoring, index in ending)
             last_rows[index] = own_rows[-1].copy()
             offset += len(tokens)
-        return Scored(candidate_tokens, scores, seq_of, last_rows, time.perf_counter() - started)
+        return Scored(tokenized, scores, seq_of, last_rows)
+
+    def _score_one_at_a_time(self, tokenized: dict[int, list[int]], scoring: str, ending: frozenset[int]) -> Scored:
+        """Each candidate in sequence 1, its tail removed after scoring: it needs room for one
+        tail only. The winner is decoded again when it is committed."""
+        prefix = len(self.tokens)
+        scores: dict[int, float] = {}
+        for index, tokens in tokenized.items():
+            self.model.seq_remove(1, -1, -1)
+            self.model.seq_copy(0, 1, 0, prefix)
+            try:
+                rows = self.model.decode([BatchRow(t, prefix + i, 1, True) for i, t in enumerate(tokens)])
+            finally:
+                self.model.seq_remove(1, -1, -1)
+            scores[index] = self._candidate_score(rows, tokens, scoring, index in ending)
+        return Scored(tokenized, scores, {}, {})
+
+    def _candidate_score(self, rows: np.ndarray, tokens: list[int], scoring: str, ends: bool) -> float:
+        """A candidate's score from the rows decoded after each of its tokens."""
+        assert self.last_row is not None
+        predicting = np.concatenate([self.last_row[None, :], rows[:-1]])
+        end = (rows[-1], self.model.eog_tokens) if ends else None
+        return segment_score(predicting, tokens, scoring, end)
 
     # -- commit ---------------------------------------------------------------------------------
     def commit(self, winner: int, text: str, own: Draft | None, scored: Scored | None) -> int:
@@ -235,12 +283,14 @@ class Member:
         Own aligned draft: keep its cells. Scored in-line: adopt the winner's sequence (seq_rm
         our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it."""
         prefix = len(self.tokens)
-        if own is not None and own.aligned:
-            self.model.seq_remove(0, prefix + len(own.tokens), -1)
+        self.drafted = 0
+        if own is not None and own.text_tokens is not None:
+            kept = len(own.text_tokens)
+            self.model.seq_remove(0, prefix + kept, -1)
             self.model.seq_keep(0)
-            self.tokens += own.tokens
-            self.last_row = own.rows[len(own.tokens)]
-            return len(own.tokens)
+            self.tokens += own.text_tokens
+            self.last_row = own.rows[kept]
+            return kept
         self.model.seq_remove(0, prefix, -1)
         if scored is not None and winner in scored.seq_of:
             self.model.seq_copy(scored.seq_of[winner], 0, -1, -1)
@@ -257,7 +307,12 @@ class Member:
         return len(tokens)
 
 
-def _resample_past_eog(model: LlamaModel, sampler: Sampler, row: np.ndarray, token: int) -> int:
+def can_draft_and_verify(members: list[Member]) -> bool:
+    """Whether some member drafts and some member verifies: what a round needs."""
+    return any(m.spec.drafts for m in members) and any(m.spec.verifies for m in members)
+
+
+def _resample_past_eog(model: LanguageModel, sampler: Sampler, row: np.ndarray, token: int) -> int:
     """Sample again from ``row`` with every end-of-generation token drawn so far masked out."""
     masked = row
     while model.is_eog(token):
@@ -267,7 +322,7 @@ def _resample_past_eog(model: LlamaModel, sampler: Sampler, row: np.ndarray, tok
     return token
 
 
-def _aligned_prefix(model: LlamaModel, tokens: list[int], target: bytes) -> int | None:
+def _aligned_prefix(model: LanguageModel, tokens: list[int], target: bytes) -> int | None:
     """How many leading tokens spell exactly ``target``, or None if no prefix does."""
     data = b""
     for count, token in enumerate(tokens):

@@ -42,6 +42,15 @@ class Message:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise SpecemError(f"message role must be one of {', '.join(ROLES)}; got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise SpecemError(f"a {self.role} message's content must be text, got {type(self.content).__name__}")
+        try:
+            self.content.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise SpecemError(
+                f"a {self.role} message is not valid Unicode text (a lone surrogate at character {error.start}); "
+                "decode its bytes with errors='replace'"
+            ) from None
 
 
 class Tokenizer(Protocol):

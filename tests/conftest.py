@@ -1,5 +1,7 @@
-"""Shared fixtures. Tests that need the demo models are marked ``models``; they load the real
-GGUFs through real llama.cpp (the setup script assembles them)."""
+"""Shared fixtures. Tests under tests/models need the demo models (real GGUFs through real
+llama.cpp, assembled by the setup script) and are marked ``models`` here; so are the chat-app
+modules that say ``pytestmark = pytest.mark.models``. ``pytest -m "not models"`` runs the rest
+without any model."""
 
 from __future__ import annotations
 
@@ -8,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import Config, EnsembleSettings, ModelSpec, load_config
+from specem_local.config import Config, ModelSpec, load_config
+from specem_local.settings import EnsembleSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+MODEL_TESTS = ROOT / "tests" / "models"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.models)
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +40,7 @@ def demo_config(*names: str, **settings) -> Config:
     if names:
         models = tuple(sorted(models, key=lambda m: names.index(m.name)))
     ensemble = EnsembleSettings(**{**_settings_dict(base.ensemble), **settings})
-    return Config(ensemble, models, base.source, base.base_dir)
+    return Config(ensemble, models, base.source, base.base_dir, base.load)
 
 
 def _settings_dict(settings: EnsembleSettings) -> dict:

@@ -4,29 +4,55 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
-from specem_tui.screens.chat import ChatScreen
-from specem_tui.screens.loading import LoadingScreen
-from specem_tui.storage import Chat, load_chat
 from textual import work
 from textual.app import App
+from textual.message import Message
 
 from specem_local.config import Config, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
+from specem_tui.screens.chat import ChatScreen
+from specem_tui.screens.loading import LoadingScreen
+from specem_tui.storage import Chat, load_chat
+
+Loader = Callable[..., Ensemble]  # Ensemble.from_config's signature: (config, progress=, skip_failed=)
+
+
+class LoadProgress(Message):
+    def __init__(self, model: str, fraction: float) -> None:
+        super().__init__()
+        self.model = model
+        self.fraction = fraction
+
+
+class ModelsLoaded(Message):
+    def __init__(self, ensemble: Ensemble) -> None:
+        super().__init__()
+        self.ensemble = ensemble
+
+
+class LoadFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
 
 
 class SpecemChatApp(App[None]):
     CSS_PATH = "specem_chat.tcss"
     TITLE = "specem-chat"
 
-    def __init__(self, config: Config, chat: Chat | None = None) -> None:
+    def __init__(self, config: Config, chat: Chat | None = None, *, load: Loader = Ensemble.from_config) -> None:
         super().__init__()
         self.config = config
         self.colours = model_colours(config)
         self.initial_chat = chat
+        self.loader = load
         self.ensemble: Ensemble | None = None
+        self.closing = False
+        self._handover = threading.Lock()  # the loader hands the ensemble over, or frees it if we quit
 
     def on_mount(self) -> None:
         names = [spec.name for spec in self.config.models]
@@ -35,31 +61,50 @@ class SpecemChatApp(App[None]):
 
     @work(thread=True, exclusive=True, group="load")
     def load_models(self) -> None:
-        def progress(name: str, fraction: float) -> None:
-            self.call_from_thread(self._loading_screen().set_progress, name, fraction)
-
+        """Runs in a worker thread; reports through messages, never waits on the UI."""
         try:
-            ensemble = Ensemble(self.config, progress=progress, skip_failed=True)
+            ensemble = self.loader(
+                self.config,
+                progress=lambda name, fraction: self.post_message(LoadProgress(name, fraction)),
+                skip_failed=True,
+            )
         except SpecemError as error:
-            self.call_from_thread(self._loading_screen().set_fatal, str(error))
+            self.post_message(LoadFailed(str(error)))
             return
-        self.call_from_thread(self.models_loaded, ensemble)
+        with self._handover:
+            quitting = self.closing
+            if not quitting:
+                self.ensemble = ensemble
+        if quitting:  # the user quit while the models loaded
+            ensemble.close()
+            return
+        self.post_message(ModelsLoaded(ensemble))
 
-    def _loading_screen(self) -> LoadingScreen:
-        screen = self.screen
-        assert isinstance(screen, LoadingScreen)
-        return screen
+    def on_load_progress(self, message: LoadProgress) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.set_progress(message.model, message.fraction)
 
-    def models_loaded(self, ensemble: Ensemble) -> None:
-        self.ensemble = ensemble
-        for failure in ensemble.load_failures:
-            self._loading_screen().set_failed(failure.model, failure.error)
-        self.switch_screen(ChatScreen(ensemble, self.colours, self.initial_chat))
+    def on_load_failed(self, message: LoadFailed) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.set_fatal(message.error)
 
-    def on_unmount(self) -> None:
-        if self.ensemble is not None:
-            self.ensemble.cancel()
-            self.ensemble.close()
+    def on_models_loaded(self, message: ModelsLoaded) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            for failure in message.ensemble.load_failures:
+                self.screen.set_failed(failure.model, failure.error)
+        self.switch_screen(ChatScreen(message.ensemble, self.colours, self.initial_chat))
+
+    async def on_unmount(self) -> None:
+        """Stop the answer in flight, free the models and let the workers end. ``close()``
+        cancels the answer and waits for the step it is in (a round at most), so no model is
+        freed under a running decode; the workers never wait on the UI, so awaiting them
+        cannot hang."""
+        with self._handover:
+            self.closing = True
+            ensemble = self.ensemble
+        if ensemble is not None:
+            ensemble.close()
+        await self.workers.wait_for_complete()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecemError as error:
         print(f"specem-chat: error: {error}", file=sys.stderr)
         return 1
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError) as error:
         print(f"specem-chat: error: cannot open chat {args.chat!r}: {error}", file=sys.stderr)
         return 1
     SpecemChatApp(config, chat).run()

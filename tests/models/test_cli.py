@@ -73,9 +73,10 @@ def test_run_json_reads_prompt_from_stdin():
     result = specem("run", "--json", "--greedy", "--max-tokens", "12", "-", stdin="Name a colour.")
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
-    assert events[-1]["type"] == "final" and events[0]["type"] == "round"
-    assert events[-1]["text"] == "".join(e["text"] for e in events[:-1])
-    assert {"weights", "candidates", "draft_seconds", "verify_seconds"} <= set(events[0])
+    assert [events[0]["type"], events[1]["type"], events[-1]["type"]] == ["start", "round", "final"]
+    assert events[-1]["text"] == "".join(e["text"] for e in events[1:-1])
+    assert {"weights", "candidates", "draft_seconds", "verify_seconds", "ranked_first_by"} <= set(events[1])
+    assert set(events[0]["weights"]) == set(events[0]["models"]) and events[-1]["drafters_per_round"] == 3.0
 
 
 def test_not_a_gguf_file(tmp_path):
@@ -149,12 +150,50 @@ def test_partial_demo_file_is_rebuilt_not_used(tmp_path, monkeypatch):
 
 
 def test_model_too_large_for_free_memory_warns_with_numbers(monkeypatch):
-    import specem_local.engine as engine
+    import specem_local.loading as loading
+    from specem_local.engine import Ensemble
     from tests.conftest import demo_config
 
-    monkeypatch.setattr(engine, "available_memory_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(loading, "available_memory_bytes", lambda: 50 * 2**20)
     with (
         pytest.warns(UserWarning, match=r"need at least 0\.09 GiB .* only 0\.05 GiB is available"),
-        engine.Ensemble(demo_config("smollm2-135m")) as ensemble,
+        Ensemble.from_config(demo_config("smollm2-135m")) as ensemble,
     ):
         assert ensemble.warnings
+
+
+def test_undecodable_prompt_bytes_become_replacement_characters_before_loading(tmp_path):
+    missing = one_model_config(tmp_path, tmp_path / "nope.gguf")
+    for args, stdin in (([b"\xff"], None), (["-"], b"\xff\xfe bad")):
+        result = subprocess.run(
+            [*SPECEM, "run", "--config", str(missing), *args], input=stdin, capture_output=True, cwd=ROOT, timeout=60
+        )
+        errors = result.stderr.decode()
+        assert result.returncode == 1 and "Traceback" not in errors
+        assert "the prompt is not valid UTF-8" in errors and "no file at" in errors  # read before any loading
+    answered = subprocess.run(
+        [*SPECEM, "run", "--max-tokens", "8", "--greedy", "-"], input=b"\xff What is 2 + 2?", capture_output=True
+    )
+    assert answered.returncode == 0 and answered.stdout.strip(), answered.stderr.decode()
+
+
+def test_ctrl_c_during_an_answer_stops_it_cleanly():
+    import signal
+
+    # A shell that starts the tests in the background makes its children ignore SIGINT; the
+    # command a user runs at a terminal does not, so restore the default before specem starts.
+    as_at_a_terminal = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'specem_local.cli', *sys.argv[1:]])"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", as_at_a_terminal, "run", "--max-tokens", "400", "Write a very long story about it."],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout.read(1)  # the first segment has arrived: the answer is under way
+    process.send_signal(signal.SIGINT)
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 130, errors.decode()
+    assert "[stopped]" in errors.decode() and "Traceback" not in errors.decode()

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from specem_local.engine import Ensemble
-from specem_local.events import FinalEvent, RoundEvent
-from specem_local.feedback import pick_winner
-from specem_local.text import copied_fraction
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.segments import copied_fraction
+from specem_local.vote import pick_winner
 from tests.conftest import demo_config
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?"
@@ -22,7 +22,8 @@ def test_events_and_final_record(trio):
     assert final.text == "".join(e.text for e in rounds)
     assert final.rounds == len(rounds) and sum(final.wins.values()) == len(rounds)
     assert final.finish_reason in ("eos", "length") and final.tokens <= 30
-    assert final.models_per_round == 3.0
+    assert final.drafters_per_round == 3.0
+    assert isinstance(events[0], StartEvent) and events[0].weights == trio.starting_weights()
     for event in rounds:
         assert event.author in trio.model_names
         assert sum(event.weights.values()) == pytest.approx(1.0)
@@ -53,16 +54,26 @@ def test_cancel_then_answer_equals_fresh_answer(trio):
     final = list(stream)[-1]
     assert final.finish_reason == "cancelled"
     after_cancel = trio.generate(QUESTION, **settings).text
-    with Ensemble(demo_config(max_tokens=40)) as fresh:
+    with Ensemble.from_config(demo_config(max_tokens=40)) as fresh:
         assert fresh.generate(QUESTION, **settings).text == after_cancel
 
 
-def test_cancel_mid_draft_from_another_thread(trio):
-    timer = threading.Timer(0.3, trio.cancel)
-    timer.start()
-    final = trio.generate(QUESTION, max_tokens=200)
-    timer.join()
-    assert final.finish_reason == "cancelled"
+def test_cancel_from_another_thread_while_answering(trio):
+    first_round = threading.Event()
+    outcome = {}
+
+    def answer():
+        for event in trio.stream(QUESTION, max_tokens=200):
+            if isinstance(event, RoundEvent):
+                first_round.set()
+            outcome["last"] = event
+
+    worker = threading.Thread(target=answer)
+    worker.start()
+    assert first_round.wait(60)
+    trio.cancel()  # from this thread, while the worker drafts or verifies the next round
+    worker.join(60)
+    assert outcome["last"].finish_reason == "cancelled" and outcome["last"].tokens < 200
     assert trio.generate("Say hi.", max_tokens=8).finish_reason in ("eos", "length")
 
 
@@ -102,16 +113,19 @@ def test_multi_turn_chat(trio):
     assert "Ada" in final.text
 
 
-def test_two_models_weights_move():
-    with Ensemble(demo_config("qwen2.5-coder-0.5b", "smollm2-135m", max_tokens=40)) as pair:
-        events = [e for e in pair.stream(QUESTION, greedy=True) if isinstance(e, RoundEvent)]
-    votes = [e for e in events if e.decision == "vote"]
-    assert votes
-    assert any(abs(e.weights["qwen2.5-coder-0.5b"] - 0.5) > 0.01 for e in votes)
+def test_two_models_weights_move_with_feedback_and_stay_without():
+    """With K = 2 the reference's reward is always 1 and the weights never move; ours do."""
+    with Ensemble.from_config(demo_config("qwen2.5-coder-0.5b", "smollm2-135m", max_tokens=40)) as pair:
+        start = pair.starting_weights()
+        learned = [e for e in pair.stream(QUESTION, greedy=True) if isinstance(e, RoundEvent)]
+        fixed = [e for e in pair.stream(QUESTION, greedy=True, feedback=False) if isinstance(e, RoundEvent)]
+    assert any(e.decision == "vote" for e in learned)
+    assert all(e.weights == start for e in fixed)
+    assert any(abs(e.weights["qwen2.5-coder-0.5b"] - start["qwen2.5-coder-0.5b"]) > 0.01 for e in learned)
 
 
 def test_one_model_is_plain_generation():
-    with Ensemble(demo_config("smollm2-135m")) as single:
+    with Ensemble.from_config(demo_config("smollm2-135m")) as single:
         assert single.plain_generation
         final = single.generate("Say hello.", greedy=True, max_tokens=20)
     assert final.plain_generation and final.text and set(final.wins) == {"smollm2-135m"}
@@ -119,9 +133,14 @@ def test_one_model_is_plain_generation():
 
 def test_fast_finish_and_model_exit(trio):
     final = trio.generate(QUESTION, model_exit=True, exit_warmup_rounds=1, exit_share=0.9, max_tokens=60)
-    assert final.models_per_round < 3.0
-    events = list(trio.stream("Say yes.", fast_finish=True, max_tokens=30))
-    assert events[-1].finish_reason in ("eos", "length")
+    assert final.drafters_per_round < 3.0
+    events = list(trio.stream("Say yes.", fast_finish=True, greedy=True, max_tokens=30))
+    finishing = [e for e in events if isinstance(e, RoundEvent) and e.decision == "fast-finish"]
+    assert finishing and finishing[-1] is events[-2] and events[-1].finish_reason == "eos"
+    assert (
+        finishing[-1].verify_seconds == {}
+        and next(c for c in finishing[-1].candidates if c.model == finishing[-1].author).ended
+    )
 
 
 def test_ignore_eos_answers_to_the_length_limit(trio):
@@ -136,7 +155,7 @@ def test_separate_drafter_and_verifier_sets():
     from dataclasses import replace
 
     models = (replace(config.models[0], role="verify"), config.models[1], replace(config.models[2], role="draft"))
-    with Ensemble(replace(config, models=models)) as ensemble:
+    with Ensemble.from_config(replace(config, models=models)) as ensemble:
         events = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
     assert all(e.author != "qwen2.5-coder-0.5b" for e in events)
     assert all("smollm2-135m" not in e.weights for e in events)
@@ -147,7 +166,7 @@ def test_context_full_stops_cleanly():
 
     config = demo_config("smollm2-135m", max_tokens=500)
     config = replace(config, models=(replace(config.models[0], n_ctx=128),))
-    with Ensemble(config) as small:
+    with Ensemble.from_config(config) as small:
         final = small.generate("Write a long story about the sea.", greedy=True)
         assert final.finish_reason == "context" and final.text
         assert small.generate("Say hi.", greedy=True, max_tokens=5).finish_reason in ("eos", "length")

@@ -5,9 +5,10 @@ import threading
 import numpy as np
 import pytest
 
-from specem_local.backend import BatchRow, LlamaModel
-from specem_local.engine import prompt_format_for
+from specem_local.backend import LlamaModel
+from specem_local.loading import prompt_format_for
 from specem_local.member import Member, segment_score
+from specem_local.model import BatchRow
 from specem_local.prompting import Message
 from specem_local.sources import DEMO_MODELS, assemble_demo
 from tests.conftest import demo_config
@@ -114,7 +115,7 @@ def test_drafts_end_on_a_whole_word_without_discarding_tokens(length):
     m = member("qwen2.5-coder-0.5b")
     draft = m.draft(length, greedy_sampler(), threading.Event())
     m.model.close()
-    assert draft.aligned and len(draft.tokens) == draft.sampled  # every drafted token kept
+    assert draft.aligned and len(draft.text_tokens) == draft.sampled  # every drafted token kept
     assert draft.sampled >= length or draft.ended
     following = m.model.token_bytes(greedy_sampler()(draft.rows[-1]))
     assert draft.ended or following[:1].isspace() or not draft.text[-1].isalnum()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from specem_tui.app import SpecemChatApp
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
@@ -14,51 +15,12 @@ from specem_tui.screens.settings import SettingsScreen
 from specem_tui.storage import chats_dir, list_chats
 from specem_tui.widgets.answer import AnswerView, SegmentText
 from specem_tui.widgets.weights import WeightsPanel
-
 from tests.conftest import demo_config
+from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
+
+__all__ = ["data_dir"]  # the autouse fixture
 
 pytestmark = pytest.mark.models
-
-
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-async def wait_until(pilot, condition, seconds: float = 120) -> None:
-    for _ in range(int(seconds * 10)):
-        if condition():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError("timed out waiting for the app")
-
-
-def chat_ready(app) -> bool:
-    """The chat screen is mounted (its Header too: setting a title earlier races Textual) and
-    the prompt has focus (keys typed earlier are lost)."""
-    screen = app.screen
-    return (
-        isinstance(screen, ChatScreen)
-        and bool(screen.query("HeaderTitle"))
-        and app.focused is not None
-        and (app.focused.id == "prompt")
-    )
-
-
-async def ask(pilot, app, text: str) -> None:
-    """Type a question and send it; returns once the user turn and the answer turn exist."""
-    await wait_until(pilot, lambda: chat_ready(app))
-    before = len(app.screen.chat.turns)
-    await pilot.press(*text)
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: len(app.screen.chat.turns) >= before + 2)
-
-
-def answered(app) -> bool:
-    screen = app.screen
-    return isinstance(screen, ChatScreen) and screen.answering is None and bool(screen.chat.turns)
 
 
 async def test_answer_authors_weights_inspector_and_saved_chat():
@@ -69,9 +31,9 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         await wait_until(pilot, lambda: answered(app))
         screen = app.screen
         turn = screen.chat.turns[-1]
-        assert turn.role == "assistant" and turn.final["finish_reason"] in ("eos", "length")
-        assert turn.rounds and all(r["author"] in app.ensemble.model_names for r in turn.rounds)
-        assert turn.content == "".join(r["text"] for r in turn.rounds)
+        assert turn.role == "assistant" and turn.final.finish_reason in ("eos", "length")
+        assert turn.rounds and all(r.author in app.ensemble.model_names for r in turn.rounds)
+        assert turn.content == "".join(r.text for r in turn.rounds)
         panel = screen.query_one(WeightsPanel)
         assert sum(panel.weights.values()) == pytest.approx(1.0)
         assert sum(panel.wins.values()) == len(turn.rounds)
@@ -81,7 +43,7 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         await pilot.press("right", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
         inspector = app.screen
-        voted = next(i for i, r in enumerate(turn.rounds) if r["decision"] == "vote")
+        voted = next(i for i, r in enumerate(turn.rounds) if r.decision == "vote")
         inspector.index = voted
         inspector.show_round()
         assert inspector.query_one("DataTable").row_count == 3  # K candidates
@@ -91,7 +53,7 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         # a mouse click on the first segment opens the inspector at round 1
         view.focus()
         view.show_markdown = False
-        await pilot.pause(0.2)
+        await wait_until(pilot, lambda: view.query_one(SegmentText).display and view.query_one(SegmentText).size.width)
         await pilot.click(SegmentText, offset=(1, 0))
         await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
         assert app.screen.index == 0
@@ -99,14 +61,14 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
 
         await pilot.press("ctrl+e")  # export to Markdown in the current folder
-        await pilot.pause(0.2)
         exported = Path.cwd() / f"specem-chat-{screen.chat.id}.md"
+        await wait_until(pilot, exported.exists, 5)
         assert exported.read_text().startswith("# Natalia sold") and "## Ensemble" in exported.read_text()
 
     saved = list_chats()
     assert len(saved) == 1 and saved[0].turns[-1].content == turn.content
     data = json.loads((chats_dir() / f"{saved[0].id}.json").read_text())
-    assert data["version"] == 1
+    assert data["version"] == 2
 
     # the chat reloads in a new app, through the history screen
     app = SpecemChatApp(demo_config(max_tokens=40, greedy=True))
@@ -130,7 +92,7 @@ async def test_escape_stops_a_long_answer_and_keeps_it():
         await pilot.press("escape")
         await wait_until(pilot, lambda: answered(app), 30)
         turn = screen.chat.turns[-1]
-        assert turn.stopped and turn.content and turn.final["tokens"] < 400
+        assert turn.stopped and turn.content and turn.final.tokens < 400
     assert list_chats()[0].turns[-1].stopped
 
 
@@ -148,7 +110,7 @@ async def test_settings_apply_to_the_next_answer():
         await ask(pilot, app, "Say hello.")
         await wait_until(pilot, lambda: answered(app))
         final = app.screen.chat.turns[-1].final
-        assert final["plain_generation"] and set(final["wins"]) == {"qwen2.5-coder-0.5b"}
+        assert final.plain_generation and set(final.wins) == {"qwen2.5-coder-0.5b"}
 
 
 async def test_a_model_that_fails_to_load_is_reported_and_the_rest_run(tmp_path):

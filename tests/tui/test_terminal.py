@@ -33,6 +33,14 @@ def wait_for(text: str, seconds: float) -> str:
     raise AssertionError(f"{text!r} did not appear; screen:\n{pane()}")
 
 
+def wait_until_gone(seconds: float) -> None:
+    deadline = time.time() + seconds
+    while subprocess.run(["tmux", "has-session", "-t", SESSION], capture_output=True).returncode == 0:
+        if time.time() > deadline:
+            raise AssertionError(f"specem-chat did not quit; screen:\n{pane()}")
+        time.sleep(0.2)
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
 def test_real_binary_answers_in_a_real_terminal(tmp_path):
     binary = Path(sys.executable).with_name("specem-chat")
@@ -51,6 +59,6 @@ def test_real_binary_answers_in_a_real_terminal(tmp_path):
         assert "Paris" in screen
         assert "Weights" in screen and "wins" in screen
         tmux("send-keys", "-t", SESSION, "C-q")
-        time.sleep(1)
+        wait_until_gone(30)  # the app quits and its session ends
     finally:
         subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)

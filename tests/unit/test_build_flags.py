@@ -1,4 +1,6 @@
-from specem_local.build_flags import choose_cmake_args, cmake_args_for_x86, cpu_flags_from_cpuinfo
+"""scripts/build_flags.py: the CMake flags the set-up builds llama.cpp with."""
+
+from build_flags import choose_cmake_args, cmake_args_for_x86, cpu_flags_from_cpuinfo  # scripts/ (pytest pythonpath)
 
 CPUINFO = "processor\t: 0\nflags\t\t: fpu sse avx avx2 fma f16c bmi2 avx512f avx512_vnni amx_tile amx_int8\n"
 

@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import find_config_path, load_config, parse_config, with_overrides
+from specem_local.config import find_config_path, load_config, parse_config
 from specem_local.errors import SpecemError
+from specem_local.settings import EnsembleSettings, with_overrides
 
 GOOD = """
 [ensemble]
@@ -111,3 +112,16 @@ def test_overrides_are_validated():
     assert with_overrides(settings, temperature=0.2, seed=None).temperature == 0.2
     with pytest.raises(SpecemError, match="top_p"):
         with_overrides(settings, top_p=0)
+
+
+def test_the_built_in_models_toml_lists_every_setting_at_its_default_in_its_group():
+    from specem_local.config import tomllib
+    from specem_local.settings import GROUPS, LoadSettings, describe
+
+    text = (Path(__file__).resolve().parents[2] / "specem_local" / "data" / "models.toml").read_text()
+    config = parse(text)
+    assert config.ensemble == EnsembleSettings() and config.load == LoadSettings()
+    written = list(tomllib.loads(text)["ensemble"])
+    described = [item for cls in (EnsembleSettings, LoadSettings) for item in describe(cls)]
+    assert written == [item.name for group in GROUPS for item in described if item.group == group]
+    assert all(f"# -- {title}" in text for title in GROUPS.values())

@@ -1,56 +1,9 @@
+"""The online feedback (pure): rewards, Hedge, starting weights, model exit."""
+
 import numpy as np
 import pytest
 
-from specem_local import feedback
-
-
-def test_logit_normalisation_matches_paper_for_positive_scores():
-    row = np.array([2.3, 2.6, 3.2])
-    np.testing.assert_allclose(feedback.normalise_logit_row(row), [0.284, 0.321, 0.395], atol=1e-3)
-
-
-@pytest.mark.parametrize("row", [[-1.0, 2.0, 0.5], [0.0, 0.0, 3.0], [-5.0, -4.0, -3.0], [0.0, 1.0]])
-def test_logit_normalisation_is_a_distribution_for_any_real_scores(row):
-    out = feedback.normalise_logit_row(np.array(row))
-    assert np.all(out > 0) and out.sum() == pytest.approx(1.0)
-    assert list(np.argsort(out)) == list(np.argsort(row))  # order kept
-
-
-@pytest.mark.parametrize("row", [[0.0, 0.0, 0.0], [-2.0, -2.0], [3.0, 3.0, 3.0]])
-def test_equal_scores_give_uniform(row):
-    np.testing.assert_allclose(feedback.normalise_logit_row(np.array(row)), 1 / len(row))
-    np.testing.assert_allclose(feedback.normalise_logprob_row(np.array(row)), 1 / len(row))
-
-
-def test_logprob_normalisation_is_softmax():
-    out = feedback.normalise_logprob_row(np.array([-1.0, -2.0]))
-    assert out[0] == pytest.approx(1 / (1 + np.exp(-1)))
-
-
-def test_segment_normalisation_compares_whole_segments():
-    # a judge's mean log-probabilities of three 10-token candidates (a measured round)
-    row = np.array([-0.28, -1.03, -0.49])
-    per_token = feedback.normalise_logprob_row(row)
-    per_segment = feedback.normalise_logprob_row(row, tokens=10)
-    assert per_token.max() < 0.45  # flat: the judge barely prefers its favourite
-    assert per_segment[0] == pytest.approx(1 / (1 + np.exp(-7.5) + np.exp(-2.1)))  # ~0.89
-    assert np.argsort(per_token).tolist() == np.argsort(per_segment).tolist()
-    scores = np.array([row, [np.nan, -1.0, -1.5]])
-    out = feedback.normalise(scores, "logprob", tokens=10)
-    np.testing.assert_allclose(out[0], per_segment)
-    assert np.isnan(out[1, 0]) and out[1, 1] == pytest.approx(1 / (1 + np.exp(-5)))
-    np.testing.assert_allclose(feedback.normalise(scores[:1], "logit", tokens=10)[0], feedback.normalise_logit_row(row))
-
-
-def test_normalise_skips_missing_scores():
-    scores = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
-    out = feedback.normalise(scores, "logit")
-    assert out[0, 0] == pytest.approx(0.25) and np.isnan(out[0, 1]) and np.isnan(out[1]).all()
-
-
-def test_combine_weights_verifiers():
-    shares = np.array([[0.9, 0.1], [0.2, 0.8]])
-    np.testing.assert_allclose(feedback.combine(shares, np.array([0.75, 0.25])), [0.725, 0.275])
+from specem_local import feedback, vote
 
 
 def test_wins_exclude_self_judgement():
@@ -96,19 +49,11 @@ def test_initial_weights_uniform_or_by_size():
     np.testing.assert_allclose(feedback.initial_weights(verifies, sizes, "size"), [0.75, 0.25, 0.0])
 
 
-def test_self_votes_removed_from_the_vote():
-    shares = np.array([[0.8, 0.2], [0.3, 0.7]])
-    votes = feedback.mask_self_judgements(shares, {0: [0], 1: [1]})
-    assert np.isnan(votes[0, 0]) and np.isnan(votes[1, 1])
-    # each candidate is now judged only by the other model
-    np.testing.assert_allclose(feedback.combine(votes, np.array([0.5, 0.5])), [0.3, 0.2])
-
-
 def test_identical_drafts_become_one_candidate():
-    groups = feedback.merge_identical({0: "is 4 pairs", 1: "is $2 + $7", 2: "is $2 + $7"}, np.array([0.2, 0.3, 0.5]))
+    groups = vote.merge_identical({0: "is 4 pairs", 1: "is $2 + $7", 2: "is $2 + $7"}, np.array([0.2, 0.3, 0.5]))
     assert groups == {0: [0], 2: [2, 1]}  # the higher-weight author represents the text
     scores = np.array([[0.9, np.nan, 0.1], [0.2, np.nan, 0.8], [0.3, np.nan, 0.7]])
-    masked = feedback.mask_self_judgements(scores, groups)
+    masked = vote.mask_self_judgements(scores, groups)
     assert np.isnan(masked[1, 2]) and np.isnan(masked[2, 2]) and masked[0, 2] == 0.1
     reward = feedback.rewards(scores, groups)
     assert reward[1] == reward[2]  # co-authors share the reward
@@ -124,31 +69,3 @@ def test_weighted_judges_trust_the_heavier_judge():
     weighted = feedback.rewards(shares, {0: [0], 1: [1]}, judge_weights=np.array([1.0, 1.0, 1.8, 0.2]))
     assert equal[0] == equal[1]
     assert weighted[1] > weighted[0]
-
-
-def test_log_pooling_lets_a_trusted_verifier_veto():
-    # verifier 0 (weight 0.6) nearly rules out candidate 1; verifiers 1 and 2 like it a lot
-    shares = np.array([[0.98, 0.02], [0.3, 0.7], [0.3, 0.7]])
-    weights = np.array([0.6, 0.2, 0.2])
-    linear = feedback.combine(shares, weights)
-    pooled = feedback.combine_log(shares, weights)
-    assert linear[0] > linear[1] and pooled[0] > pooled[1]
-    assert pooled[0] - pooled[1] > linear[0] - linear[1]
-    assert pooled.sum() == pytest.approx(1.0)
-    even = feedback.combine_log(np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([0.5, 0.5]))
-    np.testing.assert_allclose(even, [0.5, 0.5])
-    partial = feedback.combine_log(np.array([[0.9, np.nan], [0.4, 0.6]]), np.array([0.5, 0.5]))
-    assert not np.isnan(partial).any() and partial.sum() == pytest.approx(1.0)
-
-
-def test_loop_guard_lets_new_text_beat_a_copied_favourite():
-    combined = np.array([0.7, 0.2, 0.1])
-    assert feedback.pick_winner([0, 1, 2], combined) == 0
-    assert feedback.pick_winner([0, 1, 2], combined, np.array([1.0, 0.0, 0.0])) == 1
-    # a partial copy is discounted, not excluded: 0.7 * 0.5 still beats 0.2
-    assert feedback.pick_winner([0, 1, 2], combined, np.array([0.5, 0.0, 0.0])) == 0
-
-
-def test_loop_guard_falls_back_to_the_vote_when_every_candidate_copies():
-    combined = np.array([0.2, 0.7, 0.1])
-    assert feedback.pick_winner([0, 1, 2], combined, np.ones(3)) == 1

@@ -66,3 +66,9 @@ def test_as_messages():
         as_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     with pytest.raises(SpecemError, match="role must be one of"):
         as_messages([{"role": "robot", "content": "a"}])
+
+
+@pytest.mark.parametrize("content", ["bad \udcff byte", None, 42])
+def test_message_text_must_be_text(content):
+    with pytest.raises(SpecemError, match="message"):
+        Message("user", content)

@@ -1,7 +1,7 @@
 import numpy as np
 
-from specem_local.config import EnsembleSettings
 from specem_local.sampling import filtered_probabilities, make_sampler
+from specem_local.settings import EnsembleSettings
 
 
 def test_greedy_picks_argmax():

@@ -1,7 +1,9 @@
 """The conversation: messages, the streaming answer, the weights panel and the input box.
 
-Answers are generated in a thread worker (llama.cpp calls block); the worker hands every engine
-event to the UI thread with ``call_from_thread``. The UI thread never calls the models.
+Answers are generated in a thread worker (llama.cpp calls block). The worker never waits on
+the UI: it posts each engine event as a message (``AnswerEvent``), and ``AnswerFailed`` if the
+answer fails; the UI thread handles them in order and never calls the models. Each answer has
+its own cancel token, made when the message is sent, so Esc works from the first moment.
 """
 
 from __future__ import annotations
@@ -9,6 +11,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from specem_local.engine import AnswerStream, Ensemble
+from specem_local.errors import SpecemError
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_tui.screens.help import HelpScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
@@ -17,16 +30,24 @@ from specem_tui.storage import Chat, Turn, export_markdown, load_chat, save_chat
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
-from textual import work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
 
-from specem_local.engine import Ensemble
-from specem_local.errors import SpecemError
-from specem_local.events import FinalEvent, RoundEvent
+
+class AnswerEvent(Message):
+    """An engine event for the answer being written."""
+
+    def __init__(self, answer: AnswerStream, event: Event) -> None:
+        super().__init__()
+        self.answer = answer
+        self.event = event
+
+
+class AnswerFailed(Message):
+    """The answer stopped with an error (before or after it began to stream)."""
+
+    def __init__(self, answer: AnswerStream | None, error: str) -> None:
+        super().__init__()
+        self.answer = answer
+        self.error = error
 
 
 class ChatScreen(Screen[None]):
@@ -46,7 +67,9 @@ class ChatScreen(Screen[None]):
         self.colours = colours
         self.chat = chat or Chat()
         self.settings = ChatSettings(ensemble.settings, tuple(ensemble.model_names))
-        self.answering: AnswerView | None = None
+        self.answer: AnswerStream | None = None  # the answer being written
+        self.answering: AnswerView | None = None  # where it is shown
+        self.asked: UserMessage | None = None  # and the question it answers
         self.title = f"specem-chat — {self.chat.title}"  # set before the Header mounts (no race)
 
     def compose(self) -> ComposeResult:
@@ -54,7 +77,7 @@ class ChatScreen(Screen[None]):
         with Horizontal(id="main"):
             yield VerticalScroll(id="conversation")
             with Vertical(id="sidebar"):
-                yield WeightsPanel(self.ensemble.model_names, self.colours)
+                yield WeightsPanel(self.ensemble.starting_weights(), self.ensemble.model_names, self.colours)
                 yield Static(self.status_text(), id="status")
         yield PromptInput()
         yield Footer()
@@ -90,63 +113,82 @@ class ChatScreen(Screen[None]):
 
     # -- asking --------------------------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
-        if self.answering is not None:
+        if self.answer is not None:
             self.notify("Still answering; Esc stops it.", severity="warning")
             return
-        prompt = self.query_one(PromptInput)
-        prompt.clear()
+        settings = self.settings
+        history = [*self.chat.messages(), {"role": "user", "content": message.text}]
+        try:  # a bad setting or model choice fails here, before anything is shown
+            answer = self.ensemble.stream(
+                history, models=list(settings.models), **dataclasses.asdict(settings.ensemble)
+            )
+        except SpecemError as error:
+            self.notify(str(error), severity="error", timeout=10)
+            return
+        self.query_one(PromptInput).clear()
         if not self.chat.turns:
             self.chat.title = message.text.splitlines()[0][:50]
             self.title = f"specem-chat — {self.chat.title}"
-        self.chat.turns.append(Turn("user", message.text))
+        user_turn, answer_turn = Turn("user", message.text), Turn("assistant", "")
+        self.chat.turns += [user_turn, answer_turn]
         self.save()
-        answer = Turn("assistant", "")
         conversation = self.query_one("#conversation", VerticalScroll)
-        conversation.mount(UserMessage(self.chat.turns[-1]))
-        self.answering = AnswerView(answer, self.colours)
-        conversation.mount(self.answering)
+        self.asked, self.answering = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
+        conversation.mount(self.asked, self.answering)
         conversation.scroll_end(animate=False)
-        self.query_one(WeightsPanel).reset(list(self.settings.models))
-        messages = self.chat.messages()
-        self.chat.turns.append(answer)
-        self.generate(messages, self.settings)
+        self.answer = answer
+        self.generate(answer)
 
     @work(thread=True, exclusive=True, group="answer")
-    def generate(self, messages: list[dict[str, str]], settings: ChatSettings) -> None:
-        overrides = dataclasses.asdict(settings.ensemble)
+    def generate(self, answer: AnswerStream) -> None:
+        """Runs in a worker thread: stream the answer, posting each event to the UI."""
         try:
-            for event in self.ensemble.stream(messages, models=list(settings.models), **overrides):
-                self.app.call_from_thread(self.on_engine_event, event)
+            for event in answer:
+                self.post_message(AnswerEvent(answer, event))
         except SpecemError as error:
-            self.app.call_from_thread(self.on_answer_failed, str(error))
+            self.post_message(AnswerFailed(answer, str(error)))
+        except Exception as error:  # a bug must not take the app, or the answer so far, with it
+            self.post_message(AnswerFailed(answer, f"unexpected {type(error).__name__}: {error}"))
 
-    def on_engine_event(self, event: RoundEvent | FinalEvent) -> None:
-        view = self.answering
-        if view is None:
+    def on_answer_event(self, message: AnswerEvent) -> None:
+        view, event = self.answering, message.event
+        if view is None or message.answer is not self.answer:
             return
-        if isinstance(event, RoundEvent):
-            data = event.to_dict()
-            view.add_round(data)
-            self.query_one(WeightsPanel).add_round(data)
+        if isinstance(event, StartEvent):
+            self.query_one(WeightsPanel).reset(event.weights, event.models)
+        elif isinstance(event, RoundEvent):
+            view.add_round(event)
+            self.query_one(WeightsPanel).add_round(event)
             self.query_one("#conversation", VerticalScroll).scroll_end(animate=False)
+        elif isinstance(event, FinalEvent):
+            view.turn.content = event.text
+            view.turn.final = event
+            self.end_answer()
+
+    def on_answer_failed(self, message: AnswerFailed) -> None:
+        """Before the first segment: take the question back into the input box. After it:
+        keep the answer so far, marked as failed. Either way, say why."""
+        view = self.answering
+        if view is None or message.answer is not self.answer:
             return
-        view.turn.content = event.text
-        view.turn.final = event.to_dict()
-        view.finish()
-        self.answering = None
+        self.notify(message.error, severity="error", timeout=10)
+        if view.turn.rounds:
+            view.turn.error = message.error
+            self.end_answer()
+            return
+        user_turn = self.chat.turns[-2]
+        del self.chat.turns[-2:]
+        view.remove()
+        if self.asked is not None:
+            self.asked.remove()
+        self.query_one(PromptInput).text = user_turn.content
+        self.answer = self.answering = self.asked = None
         self.save()
 
-    def on_answer_failed(self, error: str) -> None:
-        """The answer could not start: say why and give the prompt back."""
-        view = self.answering
-        self.answering = None
-        if view is not None:
-            view.remove()
-            self.chat.turns.pop()
-            user_turn = self.chat.turns.pop()
-            self.query_one("#conversation", VerticalScroll).children[-1].remove()
-            self.query_one(PromptInput).text = user_turn.content
-        self.notify(error, severity="error", timeout=10)
+    def end_answer(self) -> None:
+        assert self.answering is not None
+        self.answering.finish()
+        self.answer = self.answering = self.asked = None
         self.save()
 
     def save(self) -> None:
@@ -161,18 +203,18 @@ class ChatScreen(Screen[None]):
 
     # -- actions -------------------------------------------------------------------------------------
     def action_stop(self) -> None:
-        if self.answering is not None:
-            self.ensemble.cancel()
+        if self.answer is not None:
+            self.answer.cancel()
 
     def action_new_chat(self) -> None:
-        if self.answering is not None:
+        if self.answer is not None:
             self.notify("Stop the answer first (Esc).", severity="warning")
             return
         self.show_chat(Chat())
         self.query_one(PromptInput).focus()
 
     def action_history(self) -> None:
-        if self.answering is not None:
+        if self.answer is not None:
             self.notify("Stop the answer first (Esc).", severity="warning")
             return
 
@@ -180,7 +222,7 @@ class ChatScreen(Screen[None]):
             if chat_id:
                 try:
                     self.show_chat(load_chat(chat_id))
-                except (OSError, ValueError, KeyError) as error:
+                except (OSError, ValueError) as error:
                     self.notify(f"Could not open that chat: {error}", severity="error")
 
         self.app.push_screen(HistoryScreen(), resume)

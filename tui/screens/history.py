@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 
-from specem_tui.storage import list_chats
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList
 from textual.widgets.option_list import Option
+
+from specem_tui.storage import list_chats
 
 
 class HistoryScreen(ModalScreen[str | None]):

@@ -1,5 +1,6 @@
 """The candidate inspector: every model's candidate for one round, each verifier's score,
-the combined vote, and why the winner won. Left/Right step through the rounds."""
+the combined vote, and why the winner won (as the vote itself says: ``vote.explain``).
+Left/Right step through the rounds."""
 
 from __future__ import annotations
 
@@ -11,36 +12,8 @@ from textual.screen import ModalScreen
 from textual.style import Style
 from textual.widgets import DataTable, Footer, Static
 
-DECISIONS = {
-    "vote": "won the weighted vote",
-    "fast-finish": "ended the answer first (fast finish: no vote)",
-    "only-candidate": "was the only non-empty draft (no vote needed)",
-}
-
-
-def explain(event: dict) -> str:
-    """One or two sentences on why this round's winner won."""
-    author = event["author"]
-    text = f"Round {event['index']}: {author} {DECISIONS.get(event['decision'], event['decision'])}"
-    voted = [c for c in event["candidates"] if c["combined"] is not None]
-    if event["decision"] == "vote" and len(voted) > 1:
-        ranked = sorted(voted, key=lambda c: c["combined"], reverse=True)
-        best = next((c for c in voted if c["model"] == author), ranked[0])
-        runner_up = next(c for c in ranked if c is not best)
-        text += f" with {best['combined']:.3f} against {runner_up['combined']:.3f} ({runner_up['model']})."
-        if runner_up["combined"] > best["combined"] and runner_up.get("copied"):
-            text += (
-                f" The loop guard discounted {runner_up['model']}: {runner_up['copied']:.0%} of it repeats the answer."
-            )
-        favourites = [
-            verifier
-            for verifier in best["shares"]
-            if all(best["shares"][verifier] >= c["shares"].get(verifier, 0) for c in voted)
-        ]
-        if favourites:
-            text += f" Ranked first by: {', '.join(favourites)}."
-    weights = ", ".join(f"{name} {weight:.2f}" for name, weight in event["weights"].items())
-    return f"{text}\nWeights after this round: {weights}."
+from specem_local.events import RoundEvent
+from specem_local.vote import explain
 
 
 class InspectorScreen(ModalScreen[None]):
@@ -50,7 +23,7 @@ class InspectorScreen(ModalScreen[None]):
         Binding("right,n", "step(1)", "Next round", priority=True),
     ]
 
-    def __init__(self, rounds: list[dict], index: int, colours: dict[str, str]) -> None:
+    def __init__(self, rounds: list[RoundEvent], index: int, colours: dict[str, str]) -> None:
         super().__init__()
         self.rounds = rounds
         self.index = index
@@ -68,41 +41,41 @@ class InspectorScreen(ModalScreen[None]):
         self.query_one(DataTable).focus()
 
     @property
-    def event(self) -> dict:
+    def event(self) -> RoundEvent:
         return self.rounds[self.index]
 
     def show_round(self) -> None:
         event = self.event
-        self.query_one("#inspector").border_title = f"Round {event['index']} of {len(self.rounds)}  (←/→ rounds)"
+        self.query_one("#inspector").border_title = f"Round {event.index} of {len(self.rounds)}  (←/→ rounds)"
         self.query_one("#why", Static).update(explain(event))
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        verifiers = list(event["weights"])
+        verifiers = list(event.weights)
         table.add_column("", width=1)
-        table.add_column("model", width=max(len(c["model"][:16]) for c in event["candidates"]))
+        table.add_column("model", width=max(len(c.model[:16]) for c in event.candidates))
         table.add_columns("vote", *[f"by {v[:9]}" for v in verifiers])
-        for candidate in sorted(event["candidates"], key=lambda c: -(c["combined"] or 0)):
-            colour = Style.parse(self.colours.get(candidate["model"], "white"))
+        for candidate in sorted(event.candidates, key=lambda c: -(c.combined or 0)):
+            colour = Style.parse(self.colours.get(candidate.model, "white"))
             cells: list[str | Content] = [
-                "★" if candidate["model"] == event["author"] else "",
-                Content.styled(candidate["model"][:16], colour),
-                "-" if candidate["combined"] is None else f"{candidate['combined']:.3f}",
+                "★" if candidate.model == event.author else "",
+                Content.styled(candidate.model[:16], colour),
+                "-" if candidate.combined is None else f"{candidate.combined:.3f}",
             ]
             for verifier in verifiers:
-                share = candidate["shares"].get(verifier)
+                share = candidate.shares.get(verifier)
                 cells.append("-" if share is None else f"{share:.3f}")
-            table.add_row(*cells, key=candidate["model"])
-        self.show_detail(event["author"])
+            table.add_row(*cells, key=candidate.model)
+        self.show_detail(event.author)
 
     def show_detail(self, model: str) -> None:
         """The highlighted candidate in full, with each verifier's raw score."""
-        candidate = next(c for c in self.event["candidates"] if c["model"] == model)
-        raw = ", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate["scores"].items())
-        ended = " (ends the answer)" if candidate["ended"] else ""
+        candidate = next(c for c in self.event.candidates if c.model == model)
+        raw = ", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate.scores.items())
+        ended = " (ends the answer)" if candidate.ended else ""
         self.query_one("#detail", Static).update(
             Content.assemble(
                 (f"{model}{ended}: ", Style.parse(self.colours.get(model, "white"))),
-                candidate["text"],
+                candidate.text,
                 f"\nraw scores (mean per token): {raw or 'none'}",
             )
         )

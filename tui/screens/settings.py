@@ -1,26 +1,69 @@
-"""Settings for the next answer: segment length, temperature, scoring, feedback, fast finish,
-model exit, and which models take part."""
+"""Settings for the next answer: every per-answer ``[ensemble]`` setting, grouped as in
+``settings.GROUPS`` and built from the same description as the models.toml checks and the
+``specem`` flags, and which models take part."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Switch
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Switch, TextArea
 
-from specem_local.config import SCORING_MODES, EnsembleSettings
+from specem_local.config import tomllib
 from specem_local.errors import SpecemError
+from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe
 
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """What the settings screen edits: [ensemble] overrides and the models taking part."""
+    """What the settings screen edits: the per-answer settings and the models taking part."""
 
     ensemble: EnsembleSettings
     models: tuple[str, ...] = field(default_factory=tuple)
+
+
+def setting_widget(item: Setting, value: Any) -> Widget:
+    """The form control for one setting, by its kind."""
+    widget_id = f"setting-{item.name}"
+    if item.kind == "bool":
+        return Switch(value, id=widget_id)
+    if item.limits.choices:
+        return Select(
+            [(choice, choice) for choice in item.limits.choices], value=value, allow_blank=False, id=widget_id
+        )
+    if item.kind == "strings":  # a TOML array, so any character can be written (\n, quotes)
+        text = "[" + ", ".join(json.dumps(text, ensure_ascii=False) for text in value) + "]"
+        return Input(text, id=widget_id, placeholder='["stop here", "\\n\\n"]')
+    if item.kind == "str":  # free text over several lines (the system prompt)
+        return TextArea(value, id=widget_id, classes="setting-text", show_line_numbers=False)
+    return Input(str(value), id=widget_id, type="integer" if item.kind == "int" else "number")
+
+
+def widget_value(item: Setting, widget: Widget) -> Any:
+    """A control's value as the setting's type; a ``SpecemError`` says what is wrong."""
+    if isinstance(widget, (Switch, Select)):
+        return item.convert(widget.value, "")
+    if isinstance(widget, TextArea):
+        return item.convert(widget.text, "")
+    assert isinstance(widget, Input)
+    text = widget.value.strip()
+    if item.kind == "strings":
+        try:
+            value: Any = tomllib.loads(f"value = {text or '[]'}")["value"]
+        except tomllib.TOMLDecodeError:
+            raise SpecemError(f'{item.name} must be an array of strings, such as ["###", "\\n\\n"]') from None
+    else:
+        try:
+            value = int(text) if item.kind == "int" else float(text)
+        except ValueError:
+            raise SpecemError(f"{item.name} must be {'an integer' if item.kind == 'int' else 'a number'}") from None
+    return item.convert(value, "")
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -34,26 +77,23 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     def compose(self) -> ComposeResult:
         settings = self.current.ensemble
         with VerticalScroll(id="settings"):
-            yield Label("Segment length (tokens)")
-            yield Input(str(settings.segment_tokens), id="segment_tokens", type="integer")
-            yield Label("Temperature (0 = greedy)")
-            yield Input(str(settings.temperature), id="temperature", type="number")
-            yield Label("Scoring")
-            yield Select(
-                [(mode, mode) for mode in SCORING_MODES], value=settings.scoring, allow_blank=False, id="scoring"
-            )
-            for name, label in (
-                ("feedback", "Online weights (feedback)"),
-                ("loop_guard", "Loop guard"),
-                ("fast_finish", "Fast finish"),
-                ("model_exit", "Model exit"),
-            ):
-                with Horizontal(classes="switch-row"):
-                    yield Switch(getattr(settings, name), id=name)
-                    yield Label(label)
-            yield Label("Models taking part")
+            yield Label("Models taking part", classes="settings-group")
             for index, name in enumerate(self.all_models):
                 yield Checkbox(name, name in self.current.models, id=f"model-{index}")
+            for group, title in GROUPS.items():
+                items = [item for item in describe(EnsembleSettings) if item.group == group]
+                if not items:
+                    continue
+                yield Label(title.capitalize(), classes="settings-group")
+                for item in items:
+                    widget = setting_widget(item, getattr(settings, item.name))
+                    if item.kind == "bool":
+                        with Horizontal(classes="switch-row"):
+                            yield widget
+                            yield Label(f"{item.name}: {item.help}")
+                    else:
+                        yield Static(f"{item.name}: {item.help}", classes="setting-label")
+                        yield widget
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
@@ -67,20 +107,12 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
 
     def action_save(self) -> None:
         try:
-            segment = int(self.query_one("#segment_tokens", Input).value)
-            temperature = float(self.query_one("#temperature", Input).value)
-            ensemble = replace(
-                self.current.ensemble,
-                segment_tokens=segment,
-                temperature=temperature,
-                greedy=temperature == 0,
-                scoring=str(self.query_one("#scoring", Select).value),
-                feedback=self.query_one("#feedback", Switch).value,
-                loop_guard=self.query_one("#loop_guard", Switch).value,
-                fast_finish=self.query_one("#fast_finish", Switch).value,
-                model_exit=self.query_one("#model_exit", Switch).value,
-            )
-        except (ValueError, SpecemError) as error:
+            values = {
+                item.name: widget_value(item, self.query_one(f"#setting-{item.name}"))
+                for item in describe(EnsembleSettings)
+            }
+            ensemble = replace(self.current.ensemble, **values)
+        except SpecemError as error:
             self.notify(f"Invalid setting: {error}", severity="error")
             return
         models = tuple(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from specem_tui.storage import Turn
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -11,6 +10,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
+
+from specem_local.events import RoundEvent
+from specem_tui.storage import Turn
 
 
 class UserMessage(Static):
@@ -69,38 +71,43 @@ class AnswerView(Vertical, can_focus=True):
         yield Markdown(classes="markdown")
 
     def on_mount(self) -> None:
-        if self.turn.final is not None:
+        if self.turn.done:
             self.finish()
 
     def segments_content(self) -> Content:
         parts: list[tuple[str, Style] | str] = []
         for index, event in enumerate(self.turn.rounds):
-            style = Style.parse(self.colours.get(event["author"], "white"))
+            style = Style.parse(self.colours.get(event.author, "white"))
             style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)
-            parts.append((event["text"], style))
-        if not self.turn.rounds and self.turn.final is None:
+            parts.append((event.text, style))
+        if not self.turn.rounds and not self.turn.done:
             parts.append("…")
         if self.turn.stopped:
             parts.append((" [stopped]", Style(italic=True, dim=True)))
+        if self.turn.error:
+            parts.append((f" [failed: {self.turn.error}]", Style(italic=True, dim=True)))
         return Content.assemble(*parts)
 
     def refresh_segments(self) -> None:
         self.query_one(SegmentText).update(self.segments_content())
 
-    def add_round(self, event: dict) -> None:
+    def add_round(self, event: RoundEvent) -> None:
         self.turn.rounds.append(event)
-        self.turn.content += event["text"]
+        self.turn.content += event.text
         self.refresh_segments()
 
     def finish(self) -> None:
-        """The answer is complete (or stopped): show the summary and the Markdown view."""
-        final = self.turn.final or {}
-        wins = "  ".join(f"{name} {count}" for name, count in final.get("wins", {}).items() if count)
-        reason = final.get("finish_reason", "")
-        self.border_subtitle = f"{final.get('tokens', 0)} tok · {final.get('seconds', 0):.1f}s · {reason} · {wins}"
-        self.query_one(Markdown).update(self.turn.content + ("\n\n*(stopped)*" if self.turn.stopped else ""))
+        """The answer is complete, stopped or failed: show the summary and the Markdown view."""
+        final = self.turn.final
+        if final is not None:
+            wins = "  ".join(f"{name} {count}" for name, count in final.wins.items() if count)
+            self.border_subtitle = f"{final.tokens} tok · {final.seconds:.1f}s · {final.finish_reason} · {wins}"
+        note = (
+            "\n\n*(stopped)*" if self.turn.stopped else f"\n\n*(failed: {self.turn.error})*" if self.turn.error else ""
+        )
+        self.query_one(Markdown).update(self.turn.content + note)
         self.refresh_segments()
         self.show_markdown = True
 
@@ -113,7 +120,7 @@ class AnswerView(Vertical, can_focus=True):
             self.refresh_segments()
 
     def action_toggle_markdown(self) -> None:
-        if self.turn.final is not None:
+        if self.turn.done:
             self.show_markdown = not self.show_markdown
 
     def action_move(self, step: int) -> None:

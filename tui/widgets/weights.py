@@ -7,13 +7,16 @@ from textual.content import Content
 from textual.style import Style
 from textual.widgets import Static
 
+from specem_local.events import RoundEvent
+
 BAR_WIDTH = 14
 
 
 class WeightsPanel(Static):
-    def __init__(self, names: list[str], colours: dict[str, str]) -> None:
+    def __init__(self, weights: dict[str, float], names: list[str], colours: dict[str, str]) -> None:
         super().__init__(classes="weights")
         self.border_title = "Weights"
+        self.starting = weights
         self.names = names
         self.colours = colours
         self.weights: dict[str, float] = {}
@@ -23,23 +26,23 @@ class WeightsPanel(Static):
         self._draft_seconds: dict[str, float] = {}
 
     def on_mount(self) -> None:
-        self.reset(self.names)
+        self.reset(self.starting, self.names)
 
-    def reset(self, names: list[str]) -> None:
-        """A new answer: equal weights over the models taking part, no wins yet."""
-        self.weights = {name: 1 / len(names) for name in names}
+    def reset(self, weights: dict[str, float], names: list[str] | tuple[str, ...]) -> None:
+        """A new answer: the weights the engine starts from (verifiers only), no wins yet."""
+        self.weights = dict(weights)
         self.wins = dict.fromkeys(names, 0)
         self._draft_tokens = dict.fromkeys(names, 0)
         self._draft_seconds = dict.fromkeys(names, 0.0)
         self.tokens_per_second = {}
         self.update(self.render_panel())
 
-    def add_round(self, event: dict) -> None:
-        self.weights = dict(event["weights"])
-        self.wins[event["author"]] = self.wins.get(event["author"], 0) + 1
-        for name, seconds in event["draft_seconds"].items():
+    def add_round(self, event: RoundEvent) -> None:
+        self.weights = dict(event.weights)
+        self.wins[event.author] = self.wins.get(event.author, 0) + 1
+        for name, seconds in event.draft_seconds.items():
             self._draft_seconds[name] = self._draft_seconds.get(name, 0.0) + seconds
-            self._draft_tokens[name] = self._draft_tokens.get(name, 0) + event["draft_tokens"].get(name, 0)
+            self._draft_tokens[name] = self._draft_tokens.get(name, 0) + event.draft_tokens.get(name, 0)
             if self._draft_seconds[name] > 0:
                 self.tokens_per_second[name] = self._draft_tokens[name] / self._draft_seconds[name]
         self.update(self.render_panel())

@@ -1,6 +1,6 @@
 import pytest
 
-from specem_local.text import (
+from specem_local.segments import (
     copied_fraction,
     ends_at_word_boundary,
     find_stop,

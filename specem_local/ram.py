@@ -1,4 +1,4 @@
-"""Memory facts for warnings and benchmarks: free memory now, this process's peak RSS."""
+"""Host memory (RAM) for warnings and benchmarks: what is free now, this process's peak RSS."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections import Counter
@@ -20,18 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import Config, ensemble_overrides, load_config, tomllib, with_overrides
+from specem_local.config import Config, tomllib
 from specem_local.errors import SpecemError
-from specem_local.scoring_text import (
-    extract_choice,
-    extract_number,
-    majority_right,
-    mcnemar_exact_p,
-    numbers_equal,
-    paired_sign_flip_p,
-    repeated_runs_interval,
-    wilson_interval,
-)
+from specem_local.settings import EnsembleSettings, checked_values, with_overrides
+from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+from specem_research.grading import extract_choice, extract_number, numbers_equal
+from specem_research.stats import mcnemar_exact_p, wilson_interval
 
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
@@ -96,7 +89,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
             table[key.strip()] = tomllib.loads(f"value = {raw.strip()}")["value"]
         except tomllib.TOMLDecodeError:
             table[key.strip()] = raw.strip()
-    return name, ensemble_overrides(table, f"--variant {name}")
+    return name, checked_values(EnsembleSettings, table, f"--variant {name}", "setting")
 
 
 def paired_comparison(records: list[dict[str, Any]], system: str, baseline: str) -> dict[str, Any]:
@@ -142,7 +135,7 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             total = sum(wins.values()) or 1
             entry["segment_share"] = {name: count / total for name, count in wins.items()}
             entry["mean_final_weights"] = weights
-            entry["models_per_round"] = sum(r["models_per_round"] for r in results) / len(results)
+            entry["drafters_per_round"] = sum(map(_drafters_per_round, results)) / len(results)
         report[system] = entry
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
@@ -150,6 +143,11 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             if system not in members:
                 report[system]["vs_best_member"] = paired_comparison(records, system, best)
     return report
+
+
+def _drafters_per_round(result: dict[str, Any]) -> float:
+    """Records written before the field was renamed call it ``models_per_round``."""
+    return result.get("drafters_per_round", result.get("models_per_round", 0.0))
 
 
 def systems_in(records: list[dict[str, Any]]) -> list[str]:
@@ -184,80 +182,9 @@ def read_records(items_path: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
-def pool_runs(runs: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Several runs over the same items (seeds, usually) as one comparison, on the items and
-    systems every run has: per system the correct answers in each run and in all, an interval
-    that treats an item's runs as one draw, and for ensembles a paired test against the best
-    member in which each item counts once (its differences summed over the runs)."""
-    by_id = [{record["id"]: record for record in records} for records in runs]
-    ids = [item for item in by_id[0] if all(item in run for run in by_id[1:])]
-    systems = [name for name in systems_in(runs[0]) if all(name in run[i]["systems"] for run in by_id for i in ids)]
-    if not ids or not systems:
-        raise SpecemError("these runs share no items answered by the same systems; pool runs of one tasks file")
-    pooled = [run[i] for run in by_id for i in ids]
-    members = member_systems(pooled)
-    report = summarise(pooled, systems, [])  # its Wilson interval and McNemar test are replaced below
-    right = {name: [[bool(run[i]["systems"][name]["correct"]) for i in ids] for run in by_id] for name in systems}
-    per_item = {name: [sum(column) for column in zip(*rows)] for name, rows in right.items()}
-    by_majority = {name: _majority_right_per_item(by_id, ids, name) for name in systems}
-    for name, entry in report.items():
-        entry["correct_per_run"] = [sum(row) for row in right[name]]
-        entry["ci95"] = list(repeated_runs_interval(per_item[name], len(runs)))
-        entry["majority_correct"] = round(sum(by_majority[name]), 2)
-        entry["any_run_correct"] = sum(count > 0 for count in per_item[name])
-    if members:
-        best = max(members, key=lambda name: report[name]["correct"])
-        scale = math.lcm(*range(1, len(runs) + 1))  # tie shares are multiples of 1/k, k <= runs: whole numbers
-        for name in systems:
-            if name not in members:
-                differences = [mine - theirs for mine, theirs in zip(per_item[name], per_item[best])]
-                report[name]["vs_best_member"] = {**paired_comparison(pooled, name, best), **_items_test(differences)}
-                votes = [round((mine - theirs) * scale) for mine, theirs in zip(by_majority[name], by_majority[best])]
-                report[name]["majority_vs_best_member"] = {"baseline": best, **_items_test(votes)}
-    return {"runs": len(runs), "items": len(ids), "systems": report}
-
-
-def _items_test(differences: list[int]) -> dict[str, Any]:
-    """Items where a system did better or worse than its baseline, and the exact sign-flip test."""
-    return {
-        "items_ahead": sum(d > 0 for d in differences),
-        "items_behind": sum(d < 0 for d in differences),
-        "p_value": paired_sign_flip_p(differences),
-    }
-
-
-def _majority_right_per_item(by_id: list[dict[str, dict[str, Any]]], ids: list[str], system: str) -> list[float]:
-    """Per item: the chance that a majority vote over the runs' extracted answers is right."""
-    results = [[run[item]["systems"][system] for run in by_id] for item in ids]
-    return [majority_right([r.get("extracted") for r in rs], [bool(r["correct"]) for r in rs]) for rs in results]
-
-
-def cmd_eval_pool(args: argparse.Namespace) -> int:
-    runs, decodings = [], []
-    for folder in map(Path, args.runs):
-        records = read_records(folder / "items.jsonl")
-        if not records:
-            raise SpecemError(f"{folder}: no items.jsonl with answers; give folders written by specem eval --output")
-        runs.append(list(records.values()))
-        report_path = folder / "report.json"
-        decodings.append(json.loads(report_path.read_text("utf-8")).get("decoding") if report_path.exists() else None)
-    pooled = {"folders": args.runs, "decoding": decodings, **pool_runs(runs)}
-    if args.output:
-        try:
-            Path(args.output).write_text(json.dumps(pooled, indent=2))
-        except OSError as error:
-            raise SpecemError(f"{args.output}: cannot write the pooled report ({error.strerror})") from None
-    print(f"{pooled['runs']} runs of {pooled['items']} items")
-    print_report(pooled)
-    print_majority_report(pooled)
-    return 0
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
-    from specem_local.cli import settings_overrides
-
     tasks = load_tasks(Path(args.tasks))[: args.limit]
-    config = load_config(args.config)
+    config = config_from_args(args)
     base: dict[str, Any] = {"greedy": not args.sampled}  # --seed sets the sampling seed
     base.update(settings_overrides(args))
     with_overrides(config.ensemble, **base)  # validate before loading anything
@@ -303,7 +230,7 @@ def run_systems(
 
     from specem_local.engine import Ensemble
 
-    with Ensemble(config) as ensemble:
+    with Ensemble.from_config(config) as ensemble:
         systems: dict[str, tuple[list[str] | None, dict[str, Any]]] = {}
         if not args.members_only:
             systems["ensemble"] = (None, {})
@@ -332,38 +259,14 @@ def run_systems(
                         "finish_reason": final.finish_reason,
                         "wins": final.wins,
                         "weights": final.weights,
-                        "models_per_round": final.models_per_round,
+                        "drafters_per_round": final.drafters_per_round,
                     }
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 sink.flush()
 
 
-def print_majority_report(pooled: dict[str, Any]) -> None:
-    """The pooled runs as answer-level votes: the majority answer over the runs, and items any
-    run got right (self-consistency and pass@k, each item counted once)."""
-    from specem_local.cli import print_table
-
-    rows = []
-    for system, entry in pooled["systems"].items():
-        paired = entry.get("majority_vs_best_member")
-        rows.append(
-            (
-                system,
-                f"{entry['majority_correct']:g}/{pooled['items']}",
-                f"{entry['any_run_correct']}/{pooled['items']}",
-                f"+{paired['items_ahead']} -{paired['items_behind']} items p={paired['p_value']:.3f}"
-                if paired
-                else "-",
-            )
-        )
-    runs = pooled["runs"]
-    print_table(("SYSTEM", f"MAJORITY OF {runs}", f"ANY OF {runs} RIGHT", "MAJORITY VS BEST MEMBER"), rows)
-
-
 def print_report(report: dict[str, Any]) -> None:
-    from specem_local.cli import print_table
-
     rows = []
     for system, entry in report["systems"].items():
         low, high = entry["ci95"]
@@ -393,8 +296,6 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from specem_local.cli import add_settings_flags
-
     parser = commands.add_parser("eval", parents=[common], help="accuracy of the ensemble vs each member")
     parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
     parser.add_argument("--output", default="eval-results", help="folder for items.jsonl and report.json")
@@ -415,8 +316,3 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_eval)
-
-    pool = commands.add_parser("eval-pool", help="several specem eval runs (seeds) as one paired comparison")
-    pool.add_argument("runs", nargs="+", metavar="RUN_FOLDER", help="--output folders of specem eval on one tasks file")
-    pool.add_argument("--output", help="also write the pooled report to this JSON file")
-    pool.set_defaults(handler=cmd_eval_pool)

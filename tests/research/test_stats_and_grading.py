@@ -1,11 +1,11 @@
+"""Grading answers and the statistics of accuracy (pure)."""
+
 import pytest
 
-from specem_local.scoring_text import (
-    extract_choice,
-    extract_number,
+from specem_research.grading import extract_choice, extract_number, numbers_equal
+from specem_research.stats import (
     majority_right,
     mcnemar_exact_p,
-    numbers_equal,
     paired_sign_flip_p,
     repeated_runs_interval,
     wilson_interval,

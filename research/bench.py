@@ -21,10 +21,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specem_local.backend import BatchRow
 from specem_local.config import load_config
+from specem_local.events import RoundEvent
 from specem_local.member import Member, segment_score
-from specem_local.memory import peak_rss_bytes
+from specem_local.model import BatchRow
+from specem_local.ram import peak_rss_bytes
+from specem_local.terminal import print_table
 
 CANDIDATES = (
     " The answer depends on how light scatters in the air.",
@@ -47,7 +49,7 @@ QUICK = BenchPlan(context_lengths=(50, 300), repeats=2, round_length_tokens=60, 
 
 
 def bench_prompts() -> dict[str, str]:
-    text = resources.files("specem_local").joinpath("data", "bench_prompts.jsonl").read_text("utf-8")
+    text = resources.files("specem_research").joinpath("data", "bench_prompts.jsonl").read_text("utf-8")
     return {row["id"]: row["prompt"] for row in map(json.loads, filter(str.strip, text.splitlines()))}
 
 
@@ -126,7 +128,7 @@ def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, An
     """Mean round time for rounds whose answer so far is near 50, 200 and 400 tokens. The
     answer goes on past end-of-generation tokens so every length is reached."""
     stream = ensemble.stream(prompt, max_tokens=plan.round_length_tokens, temperature=0.8, seed=1, ignore_eos=True)
-    events = [e for e in stream if e.type == "round"]
+    events = [e for e in stream if isinstance(e, RoundEvent)]
     marks = [m for m in (50, 200, 400) if m <= plan.round_length_tokens]
     by_mark = {}
     for mark in marks:
@@ -162,7 +164,7 @@ def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
         runs[label] = {
             "tokens_per_second": final.tokens_per_second,
             "tokens": final.tokens,
-            "models_per_round": final.models_per_round,
+            "drafters_per_round": final.drafters_per_round,
             "ratio_to_ideal": final.tokens_per_second / ideal,
         }
     return {"members_tokens_per_second": members, "lockstep_ideal_tokens_per_second": ideal, "ensemble": runs}
@@ -174,11 +176,10 @@ def first_segment(ensemble, prompt: str) -> dict[str, Any]:
     for seed in (1, 2, 3):
         stream = ensemble.stream(prompt, max_tokens=40, temperature=0.8, seed=seed)
         started = time.perf_counter()
-        next(stream)
+        next(event for event in stream if isinstance(event, RoundEvent))
         times.append(time.perf_counter() - started)
-        ensemble.cancel()
-        for _ in stream:
-            pass
+        stream.cancel()
+        stream.final()
     return {"prompt_tokens": tokens, "seconds": statistics.median(times), "all_seconds": times}
 
 
@@ -189,14 +190,15 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
     prompts = bench_prompts()
     config = load_config(config_path)
     started = time.perf_counter()
-    with Ensemble(config) as ensemble:
-        gguf_bytes = sum(m.model.path.stat().st_size for m in ensemble.members)
+    # One sequence per candidate: table 1 scores four at once.
+    with Ensemble.from_config(config, n_seq_max=len(CANDIDATES) + 1) as ensemble:
+        gguf_bytes = sum(path.stat().st_size for path in ensemble.model_files.values())
         filler = prompts["summary"]
         verification = [row for member in ensemble.members for row in verification_strategies(member, plan, filler)]
         report = {
             "quick": quick,
             "models": ensemble.model_names,
-            "threads_per_model": ensemble.settings.threads_per_model,
+            "threads_per_model": ensemble.threads_per_model,
             "segment_tokens": ensemble.settings.segment_tokens,
             "verification": verification,
             "round_time": round_time_by_length(ensemble, prompts["story"], plan),
@@ -213,8 +215,6 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
 
 
 def print_summary(report: dict[str, Any]) -> None:
-    from specem_local.cli import print_table
-
     print("\n1. Verification (ms, median; 4 candidates)")
     print_table(
         ("MODEL", "CTX", "IN-LINE", "ONE-AT-A-TIME", "FROM SCRATCH", "SCRATCH/IN-LINE", "MAX |Δscore|"),
@@ -242,14 +242,14 @@ def print_summary(report: dict[str, Any]) -> None:
         + f"; lockstep ideal {speed['lockstep_ideal_tokens_per_second']:.1f}"
     )
     print_table(
-        ("ENSEMBLE RUN", "TOKENS", "TOK/S", "x IDEAL", "MODELS/ROUND"),
+        ("ENSEMBLE RUN", "TOKENS", "TOK/S", "x IDEAL", "DRAFTERS/ROUND"),
         [
             (
                 k,
                 v["tokens"],
                 f"{v['tokens_per_second']:.1f}",
                 f"{v['ratio_to_ideal']:.2f}",
-                f"{v['models_per_round']:.2f}",
+                f"{v['drafters_per_round']:.2f}",
             )
             for k, v in speed["ensemble"].items()
         ],

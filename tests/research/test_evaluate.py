@@ -4,8 +4,9 @@ import pytest
 
 from specem_local.cli import main
 from specem_local.errors import SpecemError
-from specem_local.evaluate import member_systems, parse_variant, pool_runs, summarise
-from specem_local.scoring_text import paired_sign_flip_p
+from specem_research.evaluate import member_systems, parse_variant, summarise
+from specem_research.pool import pool_runs
+from specem_research.stats import paired_sign_flip_p
 
 
 def test_variant_values_are_typed_like_models_toml():
@@ -75,7 +76,7 @@ def _run(outcomes: dict[str, list[bool]]) -> list[dict]:
                     "finish_reason": "eos",
                     "wins": {name: 1} if name != "ensemble" else {"qwen": 1, "smol": 1},
                     "weights": {},
-                    "models_per_round": 2.0,
+                    "drafters_per_round": 2.0,
                 }
                 for name, results in outcomes.items()
             },
@@ -151,3 +152,11 @@ def test_eval_pool_command(tmp_path, capsys):
     assert "missing: no items.jsonl with answers" in capsys.readouterr().err
     assert main(["eval-pool", *folders, "--output", str(tmp_path / "no" / "such" / "dir.json")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_records_from_before_the_rename_still_summarise():
+    records = _run({"ensemble": [True, False], "qwen": [True, True]})
+    for record in records:
+        record["systems"]["ensemble"]["models_per_round"] = record["systems"]["ensemble"].pop("drafters_per_round")
+    report = summarise(records, ["ensemble", "qwen"], ["qwen"])
+    assert report["ensemble"]["drafters_per_round"] == 2.0

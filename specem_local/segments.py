@@ -1,4 +1,4 @@
-"""Text post-processing of drafted segments, as pure functions over bytes and strings."""
+"""Drafted segments as text: UTF-8 and word boundaries, stop strings, repeats (pure functions)."""
 
 from __future__ import annotations
 

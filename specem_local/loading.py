@@ -1,0 +1,113 @@
+"""From models.toml to members ready to answer: find (or assemble) each model's file, warn
+when the files outgrow the free RAM, load each with llama.cpp, and choose its prompt format.
+
+The engine itself takes ready members (``Ensemble(members, settings)``); this module is what
+``Ensemble.from_config`` and ``Ensemble()`` use. llama.cpp is imported only when a model is
+loaded, so the engine's tests with a fake model never need it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specem_local.config import PLAIN_TEMPLATE, Config, ModelSpec
+from specem_local.errors import SpecemError
+from specem_local.member import Member, can_draft_and_verify
+from specem_local.model import LanguageModel
+from specem_local.prompting import PromptFormat
+from specem_local.ram import available_memory_bytes, memory_warning
+from specem_local.sources import source_for
+
+ProgressCallback = Callable[[str, float], None]  # (model name, fraction loaded)
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    model: str
+    error: str
+
+
+@dataclass
+class Loaded:
+    members: list[Member]
+    failures: list[LoadFailure] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+    threads_per_model: int | None = None
+
+
+def prompt_format_for(spec: ModelSpec, model: LanguageModel) -> PromptFormat:
+    """The model's own template, the models.toml override, or the plain format."""
+    override = spec.chat_template
+    if override == PLAIN_TEMPLATE:
+        template = None
+    else:
+        template = override or model.chat_template()
+    return PromptFormat(template, model.special_text(model.bos_token), model.special_text(model.eos_token))
+
+
+def load_members(
+    config: Config,
+    *,
+    progress: ProgressCallback | None = None,
+    skip_failed: bool = False,
+    n_seq_max: int | None = None,
+) -> Loaded:
+    """Load every configured model. ``skip_failed`` goes on without the ones that fail (listed
+    in ``failures``); ``n_seq_max`` reserves more sequences than one per model plus the
+    committed one (the benchmark scores four candidates)."""
+    loaded = Loaded([], threads_per_model=config.load.threads_per_model)
+    for spec in config.models:
+        try:
+            loaded.files[spec.name] = source_for(spec, config).prepare()
+        except SpecemError as error:
+            if not skip_failed:
+                raise
+            loaded.failures.append(LoadFailure(spec.name, str(error)))
+    sizes = {name: path.stat().st_size for name, path in loaded.files.items()}
+    warning = memory_warning(sizes, available_memory_bytes())
+    if warning:
+        loaded.warnings.append(warning)
+        warnings.warn(warning, stacklevel=3)
+    sequences = max(n_seq_max or 0, len(loaded.files) + 1)  # sequence 0 + one per candidate
+    try:
+        for spec in config.models:
+            if spec.name not in loaded.files:
+                continue
+            try:
+                loaded.members.append(_load(spec, loaded.files[spec.name], sequences, config, progress))
+            except SpecemError as error:
+                if not skip_failed:
+                    raise
+                loaded.failures.append(LoadFailure(spec.name, str(error)))
+        if not loaded.members:
+            reasons = "; ".join(f"{f.model}: {f.error}" for f in loaded.failures)
+            raise SpecemError(f"no model could be loaded ({reasons})")
+        if not can_draft_and_verify(loaded.members):
+            raise SpecemError("the models that loaded cannot both draft and verify; check the roles")
+    except BaseException:
+        for member in loaded.members:
+            member.model.close()
+        raise
+    return loaded
+
+
+def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress: ProgressCallback | None) -> Member:
+    from specem_local.backend import LlamaModel
+
+    def report(fraction: float) -> None:
+        if progress is not None:
+            progress(spec.name, fraction)
+
+    model = LlamaModel(
+        path,
+        n_ctx=spec.n_ctx,
+        n_seq_max=n_seq_max,
+        n_threads=config.load.threads_per_model,
+        n_gpu_layers=spec.n_gpu_layers,
+        progress=report,
+    )
+    return Member(spec, model, prompt_format_for(spec, model))

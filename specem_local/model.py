@@ -1,0 +1,98 @@
+"""What the ensemble needs from one language model, and nothing more.
+
+``backend.LlamaModel`` implements it with llama.cpp; the tests implement it with a small fake
+(tiny vocabulary, scripted logits) so the round loop can be tested in seconds.
+
+The model holds one context whose KV memory is *unified*: sequences share cells, so copying a
+committed prefix to another sequence is cheap, and every cell of every sequence counts against
+``n_ctx``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specem_local.errors import SpecemError
+
+
+class ContextFull(SpecemError):
+    """The KV memory has no room for a batch (llama.cpp's ``llama_decode`` returned 1)."""
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One token to decode: at ``position`` in sequence ``seq_id``; ``wants_logits`` asks for
+    the logits row that predicts the next token."""
+
+    token: int
+    position: int
+    seq_id: int
+    wants_logits: bool
+
+
+class LanguageModel(Protocol):
+    """One model with one context. Not thread-safe: one thread at a time per instance."""
+
+    n_ctx: int  # KV cells, shared by every sequence
+    n_vocab: int
+    n_seq_max: int  # sequence ids are 0 .. n_seq_max - 1
+    n_params: int
+    bos_token: int  # -1 when the model has none
+    eos_token: int
+    adds_bos: bool
+
+    def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
+        """Text as tokens. Message text uses ``parse_special=False``, so a ``<|im_end|>`` typed
+        by a user stays text; only template scaffolding parses special tokens."""
+        ...
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens: none)."""
+        ...
+
+    def special_text(self, token: int) -> str:
+        """A special token's own text (``<bos>``), for chat templates that print it."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """Whether the token ends generation (end of sequence, end of turn, ...)."""
+        ...
+
+    @property
+    def eog_tokens(self) -> np.ndarray:
+        """Every end-of-generation token id."""
+        ...
+
+    def chat_template(self) -> str | None:
+        """The Jinja chat template in the model file, if any."""
+        ...
+
+    def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
+        """Decode the rows in one batch; return the logits rows that were asked for, in order,
+        as a float array of shape ``(n_wanted, n_vocab)``. ``ContextFull`` when the KV memory
+        has no room for them."""
+        ...
+
+    def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:
+        """Make ``target`` share ``source``'s cells in positions ``[start, end)`` (-1: open)."""
+        ...
+
+    def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> None:
+        """Drop a sequence's cells in ``[start, end)``; a negative ``seq_id`` means every one."""
+        ...
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Drop every cell that ``seq_id`` does not use."""
+        ...
+
+    def clear(self) -> None:
+        """Empty the KV memory."""
+        ...
+
+    def close(self) -> None:
+        """Free the model; no call may follow."""
+        ...

@@ -1,0 +1,302 @@
+"""One answer's round loop: draft, verify in-line, vote, learn the weights, broadcast.
+
+``Answer.run()`` yields a ``StartEvent``, one ``RoundEvent`` per round and a ``FinalEvent``.
+The engine (``engine.py``) owns the threads and lifetimes around it; this module owns what a
+round does, through the members (``member.py``), the vote (``vote.py``) and the feedback rule
+(``feedback.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from specem_local import feedback, vote
+from specem_local.errors import SpecemError
+from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.member import Draft, Member, Scored
+from specem_local.model import ContextFull
+from specem_local.prompting import Message
+from specem_local.sampling import make_sampler
+from specem_local.segments import copied_fraction, find_stop
+from specem_local.settings import EnsembleSettings
+
+MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
+
+
+def initial_weights(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
+    verifies = np.array([m.spec.verifies for m in members], dtype=bool)
+    sizes = np.array([m.model.n_params for m in members], dtype=np.float64)
+    return feedback.initial_weights(verifies, sizes, settings.weight_prior)
+
+
+def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
+    return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
+
+
+class Answer:
+    """The state of one answer: weights, the committed text, counters."""
+
+    def __init__(
+        self,
+        members: list[Member],
+        settings: EnsembleSettings,
+        messages: list[Message],
+        cancel: threading.Event,
+        map_function: MapFunction,
+    ) -> None:
+        self.settings = settings
+        self.messages = messages
+        self.members = members
+        self.cancel = cancel
+        self._map = map_function
+        self.names = [m.name for m in self.members]
+        self.verifies = np.array([m.spec.verifies for m in self.members], dtype=bool)
+        self.weights = initial_weights(members, settings)
+        self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
+        self.share_totals = np.zeros(len(members))
+        self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(len(members))]
+        self.rule = vote.VoteRule(
+            settings.scoring,
+            settings.segment_tokens,
+            settings.normalise,
+            settings.self_vote,
+            settings.pooling,
+            settings.loop_guard,
+        )
+        self.wins = dict.fromkeys(self.names, 0)
+        self.text = ""
+        self.tokens = 0
+        self.rounds = 0
+        self.drafter_count = 0
+        self.started = time.perf_counter()  # set again when the answer runs
+        self.first_segment: float | None = None
+
+    def map(self, function: Callable, items: list) -> list:
+        return self._map(self.settings, function, items)
+
+    def run(self) -> Iterator[Event]:
+        self.started = time.perf_counter()
+        prompts = [self._prompt_tokens(member) for member in self.members]
+        yield StartEvent(
+            models=tuple(self.names),
+            drafters=tuple(self.names[i] for i in self.active_drafters),
+            weights=weights_dict(self.members, self.weights),
+            prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
+            plain_generation=len(self.members) == 1,
+        )
+        finish = ""
+        if not self.cancel.is_set():
+            for member, tokens in zip(self.members, prompts):
+                member.start(tokens)
+        while not finish:
+            if self.cancel.is_set():
+                finish = "cancelled"
+                break
+            if self.tokens >= self.settings.max_tokens:
+                finish = "length"
+                break
+            try:
+                event, finish = self._round()
+            except ContextFull:
+                finish = "context"
+                break
+            if event is None:
+                break
+            if self.first_segment is None:
+                self.first_segment = time.perf_counter() - self.started
+            yield event
+        yield self.final_event(finish)
+
+    def final_event(self, finish: str) -> FinalEvent:
+        """The answer's final record, as it stands."""
+        return FinalEvent(
+            text=self.text,
+            finish_reason=finish,
+            rounds=self.rounds,
+            tokens=self.tokens,
+            seconds=time.perf_counter() - self.started,
+            first_segment_seconds=self.first_segment,
+            wins=self.wins,
+            drafters_per_round=self.drafter_count / self.rounds if self.rounds else 0.0,
+            weights=weights_dict(self.members, self.weights),
+            plain_generation=len(self.members) == 1,
+        )
+
+    def _prompt_tokens(self, member: Member) -> list[int]:
+        model = member.model
+        tokens = member.prompt_format.tokens(
+            self.messages, model, bos_token=model.bos_token if model.adds_bos else None
+        )
+        if len(tokens) + self.settings.segment_tokens >= model.n_ctx:
+            raise SpecemError(
+                f"the conversation ({len(tokens)} tokens for {member.name}) does not fit its context "
+                f"of {model.n_ctx}; raise n_ctx in models.toml or start a new chat"
+            )
+        return tokens
+
+    def _round(self) -> tuple[RoundEvent | None, str]:
+        """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
+        appended) and a finish reason ("" to go on)."""
+        settings = self.settings
+        round_started = time.perf_counter()
+        drafters = list(self.active_drafters)
+        # Every verifier holds its own draft and the others' tails in its KV memory at once,
+        # so near the end of the context the segments shrink until they fit.
+        room = min(member.room for member in self.members)
+        cap = min(settings.max_tokens - self.tokens, (room - 1) // len(drafters))
+        if cap < 1:
+            return None, "context"
+        budget = min(settings.segment_tokens, cap)
+
+        def draft(i: int) -> Draft:
+            member = self.members[i]
+            return member.draft(budget, self.samplers[i], self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
+
+        drafts_list = self.map(draft, drafters)
+        if self.cancel.is_set():
+            return None, "cancelled"
+        drafts: dict[int, Draft] = {i: d for i, d in zip(drafters, drafts_list) if d.text}
+        if not drafts:
+            return None, "eos" if any(d.ended for d in drafts_list) else "empty"
+        self.rounds += 1
+        self.drafter_count += len(drafters)
+
+        groups = vote.merge_identical({i: d.text for i, d in drafts.items()}, self.weights)
+        scores = np.full((len(self.members), len(self.members)), np.nan)
+        enders = [i for i in groups if drafts[i].ended]
+        result = vote.shortcut(groups, enders, self.weights, settings.fast_finish)
+        scored: dict[int, Scored] = {}
+        if result is None:
+            scored = self._verify(drafts, groups, scores)
+            copied = self._copied(drafts, groups) if settings.loop_guard else None
+            result = vote.tally(scores, self.weights, groups, self.rule, copied)
+            self._learn(result, groups)
+        winner = result.winner
+        winning = drafts[winner]
+        self.tokens += self._commit(winner, winning, drafts, scored)
+        self.wins[self.names[winner]] += 1
+        segment, finish = self._append(winning)
+        event = RoundEvent(
+            index=self.rounds,
+            text=segment,
+            author=self.names[winner],
+            decision=result.decision,
+            candidates=self._candidates(drafts, groups, scores, result),
+            weights=weights_dict(self.members, self.weights),
+            drafters=tuple(self.names[i] for i in drafters),
+            draft_seconds={self.names[i]: d.seconds for i, d in zip(drafters, drafts_list)},
+            draft_tokens={self.names[i]: d.sampled for i, d in zip(drafters, drafts_list)},
+            verify_seconds={self.names[v]: s.seconds for v, s in scored.items()},
+            seconds=time.perf_counter() - round_started,
+            answer_tokens=self.tokens,
+            runner_up=self._name(result.runner_up),
+            ranked_first_by=tuple(self.names[v] for v in result.ranked_first_by),
+            discounted=self._name(result.discounted),
+        )
+        return event, finish
+
+    def _name(self, index: int | None) -> str | None:
+        return None if index is None else self.names[index]
+
+    def _copied(self, drafts: dict[int, Draft], groups: dict[int, list[int]]) -> np.ndarray:
+        copied = np.zeros(len(self.members))
+        for i in groups:
+            copied[i] = copied_fraction(self.text, drafts[i].text)
+        return copied
+
+    def _learn(self, result: vote.Tally, groups: dict[int, list[int]]) -> None:
+        """Hedge update of the verifier weights, and model exit."""
+        settings = self.settings
+        assert result.combined is not None
+        total = float(np.nansum(result.combined[list(groups)]))
+        for representative, authors in groups.items():
+            self.share_totals[authors] += result.combined[representative] / total if total > 0 else 0.0
+        if settings.feedback:
+            judges = self.weights / self.weights[self.verifies].mean() if settings.weighted_judges else None
+            reward = feedback.rewards(result.shares, groups, judges)
+            eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
+            updated = np.where(self.verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
+            self.weights = updated / updated.sum()
+        if settings.model_exit:
+            leaving = feedback.exiting_drafters(
+                self.share_totals, self.active_drafters, self.rounds, settings.exit_warmup_rounds, settings.exit_share
+            )
+            self.active_drafters = [i for i in self.active_drafters if i not in leaving]
+
+    def _append(self, winning: Draft) -> tuple[str, str]:
+        """Add the winning text to the answer; apply stop strings. Returns the segment as
+        shown (cut at a stop string) and the finish reason."""
+        previous_length = len(self.text)
+        self.text += winning.text
+        if self.settings.stop:
+            longest = max(len(stop) for stop in self.settings.stop)
+            index = find_stop(self.text, self.settings.stop, previous_length - longest)
+            if index is not None:
+                self.text = self.text[:index]
+                return self.text[previous_length:], "stop"
+        return winning.text, "eos" if winning.ended else ""
+
+    def _candidates(
+        self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, result: vote.Tally
+    ) -> tuple[Candidate, ...]:
+        """Every drafter's candidate for the event; merged duplicates share their scores."""
+        representative_of = {author: rep for rep, authors in groups.items() for author in authors}
+
+        def column(matrix: np.ndarray, c: int) -> dict[str, float]:
+            return {self.names[v]: float(matrix[v, c]) for v in range(len(self.members)) if not np.isnan(matrix[v, c])}
+
+        out = []
+        for i, draft in drafts.items():
+            rep = representative_of[i]
+            out.append(
+                Candidate(
+                    model=self.names[i],
+                    text=draft.text,
+                    ended=draft.ended,
+                    scores=column(scores, rep),
+                    shares=column(result.shares, rep),
+                    combined=float(result.combined[rep]) if result.combined is not None else None,
+                    same_as=self.names[rep] if rep != i else None,
+                    copied=float(result.copied[rep]) if result.copied is not None else None,
+                )
+            )
+        return tuple(out)
+
+    def _verify(self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray) -> dict[int, Scored]:
+        """Every verifier scores every distinct candidate: one it drafted itself from its
+        drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
+        (candidate = the representative's index)."""
+        settings = self.settings
+        verifiers = [int(v) for v in np.flatnonzero(self.verifies)]
+        ending = frozenset(rep for rep in groups if drafts[rep].ended) if settings.verify_end else frozenset()
+
+        def verify(v: int) -> tuple[int, Scored]:
+            member = self.members[v]
+            own = drafts.get(v)
+            mine = next((rep for rep, authors in groups.items() if v in authors and own.aligned), None)
+            others = {rep: drafts[rep].text for rep in groups if rep != mine}
+            result = member.score(others, settings.scoring, ending)
+            if mine is not None:
+                result.scores[mine] = member.own_score(own, settings.scoring, with_end=mine in ending)
+            return v, result
+
+        results = dict(self.map(verify, verifiers))
+        for v, result in results.items():
+            for i, value in result.scores.items():
+                scores[v, i] = value
+        return results
+
+    def _commit(self, winner: int, winning: Draft, drafts: dict[int, Draft], scored: dict[int, Scored]) -> int:
+        """Broadcast the winner to every model; return its length in the author's tokens."""
+
+        def commit(index: int) -> int:
+            own = drafts.get(index)
+            own = own if own is not None and own.text == winning.text else None
+            return self.members[index].commit(winner, winning.text, own, scored.get(index))
+
+        added = self.map(commit, list(range(len(self.members))))
+        return added[winner]

@@ -1,0 +1,277 @@
+"""The ``[ensemble]`` settings, described once.
+
+Each setting is a dataclass field whose metadata gives its group, a one-line help and its
+limits. The models.toml checks (type, choices, range, a did-you-mean for unknown keys), the
+``specem`` flags and the chat app's settings form are all derived from that description, so
+a new setting is one new field.
+
+``EnsembleSettings`` may change with every answer; ``LoadSettings`` are read once, when the
+models load, and cannot be overridden per answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from specem_local.errors import SpecemError
+
+GROUPS: dict[str, str] = {
+    "sampling": "sampling",
+    "answer": "the answer: segments, length, stops",
+    "vote": "the vote and its learned weights",
+    "speed": "speed",
+    "experimental": "experimental: measured, and left off by default",
+    "load": "load-time: read once, when the models load",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a setting accepts beyond its type: a list of choices or a range (ends included
+    unless ``open_low`` / ``open_high``)."""
+
+    choices: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+
+    def describe(self) -> str:
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+        if self.low is not None:
+            return f"{'above' if self.open_low else 'at least'} {self.low:g}"
+        if self.high is not None:
+            return f"{'below' if self.open_high else 'at most'} {self.high:g}"
+        return ""
+
+    def allows(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.open_high else value > self.high))
+
+
+def setting(default: Any, group: str, help: str, **limits: Any) -> Any:
+    """A settings field: its default, its group (a key of GROUPS), a one-line help, limits."""
+    return field(default=default, metadata={"group": group, "help": help, "limits": Limits(**limits)})
+
+
+@dataclass(frozen=True)
+class EnsembleSettings:
+    """How one answer is made. Every field can be set in models.toml ``[ensemble]``, as a
+    ``specem`` flag, per answer in the Python API, and (most) in the chat app's settings."""
+
+    temperature: float = setting(0.7, "sampling", "sampling temperature (0 = greedy)", low=0)
+    top_p: float = setting(
+        0.95, "sampling", "keep the most likely tokens up to this probability", low=0, high=1, open_low=True
+    )
+    top_k: int = setting(40, "sampling", "keep the k most likely tokens (0 = all)", low=0)
+    min_p: float = setting(
+        0.05, "sampling", "drop tokens below this share of the best one", low=0, high=1, open_high=True
+    )
+    seed: int = setting(0, "sampling", "same seed and settings = same answer")
+    greedy: bool = setting(False, "sampling", "always take the most likely token")
+
+    segment_tokens: int = setting(10, "answer", "L: tokens per drafted segment", low=1)
+    max_tokens: int = setting(256, "answer", "answer length limit, in the authors' tokens", low=1)
+    stop: tuple[str, ...] = setting((), "answer", "stop strings (the answer ends before them)")
+    ignore_eos: bool = setting(False, "answer", "go on past end-of-generation (fixed-length benchmarks)")
+    system_prompt: str = setting("", "answer", "a system message put before the conversation")
+
+    scoring: str = setting(
+        "logprob",
+        "vote",
+        "verifier score: mean log-probability, or mean raw logit (the paper)",
+        choices=("logit", "logprob"),
+    )
+    normalise: str = setting(
+        "segment", "vote", "compare logprob candidates as whole segments, or per token", choices=("token", "segment")
+    )
+    weight_prior: str = setting(
+        "size", "vote", "starting weights: by parameter count, or equal (the paper)", choices=("uniform", "size")
+    )
+    feedback: bool = setting(True, "vote", "learn the weights during the answer (Hedge)")
+    learning_rate: float = setting(1.0, "vote", "eta_0; round k uses eta_0 / sqrt(K * k)", low=0)
+    verify_end: bool = setting(True, "vote", "score a draft that ends the answer with P(end) after it")
+
+    drafting: str = setting(
+        "round-robin", "speed", "draft one model after another, or in threads", choices=("round-robin", "threads")
+    )
+    model_exit: bool = setting(False, "speed", "drafters that keep losing stop drafting for the rest of the answer")
+    exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0)
+    exit_share: float = setting(0.8, "speed", "model exit: leave below this share of the vote / K", low=0, high=1)
+
+    loop_guard: bool = setting(False, "experimental", "discount candidates that repeat a 12-word run of the answer")
+    fast_finish: bool = setting(False, "experimental", "take a draft that ends the answer at once, unverified")
+    pooling: str = setting(
+        "linear", "experimental", "vote: weighted mean of shares, or weighted geometric mean", choices=("linear", "log")
+    )
+    self_vote: bool = setting(True, "experimental", "a verifier's score of its own draft counts in the vote")
+    weighted_judges: bool = setting(False, "experimental", "in the reward, each judge counts as much as its weight")
+
+    def __post_init__(self) -> None:
+        checked(self, "[ensemble]")
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """Read once when the models load (models.toml ``[ensemble]``, ``Ensemble.from_config``)."""
+
+    threads_per_model: int = setting(2, "load", "llama.cpp CPU threads per model", low=1)
+
+    def __post_init__(self) -> None:
+        checked(self, "[ensemble]")
+
+
+# -- the description ----------------------------------------------------------------------------
+KINDS: dict[Any, tuple[str, str]] = {  # type -> (kind, what a value must be, for messages)
+    bool: ("bool", "true or false"),
+    int: ("int", "an integer"),
+    float: ("float", "a number"),
+    str: ("str", "a string"),
+    tuple[str, ...]: ("strings", "an array of strings"),
+}
+
+
+def kind_of(annotation: Any) -> tuple[str, bool]:
+    """The kind of a field's (evaluated) type and whether it may be None."""
+    optional = False
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional, annotation = True, members[0]
+    return KINDS[annotation][0], optional
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One field of a settings (or ``[[models]]``) dataclass, with what it accepts."""
+
+    name: str
+    kind: str  # "bool", "int", "float", "str" or "strings"
+    optional: bool
+    default: Any
+    group: str = ""
+    help: str = ""
+    limits: Limits = Limits()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def convert(self, value: Any, where: str) -> Any:
+        """A TOML / JSON / Python value as this setting's type (integers are fine for numbers,
+        lists for string arrays), or a one-line error naming ``where``."""
+        if value is None and self.optional:
+            return None
+        wanted = next(text for kind, text in KINDS.values() if kind == self.kind)
+        ok = {
+            "bool": isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "strings": isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
+        }[self.kind]
+        if not ok:
+            raise SpecemError(f"{_prefix(where)}{self.name} must be {wanted}, got {_type_name(value)} {value!r}")
+        value = float(value) if self.kind == "float" else tuple(value) if self.kind == "strings" else value
+        self.check(value, where)
+        return value
+
+    def check(self, value: Any, where: str) -> None:
+        if value is not None and not self.limits.allows(value):
+            raise SpecemError(f"{_prefix(where)}{self.name} must be {self.limits.describe()}; got {value!r}")
+
+
+@functools.cache
+def describe(cls: type) -> tuple[Setting, ...]:
+    """The settings of a dataclass, in field order, with their evaluated types."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for item in dataclasses.fields(cls):
+        kind, optional = kind_of(hints[item.name])
+        meta = item.metadata
+        out.append(
+            Setting(
+                item.name,
+                kind,
+                optional,
+                item.default,
+                meta.get("group", ""),
+                meta.get("help", ""),
+                meta.get("limits", Limits()),
+            )
+        )
+    return tuple(out)
+
+
+def checked(record: Any, where: str) -> None:
+    """Convert and check every field of a frozen settings record in place (for records built
+    in Python, which no TOML check has seen: ``EnsembleSettings(stop="END")`` is an error, not
+    the three stop strings E, N and D)."""
+    for item in describe(type(record)):
+        object.__setattr__(record, item.name, item.convert(getattr(record, item.name), where))
+
+
+def _prefix(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def unknown_key_error(key: str, known: list[str], where: str, what: str = "key") -> SpecemError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+    return SpecemError(f"{_prefix(where)}unknown {what} {key!r}{hint}")
+
+
+def checked_values(cls: type, table: dict[str, Any], where: str, what: str = "key") -> dict[str, Any]:
+    """The table's values converted to ``cls``'s field types; unknown keys get a did-you-mean."""
+    known = {item.name: item for item in describe(cls)}
+    values = {}
+    for key, value in table.items():
+        if key not in known:
+            raise unknown_key_error(key, list(known), where, what)
+        values[key] = known[key].convert(value, where)
+    return values
+
+
+def split_ensemble_table(table: dict[str, Any], where: str) -> tuple[EnsembleSettings, LoadSettings]:
+    """models.toml's ``[ensemble]`` table: the per-answer settings and the load-time ones."""
+    load_names = {item.name for item in describe(LoadSettings)}
+    answer_names = [item.name for item in describe(EnsembleSettings)]
+    for key in table:
+        if key not in load_names and key not in answer_names:
+            raise unknown_key_error(key, [*answer_names, *load_names], where)
+    load = {key: value for key, value in table.items() if key in load_names}
+    answer = {key: value for key, value in table.items() if key not in load_names}
+    return (
+        EnsembleSettings(**checked_values(EnsembleSettings, answer, where)),
+        LoadSettings(**checked_values(LoadSettings, load, where)),
+    )
+
+
+def with_overrides(settings: EnsembleSettings, **overrides: Any) -> EnsembleSettings:
+    """A copy of ``settings`` with the non-None overrides applied, each checked like a
+    models.toml value. A load-time setting or a mistyped name is a one-line error."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    load_names = [item.name for item in describe(LoadSettings)]
+    for key in given:
+        if key in load_names:
+            raise SpecemError(
+                f"{key} is read when the models load and cannot change per answer; "
+                "set it in models.toml [ensemble] or pass it to Ensemble.from_config"
+            )
+    return dataclasses.replace(settings, **checked_values(EnsembleSettings, given, "", "setting"))

@@ -1,0 +1,69 @@
+"""What the ``specem`` commands share: tables, and the settings as flags.
+
+Every ``[ensemble]`` setting becomes a flag, grouped as in ``settings.GROUPS`` and derived
+from the one description in ``settings``, so ``specem run --help`` lists them all with their
+help and limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from specem_local.config import Config, load_config, with_load_overrides
+from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings, Setting, describe
+
+_CONVERTERS = {"int": int, "float": float, "str": str}
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    for line in (headers, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, *, load: bool = True) -> None:
+    """One flag per setting (``--segment-tokens``, ``--no-feedback``, ...), in its group;
+    ``load`` adds the load-time ones (``--threads-per-model``)."""
+    settings = [*describe(EnsembleSettings), *(describe(LoadSettings) if load else ())]
+    for group, title in GROUPS.items():
+        members = [item for item in settings if item.group == group]
+        if members:
+            argument_group = parser.add_argument_group(f"{title} (override models.toml [ensemble])")
+            for item in members:
+                _add_flag(argument_group, item)
+
+
+def _add_flag(group: argparse._ArgumentGroup, item: Setting) -> None:
+    limits = item.limits.describe()
+    help_text = f"{item.help} (default {item.default!r}{'; ' + limits if limits and not item.limits.choices else ''})"
+    if item.kind == "bool":
+        group.add_argument(
+            item.flag, dest=item.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+        )
+    elif item.kind == "strings":
+        group.add_argument(item.flag, dest=item.name, action="append", default=None, metavar="TEXT", help=help_text)
+    else:
+        group.add_argument(
+            item.flag,
+            dest=item.name,
+            type=_CONVERTERS[item.kind],
+            choices=item.limits.choices or None,
+            default=None,
+            metavar=None if item.limits.choices else item.kind.upper(),
+            help=help_text,
+        )
+
+
+def settings_overrides(args: argparse.Namespace, cls: type = EnsembleSettings) -> dict[str, Any]:
+    """The settings of ``cls`` given on the command line (flags left out are not overrides)."""
+    values = {item.name: getattr(args, item.name, None) for item in describe(cls)}
+    return {
+        key: tuple(value) if isinstance(value, list) else value for key, value in values.items() if value is not None
+    }
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """models.toml (``--config`` or the lookup), with the load-time settings given as flags."""
+    return with_load_overrides(load_config(args.config), settings_overrides(args, LoadSettings))[0]

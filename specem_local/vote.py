@@ -1,0 +1,237 @@
+"""The vote: which candidate segment wins a round, and why. Pure functions over numpy arrays.
+
+Shapes: ``scores[v, c]`` is verifier ``v``'s score of candidate ``c`` (NaN where a verifier did
+not score a candidate). Candidates and verifiers are both indexed by model, so the candidate of
+model ``i`` is column ``i``; identical drafts are merged into one candidate, kept in the column
+of its representative author (``groups``: representative -> authors).
+
+The engine calls ``shortcut`` (no vote needed) or ``tally`` (the weighted vote); both return a
+``Tally`` that says the winner and why, which goes into the round's event and the inspector's
+explanation (``explain``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specem_local.events import RoundEvent
+
+DECISIONS = {
+    "vote": "won the weighted vote",
+    "fast-finish": "ended the answer first (fast finish: no vote)",
+    "only-candidate": "was the only non-empty draft (no vote needed)",
+}
+
+
+@dataclass(frozen=True)
+class VoteRule:
+    """The settings that shape the vote (a view of ``EnsembleSettings``)."""
+
+    scoring: str = "logprob"  # "logit" or "logprob"
+    segment_tokens: int = 10  # logprob rows are compared at this length with normalise = "segment"
+    normalise: str = "segment"
+    self_vote: bool = True
+    pooling: str = "linear"
+    loop_guard: bool = False
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The outcome of one round's selection."""
+
+    winner: int
+    decision: str  # a key of DECISIONS
+    shares: np.ndarray  # normalised scores[verifier, candidate]; NaN: not scored
+    combined: np.ndarray | None  # the weighted vote per candidate
+    copied: np.ndarray | None = None  # per candidate: share of words repeating the answer (loop_guard)
+    runner_up: int | None = None
+    discounted: int | None = None  # would have won without the loop guard
+    ranked_first_by: tuple[int, ...] = ()  # verifiers whose highest share went to the winner
+
+
+# -- normalisation -------------------------------------------------------------------------------
+def normalise_logit_row(row: np.ndarray) -> np.ndarray:
+    """Turn one verifier's mean raw logits into a distribution over candidates.
+
+    All positive: ``s / sum(s)``, the paper's equation 3 (over candidates). Raw logits can be
+    zero or negative, where that formula is undefined; then shift the row so its minimum
+    sits at one mean gap above zero: order is kept, the result is a valid distribution, and
+    equal scores give the uniform distribution.
+    """
+    row = np.asarray(row, dtype=np.float64)
+    if row.size == 0:
+        return row
+    if np.all(row > 0):
+        return row / row.sum()
+    spread = float(row.max() - row.min())
+    gap = spread / row.size if spread > 0 else 1.0
+    shifted = row - row.min() + gap
+    return shifted / shifted.sum()
+
+
+def normalise_logprob_row(row: np.ndarray, tokens: float = 1.0) -> np.ndarray:
+    """Mean log-probabilities -> softmax over candidates of ``tokens * mean``.
+
+    ``tokens`` = 1 compares per-token geometric-mean probabilities, which is flat: a candidate
+    the judge finds 0.75 nats per token less likely, over a 10-token segment, is 1800 times
+    less likely as a whole but still gets half the share of the other. ``tokens`` = L compares
+    the candidates as whole L-token segments (length-normalised sequence probabilities), the
+    judge's actual preference between them.
+    """
+    return softmax(np.asarray(row, dtype=np.float64) * tokens)
+
+
+def softmax(values: np.ndarray) -> np.ndarray:
+    if values.size == 0:
+        return values
+    exp = np.exp(values - values.max())
+    return exp / exp.sum()
+
+
+def normalise(scores: np.ndarray, scoring: str, tokens: float = 1.0) -> np.ndarray:
+    """Normalise each verifier's row over the candidates it scored (NaNs stay NaN);
+    ``tokens`` is the length at which ``logprob`` rows are compared (see above)."""
+    out = np.full(scores.shape, np.nan)
+    for v, row in enumerate(scores):
+        present = ~np.isnan(row)
+        if present.any():
+            values = row[present]
+            out[v, present] = (
+                normalise_logit_row(values) if scoring == "logit" else normalise_logprob_row(values, tokens)
+            )
+    return out
+
+
+# -- pooling -------------------------------------------------------------------------------------
+def combine(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted vote ``y_c = sum_v w_v * s^[v, c]``, over the verifiers that scored ``c``,
+    re-weighted so a candidate is not penalised for a verifier that did not score it."""
+    present = ~np.isnan(normalised)
+    weighted = np.where(present, normalised, 0.0) * weights[:, None]
+    mass = (present * weights[:, None]).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mass > 0, weighted.sum(axis=0) / mass, np.nan)
+
+
+def combine_log(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Log-linear pooling: ``y_c ∝ exp(Σ_v w_v log ŝ[v, c] / Σ_v w_v)`` over the verifiers
+    that scored ``c``, then normalised over the candidates. A weighted geometric mean: a
+    trusted verifier that finds a candidate very unlikely can veto it, which the linear vote
+    (a weighted arithmetic mean, where a "no" costs at most that verifier's weight) cannot."""
+    present = ~np.isnan(normalised)
+    logs = np.log(np.clip(np.where(present, normalised, 1.0), 1e-12, None))
+    mass = (present * weights[:, None]).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = np.where(mass > 0, (logs * present * weights[:, None]).sum(axis=0) / mass, np.nan)
+    out = np.full(pooled.shape, np.nan)
+    scored = ~np.isnan(pooled)
+    out[scored] = softmax(pooled[scored])
+    return out
+
+
+def merge_identical(texts: dict[int, str], priority: np.ndarray) -> dict[int, list[int]]:
+    """Group drafters whose drafts are the same text: ``{representative: [authors...]}``.
+
+    The same text is one candidate. Scoring copies separately would split every verifier's
+    normalised mass between them (measured on the demo trio: two weak models drafting the same
+    wrong step outvoted the strong model's right one). The representative is the author with
+    the highest ``priority`` (current weight), ties to the lower index.
+    """
+    groups: dict[str, list[int]] = {}
+    for index, text in texts.items():
+        groups.setdefault(text, []).append(index)
+    merged = {}
+    for authors in groups.values():
+        ordered = sorted(authors, key=lambda i: (-priority[i], i))
+        merged[ordered[0]] = ordered
+    return merged
+
+
+def mask_self_judgements(normalised: np.ndarray, groups: dict[int, list[int]]) -> np.ndarray:
+    """Remove each verifier's score of a candidate it drafted itself (alone or together with
+    others). Models rank their own draft first about half the time against a chance of 1/K."""
+    out = normalised.copy()
+    for representative, authors in groups.items():
+        out[authors, representative] = np.nan
+    return out
+
+
+def pick_winner(candidates: list[int], combined: np.ndarray, copied: np.ndarray | None = None) -> int:
+    """The candidate with the highest vote; with ``copied`` (each candidate's share of words
+    that only repeat the answer so far), the vote is first scaled by ``1 - copied``.
+
+    Repeating is what every member predicts best once a loop has started, so the plain vote
+    keeps choosing it. The discount lets a candidate that says something new win, while a
+    loop that every candidate continues still goes to the vote (ties on the discounted vote
+    fall back to the plain one).
+    """
+    if copied is None:
+        return max(candidates, key=lambda c: combined[c])
+    return max(candidates, key=lambda c: (combined[c] * (1.0 - copied[c]), combined[c]))
+
+
+# -- one round -----------------------------------------------------------------------------------
+def shortcut(groups: dict[int, list[int]], enders: list[int], weights: np.ndarray, fast_finish: bool) -> Tally | None:
+    """A winner without a vote: with ``fast_finish`` the heaviest candidate that ends the
+    answer, or the only candidate there is. None when a vote is needed."""
+    size = len(weights)
+    unscored = np.full((size, size), np.nan)
+    if fast_finish and enders:
+        return Tally(max(enders, key=lambda i: weights[i]), "fast-finish", unscored, None)
+    if len(groups) == 1:
+        return Tally(next(iter(groups)), "only-candidate", unscored, None)
+    return None
+
+
+def tally(
+    scores: np.ndarray,
+    weights: np.ndarray,
+    groups: dict[int, list[int]],
+    rule: VoteRule,
+    copied: np.ndarray | None = None,
+) -> Tally:
+    """The weighted vote over the candidates in ``groups``: normalise each verifier's row,
+    pool with the weights (without self-votes unless ``rule.self_vote``), discount copies
+    (``copied``, with the loop guard) and pick the winner."""
+    unit = rule.segment_tokens if rule.normalise == "segment" else 1
+    shares = normalise(scores, rule.scoring, unit)
+    votes = shares if rule.self_vote else mask_self_judgements(shares, groups)
+    combined = (combine_log if rule.pooling == "log" else combine)(votes, weights)
+    candidates = list(groups)
+    winner = pick_winner(candidates, combined, copied)
+    plain_winner = pick_winner(candidates, combined)
+    others = [c for c in candidates if c != winner]
+    runner_up = max(others, key=lambda c: combined[c]) if others else None
+    ranked_first_by = tuple(
+        v
+        for v in range(len(weights))
+        if not np.isnan(shares[v, winner])
+        and all(shares[v, winner] >= shares[v, c] for c in candidates if not np.isnan(shares[v, c]))
+    )
+    return Tally(
+        winner,
+        "vote",
+        shares,
+        combined,
+        copied,
+        runner_up,
+        plain_winner if plain_winner != winner else None,
+        ranked_first_by,
+    )
+
+
+def explain(event: RoundEvent) -> str:
+    """One or two sentences on why a round's winner won, from its event."""
+    text = f"Round {event.index}: {event.author} {DECISIONS.get(event.decision, event.decision)}"
+    combined = {c.model: c.combined for c in event.candidates if c.combined is not None}
+    if event.decision == "vote" and event.runner_up in combined and event.author in combined:
+        text += f" with {combined[event.author]:.3f} against {combined[event.runner_up]:.3f} ({event.runner_up})."
+        discounted = next((c for c in event.candidates if c.model == event.discounted), None)
+        if discounted is not None and discounted.copied:
+            text += f" The loop guard discounted {discounted.model}: {discounted.copied:.0%} of it repeats the answer."
+        if event.ranked_first_by:
+            text += f" Ranked first by: {', '.join(event.ranked_first_by)}."
+    weights = ", ".join(f"{name} {weight:.2f}" for name, weight in event.weights.items())
+    return f"{text}\nWeights after this round: {weights}."

@@ -1,0 +1,23 @@
+"""Ensembles of fake models (tests/fake_model.py): the round loop in seconds, no llama.cpp."""
+
+from __future__ import annotations
+
+from specem_local.config import ModelSpec
+from specem_local.engine import Ensemble
+from specem_local.loading import prompt_format_for
+from specem_local.member import Member
+from specem_local.settings import EnsembleSettings
+from tests.fake_model import FakeModel
+
+QUESTION = "What is six times seven?"
+
+
+def fake_member(name: str, target: str, *, role: str = "both", **model_options) -> Member:
+    spec = ModelSpec(name=name, path=f"{name}.gguf", role=role)
+    model = FakeModel(target, **model_options)
+    return Member(spec, model, prompt_format_for(spec, model))
+
+
+def fake_ensemble(*members: Member, **settings) -> Ensemble:
+    """Greedy unless the settings say otherwise."""
+    return Ensemble(list(members), EnsembleSettings(**{"greedy": True, **settings}))

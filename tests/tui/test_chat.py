@@ -1,0 +1,220 @@
+"""specem-chat's answer paths with fake models (no llama.cpp, seconds): a question taken back
+when the answer cannot start, a partial answer kept when it fails later, a crash in the worker
+that does not take the app down, Esc just after Enter, starting weights, upgraded chat files."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from specem_local.config import Config, ModelSpec
+from specem_local.settings import EnsembleSettings
+from specem_tui.app import SpecemChatApp, main
+from specem_tui.screens.chat import ChatScreen
+from specem_tui.storage import Chat, chats_dir, list_chats, load_chat, save_chat
+from specem_tui.widgets.answer import AnswerView, UserMessage
+from specem_tui.widgets.prompt import PromptInput
+from specem_tui.widgets.weights import WeightsPanel
+from tests.engine.conftest import fake_ensemble, fake_member
+from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
+
+__all__ = ["data_dir"]  # the autouse fixture
+
+ANSWER = "Forty-two, since six sevens make forty-two."
+
+
+def app_with(*members, **settings) -> SpecemChatApp:
+    """The chat app on fake members (loaded instantly in its worker)."""
+    specs = tuple(ModelSpec(name=m.name, path=f"{m.name}.gguf") for m in members)
+    config = Config(EnsembleSettings(greedy=True), specs, "<test>")
+    return SpecemChatApp(config, load=lambda config, **_: fake_ensemble(*members, **settings))
+
+
+def pair(**options):
+    return fake_member("big", ANSWER, n_params=3000, **options), fake_member("small", "No idea.", **options)
+
+
+def views(app) -> tuple[int, int]:
+    conversation = app.screen.query_one("#conversation")
+    return len(conversation.query(UserMessage)), len(conversation.query(AnswerView))
+
+
+async def test_weights_panel_starts_from_the_engines_starting_weights():
+    app = app_with(*pair())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        panel = app.screen.query_one(WeightsPanel)
+        assert panel.weights == app.ensemble.starting_weights() == {"big": 0.75, "small": 0.25}
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        assert app.screen.chat.turns[-1].content == ANSWER
+
+
+async def test_an_answer_that_cannot_start_gives_the_question_back_once():
+    app = app_with(*pair(n_ctx=40))  # the plain prompt format alone is 32 tokens
+    async with app.run_test(size=(80, 24)) as pilot:
+        question = "Tell me about the sea."
+        await wait_until(pilot, lambda: chat_ready(app))
+        screen, prompt = app.screen, app.screen.query_one(PromptInput)
+        await pilot.press(*question)
+
+        def given_back_after(saved: float) -> bool:
+            return screen.chat.updated > saved and prompt.text == question.strip() and views(app) == (0, 0)
+
+        for _ in range(2):  # sent again, it fails again, and the question never shows twice
+            saved = screen.chat.updated
+            await pilot.press("enter")
+            await wait_until(pilot, lambda saved=saved: given_back_after(saved), 10)
+            assert screen.chat.turns == [] and screen.answer is None
+    assert not any(chat.turns for chat in list_chats())
+
+
+async def test_a_failure_after_streaming_began_keeps_the_partial_answer():
+    def fail_later(model, rows):
+        if model.decodes == 12:
+            raise RuntimeError("the GPU fell off the bus")
+
+    app = app_with(fake_member("big", ANSWER, n_params=3000, on_decode=fail_later), pair()[1], segment_tokens=4)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        turn = app.screen.chat.turns[-1]
+        assert turn.rounds and turn.content and turn.error == "unexpected RuntimeError: the GPU fell off the bus"
+        assert ANSWER.startswith(turn.content) and turn.final is None
+        assert views(app) == (1, 1)
+        await pilot.press("n", "e", "x", "t", "enter")  # the app lives on; the next answer starts
+        await wait_until(pilot, lambda: len(app.screen.chat.turns) == 4)
+    saved = load_chat(list_chats()[0].id)
+    assert saved.turns[1].error and saved.turns[1].content == turn.content
+
+
+async def test_escape_pressed_before_the_answer_starts_is_not_lost(monkeypatch):
+    """Esc is handled before the worker has taken the answer's first step; the answer must
+    still end as stopped (its cancel token exists from the moment Enter is pressed)."""
+    from specem_local.engine import AnswerStream
+
+    gate, first_step = threading.Event(), AnswerStream.__next__
+
+    def after_the_gate(stream):
+        gate.wait(10)
+        return first_step(stream)
+
+    monkeypatch.setattr(AnswerStream, "__next__", after_the_gate)
+    app = app_with(*pair())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press(*"Hello", "enter", "escape")
+        gate.set()
+        await wait_until(pilot, lambda: answered(app))
+        turn = app.screen.chat.turns[-1]
+        assert turn.stopped and turn.final.rounds == 0
+
+
+async def test_quitting_during_a_decode_waits_for_it_before_freeing_the_models():
+    inside = threading.Event()
+
+    def decode_until_quitting(model, rows):
+        if model.decodes == 3:  # the answer is under way: hold this decode until the app quits
+            inside.set()
+            while not app.closing:
+                time.sleep(0.005)
+
+    app = app_with(*pair(on_decode=decode_until_quitting))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, inside.is_set, 10)
+        ensemble = app.ensemble
+    # on_unmount closed the models while that decode ran; close() waited for it to return
+    assert all(member.model.closed and member.model.violations == [] for member in ensemble.members)
+
+
+async def test_a_version_1_chat_file_opens_and_is_saved_as_version_2(tmp_path):
+    chats_dir().mkdir(parents=True)
+    round_1 = {
+        "index": 1,
+        "text": "Forty-two",
+        "author": "big",
+        "decision": "only-candidate",
+        "candidates": [
+            {"model": "big", "text": "Forty-two", "ended": True, "scores": {}, "shares": {}, "combined": None}
+        ],
+        "weights": {"big": 1.0},
+        "drafters": ["big"],
+        "draft_seconds": {"big": 0.1},
+        "draft_tokens": {"big": 3},
+        "verify_seconds": {},
+        "seconds": 0.1,
+        "answer_tokens": 3,
+        "type": "round",
+    }
+    final = {
+        "text": "Forty-two",
+        "finish_reason": "eos",
+        "rounds": 1,
+        "tokens": 3,
+        "seconds": 0.1,
+        "first_segment_seconds": 0.1,
+        "wins": {"big": 1},
+        "models_per_round": 1.0,
+        "weights": {"big": 1.0},
+        "plain_generation": True,
+        "type": "final",
+        "tokens_per_second": 30.0,
+    }
+    turns = [
+        {"role": "user", "content": "6 x 7?", "rounds": [], "final": None, "pinned": True},  # an unknown key
+        {"role": "assistant", "content": "Forty-two", "rounds": [round_1], "final": final},
+    ]
+    old = {"version": 1, "id": "old", "title": "6 x 7", "created": 1.0, "updated": 2.0, "turns": turns}
+    (chats_dir() / "old.json").write_text(json.dumps(old))
+    chat = load_chat("old")
+    assert chat.turns[1].final.drafters_per_round == 1.0 and chat.turns[1].rounds[0].author == "big"
+    save_chat(chat)
+    assert json.loads((chats_dir() / "old.json").read_text())["version"] == 2
+    assert load_chat("old").turns[1].rounds == chat.turns[1].rounds
+
+
+def test_chat_files_that_are_not_chats_are_one_line_errors(capsys):
+    chats_dir().mkdir(parents=True)
+    for name, text in (("null", "null"), ("list", "[1, 2]"), ("bad-turn", '{"id": "x", "turns": [{"role": 1}]}')):
+        (chats_dir() / f"{name}.json").write_text(text)
+        assert main(["--chat", name]) == 1
+        error = capsys.readouterr().err
+        assert error.startswith(f"specem-chat: error: cannot open chat {name!r}") and error.count("\n") == 1
+    assert list_chats() == []  # and the history list skips them
+    assert isinstance(Chat.from_json(Chat().to_json()), Chat)
+
+
+async def test_the_settings_form_has_every_setting_and_checks_it():
+    from specem_local.settings import describe
+    from specem_tui.screens.settings import SettingsScreen
+
+    app = app_with(*pair())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        form = app.screen
+        for item in describe(EnsembleSettings):
+            assert form.query_one(f"#setting-{item.name}")
+        form.query_one("#setting-segment_tokens").value = "0"
+        await pilot.press("ctrl+s")
+        assert isinstance(app.screen, SettingsScreen)  # refused: segment_tokens must be at least 1
+        form.query_one("#setting-segment_tokens").value = "4"
+        form.query_one("#setting-stop").value = '["seven", "a\\r\\n\\"quoted\\"\\u0007"]'
+        form.query_one("#setting-system_prompt").text = "Be brief.\nUse digits."
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        applied = app.screen.settings.ensemble
+        assert applied.segment_tokens == 4 and applied.stop == ("seven", 'a\r\n"quoted"\a')
+        assert applied.system_prompt == "Be brief.\nUse digits."
+        await pilot.press("f2")  # the form shows what was applied, and applying it again changes nothing
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        assert app.screen.settings.ensemble == applied
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        final = app.screen.chat.turns[-1].final
+        assert final.finish_reason == "stop" and final.text == ANSWER[: ANSWER.index("seven")]

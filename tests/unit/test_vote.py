@@ -1,0 +1,135 @@
+"""The vote (pure): normalisation, pooling, merged drafts, the winner."""
+
+import numpy as np
+import pytest
+
+from specem_local import vote
+from specem_local.events import Candidate, RoundEvent
+
+
+def test_logit_normalisation_matches_paper_for_positive_scores():
+    row = np.array([2.3, 2.6, 3.2])
+    np.testing.assert_allclose(vote.normalise_logit_row(row), [0.284, 0.321, 0.395], atol=1e-3)
+
+
+@pytest.mark.parametrize("row", [[-1.0, 2.0, 0.5], [0.0, 0.0, 3.0], [-5.0, -4.0, -3.0], [0.0, 1.0]])
+def test_logit_normalisation_is_a_distribution_for_any_real_scores(row):
+    out = vote.normalise_logit_row(np.array(row))
+    assert np.all(out > 0) and out.sum() == pytest.approx(1.0)
+    assert list(np.argsort(out)) == list(np.argsort(row))  # order kept
+
+
+@pytest.mark.parametrize("row", [[0.0, 0.0, 0.0], [-2.0, -2.0], [3.0, 3.0, 3.0]])
+def test_equal_scores_give_uniform(row):
+    np.testing.assert_allclose(vote.normalise_logit_row(np.array(row)), 1 / len(row))
+    np.testing.assert_allclose(vote.normalise_logprob_row(np.array(row)), 1 / len(row))
+
+
+def test_logprob_normalisation_is_softmax():
+    out = vote.normalise_logprob_row(np.array([-1.0, -2.0]))
+    assert out[0] == pytest.approx(1 / (1 + np.exp(-1)))
+
+
+def test_segment_normalisation_compares_whole_segments():
+    # a judge's mean log-probabilities of three 10-token candidates (a measured round)
+    row = np.array([-0.28, -1.03, -0.49])
+    per_token = vote.normalise_logprob_row(row)
+    per_segment = vote.normalise_logprob_row(row, tokens=10)
+    assert per_token.max() < 0.45  # flat: the judge barely prefers its favourite
+    assert per_segment[0] == pytest.approx(1 / (1 + np.exp(-7.5) + np.exp(-2.1)))  # ~0.89
+    assert np.argsort(per_token).tolist() == np.argsort(per_segment).tolist()
+    scores = np.array([row, [np.nan, -1.0, -1.5]])
+    out = vote.normalise(scores, "logprob", tokens=10)
+    np.testing.assert_allclose(out[0], per_segment)
+    assert np.isnan(out[1, 0]) and out[1, 1] == pytest.approx(1 / (1 + np.exp(-5)))
+    np.testing.assert_allclose(vote.normalise(scores[:1], "logit", tokens=10)[0], vote.normalise_logit_row(row))
+
+
+def test_normalise_skips_missing_scores():
+    scores = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
+    out = vote.normalise(scores, "logit")
+    assert out[0, 0] == pytest.approx(0.25) and np.isnan(out[0, 1]) and np.isnan(out[1]).all()
+
+
+def test_combine_weights_verifiers():
+    shares = np.array([[0.9, 0.1], [0.2, 0.8]])
+    np.testing.assert_allclose(vote.combine(shares, np.array([0.75, 0.25])), [0.725, 0.275])
+
+
+def test_self_votes_removed_from_the_vote():
+    shares = np.array([[0.8, 0.2], [0.3, 0.7]])
+    votes = vote.mask_self_judgements(shares, {0: [0], 1: [1]})
+    assert np.isnan(votes[0, 0]) and np.isnan(votes[1, 1])
+    # each candidate is now judged only by the other model
+    np.testing.assert_allclose(vote.combine(votes, np.array([0.5, 0.5])), [0.3, 0.2])
+
+
+def test_log_pooling_lets_a_trusted_verifier_veto():
+    # verifier 0 (weight 0.6) nearly rules out candidate 1; verifiers 1 and 2 like it a lot
+    shares = np.array([[0.98, 0.02], [0.3, 0.7], [0.3, 0.7]])
+    weights = np.array([0.6, 0.2, 0.2])
+    linear = vote.combine(shares, weights)
+    pooled = vote.combine_log(shares, weights)
+    assert linear[0] > linear[1] and pooled[0] > pooled[1]
+    assert pooled[0] - pooled[1] > linear[0] - linear[1]
+    assert pooled.sum() == pytest.approx(1.0)
+    even = vote.combine_log(np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([0.5, 0.5]))
+    np.testing.assert_allclose(even, [0.5, 0.5])
+    partial = vote.combine_log(np.array([[0.9, np.nan], [0.4, 0.6]]), np.array([0.5, 0.5]))
+    assert not np.isnan(partial).any() and partial.sum() == pytest.approx(1.0)
+
+
+def test_loop_guard_lets_new_text_beat_a_copied_favourite():
+    combined = np.array([0.7, 0.2, 0.1])
+    assert vote.pick_winner([0, 1, 2], combined) == 0
+    assert vote.pick_winner([0, 1, 2], combined, np.array([1.0, 0.0, 0.0])) == 1
+    # a partial copy is discounted, not excluded: 0.7 * 0.5 still beats 0.2
+    assert vote.pick_winner([0, 1, 2], combined, np.array([0.5, 0.0, 0.0])) == 0
+
+
+def test_loop_guard_falls_back_to_the_vote_when_every_candidate_copies():
+    combined = np.array([0.2, 0.7, 0.1])
+    assert vote.pick_winner([0, 1, 2], combined, np.ones(3)) == 1
+
+
+def test_tally_says_why_the_winner_won():
+    scores = np.log(np.array([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]))
+    result = vote.tally(scores, np.array([0.5, 0.3, 0.2]), {0: [0], 1: [1], 2: [2]}, vote.VoteRule(segment_tokens=1))
+    assert result.winner == 0 and result.runner_up == 1 and result.discounted is None  # 0.57, 0.23, 0.20
+    assert result.ranked_first_by == (0, 1)
+
+
+def test_tally_names_the_candidate_the_loop_guard_kept_from_winning():
+    scores = np.log(np.array([[0.7, 0.3], [0.6, 0.4]]))
+    copied = np.array([1.0, 0.0])
+    result = vote.tally(scores, np.array([0.5, 0.5]), {0: [0], 1: [1]}, vote.VoteRule(segment_tokens=1), copied)
+    assert result.winner == 1 and result.discounted == 0 and result.runner_up == 0
+
+
+def candidate(model: str, combined: float, copied: float | None = None) -> Candidate:
+    return Candidate(model, "text", False, {}, {"a": combined, "b": combined}, combined, copied=copied)
+
+
+def round_event(author: str, candidates: list[Candidate], **why) -> RoundEvent:
+    return RoundEvent(3, "text", author, "vote", tuple(candidates), {"a": 0.6, "b": 0.4}, (), {}, {}, {}, 0.1, 5, **why)
+
+
+def test_explain_a_plain_vote_names_the_runner_up():
+    text = vote.explain(round_event("a", [candidate("a", 0.7), candidate("b", 0.3)], runner_up="b"))
+    assert "Round 3: a won the weighted vote with 0.700 against 0.300 (b)." in text
+    assert "loop guard" not in text
+    assert "Weights after this round: a 0.60, b 0.40." in text
+
+
+def test_explain_a_loop_guard_win_says_which_candidate_was_discounted():
+    event = round_event(
+        "b",
+        [candidate("a", 0.7, copied=1.0), candidate("b", 0.3, copied=0.0)],
+        runner_up="a",
+        discounted="a",
+        ranked_first_by=("b",),
+    )
+    text = vote.explain(event)
+    assert "with 0.300 against 0.700 (a)." in text
+    assert "The loop guard discounted a: 100% of it repeats the answer." in text
+    assert "Ranked first by: b." in text
