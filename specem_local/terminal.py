@@ -43,6 +43,7 @@ def _add_flag(group: argparse._ArgumentGroup, item: Setting) -> None:
             item.flag, dest=item.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
         )
     elif item.kind == "strings":
+        help_text = f"{item.help}; repeat for several"
         group.add_argument(item.flag, dest=item.name, action="append", default=None, metavar="TEXT", help=help_text)
     else:
         group.add_argument(
@@ -51,7 +52,7 @@ def _add_flag(group: argparse._ArgumentGroup, item: Setting) -> None:
             type=_CONVERTERS[item.kind],
             choices=item.limits.choices or None,
             default=None,
-            metavar=None if item.limits.choices else item.kind.upper(),
+            metavar=None if item.limits.choices else {"str": "TEXT"}.get(item.kind, item.kind.upper()),
             help=help_text,
         )
 

@@ -46,3 +46,13 @@ def test_a_documented_command_parses_and_its_inputs_exist(doc, line):
     inputs = [args.tasks] if args.command == "eval" else list(args.runs) if args.command == "eval-pool" else []
     for name in inputs:
         assert (ROOT / name).exists(), f"{doc}: {name} is not in the repository"
+
+
+def test_every_setting_is_in_the_configuration_doc():
+    from specem_local.settings import EnsembleSettings, LoadSettings, describe
+
+    text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
+    missing = [
+        item.name for cls in (EnsembleSettings, LoadSettings) for item in describe(cls) if f"`{item.name}`" not in text
+    ]
+    assert missing == []
