@@ -192,6 +192,7 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
     started = time.perf_counter()
     # One sequence per candidate: table 1 scores four at once.
     with Ensemble.from_config(config, n_seq_max=len(CANDIDATES) + 1) as ensemble:
+        ensemble.weight_store = None  # every run from the prior: the runs must not teach each other
         gguf_bytes = sum(path.stat().st_size for path in ensemble.model_files.values())
         filler = prompts["summary"]
         verification = [row for member in ensemble.members for row in verification_strategies(member, plan, filler)]

@@ -136,6 +136,8 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             entry["segment_share"] = {name: count / total for name, count in wins.items()}
             entry["mean_final_weights"] = weights
             entry["drafters_per_round"] = sum(map(_drafters_per_round, results)) / len(results)
+            if "start_weights" in results[-1]:
+                entry["last_start_weights"] = results[-1]["start_weights"]  # where carrying got to
         report[system] = entry
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
@@ -225,11 +227,15 @@ def run_systems(
     items_path: Path,
 ) -> None:
     """Answer every task with every system not yet in ``done`` (updated in place), appending
-    each finished item to ``items.jsonl``."""
+    each finished item to ``items.jsonl``. Each ensemble system carries its weights over the
+    items in order, in its own store in the output folder (``weights/<system>.db``): never the
+    user's, and never another system's."""
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
+    from specem_local.store import WeightStore
 
+    stores = items_path.parent / "weights"
     with Ensemble.from_config(config) as ensemble:
         systems: dict[str, tuple[list[str] | None, dict[str, Any]]] = {}
         if not args.members_only:
@@ -247,8 +253,10 @@ def run_systems(
                 for system, (models, overrides) in systems.items():
                     if system in record["systems"]:
                         continue
+                    ensemble.weight_store = WeightStore(stores / f"{system}.db")
                     started = time.perf_counter()
-                    final = ensemble.generate(task.prompt, models=models, **{**base, **overrides})
+                    events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides}))
+                    start, final = events[0], events[-1]
                     extracted, correct = task.grade(final.text)
                     record["systems"][system] = {
                         "text": final.text,
@@ -259,6 +267,8 @@ def run_systems(
                         "finish_reason": final.finish_reason,
                         "wins": final.wins,
                         "weights": final.weights,
+                        "start_weights": start.weights,
+                        "weights_from": start.weights_from,
                         "drafters_per_round": final.drafters_per_round,
                     }
                 done[task.id] = record

@@ -10,13 +10,14 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from specem_local.config import Config, load_config, model_colours
+from specem_local.config import Config, builtin_ensembles, model_colours
 from specem_local.errors import SpecemError
-from specem_local.events import FinalEvent, RoundEvent
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
 
 ANSI_COLOURS = {
@@ -93,7 +94,7 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_from_args(args)
     rows = model_rows(config)
     if args.json:
         print(json.dumps({"config": config.source, "models": rows}, indent=2))
@@ -125,24 +126,74 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def cmd_models_pull(args: argparse.Namespace) -> int:
-    from specem_local.sources import source_for
+    from specem_local.demo_models import DEMO_MODELS
+    from specem_local.sources import DemoSource, source_for
 
-    config = load_config(args.config)
-    for spec in config.models:
-        source = source_for(spec, config)
-        print(f"{spec.name}: pulling {source.describe()}", file=sys.stderr)
-        print(f"{spec.name}: ready at {source.pull()}")
+    config = config_from_args(args)
+    configured = {spec.name: spec for spec in config.models}
+    sources = []
+    for name in args.names or list(configured):
+        if name in configured:
+            sources.append((name, source_for(configured[name], config)))
+        elif name in DEMO_MODELS:
+            sources.append((name, DemoSource(name, DEMO_MODELS[name])))
+        else:
+            raise SpecemError(
+                f"no model {name!r} in {config.source} and no such demo model; "
+                f"configured: {', '.join(configured)}; demo models: {', '.join(DEMO_MODELS)}"
+            )
+    for name, source in sources:
+        print(f"{name}: pulling {source.describe()}", file=sys.stderr)
+        print(f"{name}: ready at {source.pull()}")
     return 0
 
 
 def cmd_models_verify(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_from_args(args)
     bad = 0
     for row in model_rows(config, checksum=True):
         detail = f" ({row['detail']})" if row["detail"] else ""
         print(f"{row['name']}: {row['status']}{detail}")
         bad += row["status"] != "ready"
     return 1 if bad else 0
+
+
+# -- specem weights -------------------------------------------------------------------------------
+def cmd_weights_list(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from specem_local.feedback import from_log_weights
+    from specem_local.learned import names_in
+    from specem_local.store import WeightStore
+
+    records = WeightStore().all()
+    if not records:
+        print("no weights learned yet: every ensemble starts from its prior")
+    for record in records:
+        names = names_in(record.key)
+        values = np.array(list(record.log_weights.values()))
+        weights = from_log_weights(values, np.ones(len(values), dtype=bool))
+        shown = ", ".join(
+            f"{name.rsplit(' (', 1)[0]} {weight:.3f}" for name, weight in zip(record.log_weights, weights)
+        )
+        origin = f"calibrated on {record.calibrated_items} items, then " if record.calibrated_items else ""
+        answers = f"{record.answers} answer{'s' if record.answers != 1 else ''}"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated))
+        print(f"{' + '.join(names)}: {shown}  ({origin}{answers}; {when})")
+    return 0
+
+
+def cmd_weights_reset(args: argparse.Namespace) -> int:
+    from specem_local.learned import names_in
+    from specem_local.store import WeightStore
+
+    store = WeightStore()
+    configured = {spec.name for spec in config_from_args(args).models}
+    gone = [r.key for r in store.all() if args.all or configured >= set(names_in(r.key))]
+    for key in gone:
+        store.reset(key)
+    print(f"forgot the weights of {len(gone)} ensemble{'s' if len(gone) != 1 else ''}; they start from the prior")
+    return 0
 
 
 # -- specem run ------------------------------------------------------------------------------------
@@ -173,10 +224,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream = ensemble.stream(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
+        origin = ""
         try:
             for event in stream:
                 if args.json:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
+                elif isinstance(event, StartEvent):
+                    origin = event.weights_origin
                 elif isinstance(event, RoundEvent):
                     if args.authors and colour:
                         code = ANSI_COLOURS.get(colours.get(event.author, ""), 0)
@@ -190,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 elif isinstance(event, FinalEvent):
                     print()
                     if args.authors:
-                        print_legend(event, colours, colour)
+                        print_legend(event, colours, colour, origin)
         except KeyboardInterrupt:
             stream.cancel()
             stream.final()
@@ -199,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool) -> None:
+def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origin: str) -> None:
     parts = []
     for name, wins in final.wins.items():
         code = ANSI_COLOURS.get(colours.get(name, ""), 0)
@@ -210,7 +264,8 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool) -> No
     print("  ".join(parts))
     print(
         f"{final.tokens} tokens in {final.seconds:.1f} s ({final.tokens_per_second:.1f} tok/s), "
-        f"{final.rounds} rounds, {final.drafters_per_round:.1f} drafters/round, finish: {final.finish_reason}"
+        f"{final.rounds} rounds, {final.drafters_per_round:.1f} drafters/round, finish: {final.finish_reason}; "
+        f"weights started from {origin}"
     )
 
 
@@ -224,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="models.toml to use (default: $SPECEM_CONFIG, ./models.toml, "
         "the user config dir, the built-in demo ensemble)",
     )
+    common.add_argument(
+        "--ensemble", metavar="NAME", help=f"a built-in ensemble instead: {', '.join(builtin_ensembles())}"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     models = commands.add_parser("models", help="list, pull and verify the configured models")
@@ -231,12 +289,25 @@ def build_parser() -> argparse.ArgumentParser:
     listing = model_commands.add_parser("list", parents=[common], help="show each model (from its GGUF header)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(handler=cmd_models_list)
-    model_commands.add_parser("pull", parents=[common], help="download hf models, assemble demo models").set_defaults(
-        handler=cmd_models_pull
+    pull = model_commands.add_parser(
+        "pull", parents=[common], help="download hf models, assemble demo models (or the ones named)"
     )
+    pull.add_argument(
+        "names", nargs="*", metavar="NAME", help="configured models or demo models (default: all configured)"
+    )
+    pull.set_defaults(handler=cmd_models_pull)
     model_commands.add_parser("verify", parents=[common], help="checksum and header-check every model").set_defaults(
         handler=cmd_models_verify
     )
+
+    weights = commands.add_parser("weights", help="the weights carried over from answer to answer")
+    weight_commands = weights.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
+    weight_commands.add_parser("list", help="every ensemble's learned weights").set_defaults(handler=cmd_weights_list)
+    reset = weight_commands.add_parser(
+        "reset", parents=[common], help="forget the configured models' learned weights (any subset of them)"
+    )
+    reset.add_argument("--all", action="store_true", help="forget every ensemble's weights")
+    reset.set_defaults(handler=cmd_weights_reset)
 
     run = commands.add_parser("run", parents=[common], help="answer one prompt with the ensemble")
     run.add_argument("prompt", help="the prompt, or - to read it from stdin")
@@ -245,9 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 
-    from specem_research import bench, evaluate, pool
+    from specem_research import bench, calibrate, evaluate, pool
 
     bench.add_parser(commands, common)
+    calibrate.add_parser(commands, common)
     evaluate.add_parser(commands, common)
     pool.add_parser(commands)
 

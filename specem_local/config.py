@@ -131,8 +131,22 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
     return Config(ensemble, tuple(models), source, base_dir, load)
 
 
-def bundled_config_text() -> str:
-    return resources.files("specem_local").joinpath("data", CONFIG_FILENAME).read_text("utf-8")
+DEFAULT_ENSEMBLE = "demo"
+
+
+def builtin_ensembles() -> dict[str, str]:
+    """The built-in ensembles by name: the demo trio (``demo``, the default) and the files in
+    ``data/ensembles/``."""
+    folder = resources.files("specem_local").joinpath("data", "ensembles")
+    named = {entry.name.removesuffix(".toml"): f"ensembles/{entry.name}" for entry in folder.iterdir()}
+    return {DEFAULT_ENSEMBLE: CONFIG_FILENAME, **dict(sorted(named.items()))}
+
+
+def bundled_config_text(name: str = DEFAULT_ENSEMBLE) -> str:
+    files = builtin_ensembles()
+    if name not in files:
+        raise SpecemError(f"no built-in ensemble {name!r}; the built-in ones are {', '.join(files)}")
+    return resources.files("specem_local").joinpath("data", *files[name].split("/")).read_text("utf-8")
 
 
 def find_config_path(explicit: str | Path | None = None) -> Path | None:
@@ -152,7 +166,12 @@ def find_config_path(explicit: str | Path | None = None) -> Path | None:
     return None
 
 
-def load_config(explicit: str | Path | None = None) -> Config:
+def load_config(explicit: str | Path | None = None, ensemble: str | None = None) -> Config:
+    """The configuration: a built-in ensemble by name (``ensemble``), else the lookup."""
+    if ensemble is not None:
+        if explicit is not None:
+            raise SpecemError("give --config or --ensemble, not both")
+        return parse_config(bundled_config_text(ensemble), f"<built-in ensemble {ensemble}>", Path.cwd())
     path = find_config_path(explicit)
     if path is None:
         return parse_config(bundled_config_text(), "<built-in models.toml>", Path.cwd())

@@ -23,12 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from specem_local.config import Config, load_config, with_load_overrides
 from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent
+from specem_local.events import Event, FinalEvent, origin_words
+from specem_local.learned import StartingWeights, key_of, remember, starting_weights
 from specem_local.loading import Loaded, ProgressCallback, load_members
 from specem_local.member import Member, can_draft_and_verify
 from specem_local.prompting import Message, as_messages
-from specem_local.rounds import Answer, initial_weights, weights_dict
+from specem_local.rounds import Answer, weights_dict
 from specem_local.settings import EnsembleSettings, with_overrides
+from specem_local.store import WeightStore
 
 Prompt = str | list[Message] | list[dict[str, str]]
 
@@ -40,7 +42,9 @@ class Ensemble:
     ...     print(ensemble.generate("2+2?").text)
 
     ``Ensemble(members, settings)`` takes members that are ready (and closes their models when
-    it is closed); ``Ensemble.from_config(config)`` loads them.
+    it is closed); ``Ensemble.from_config(config)`` loads them. ``weight_store`` keeps the
+    weights learned from answer to answer (``Ensemble()`` and ``from_config`` use the one in the
+    user data dir; None: every answer starts from the prior).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class Ensemble:
         settings: EnsembleSettings | None = None,
         *,
         loaded: Loaded | None = None,
+        weight_store: WeightStore | None = None,
     ) -> None:
         if isinstance(members, Config):
             raise TypeError("Ensemble(config) takes ready members; use Ensemble.from_config(config)")
@@ -56,6 +61,7 @@ class Ensemble:
             config = load_config()
             loaded = load_members(config)
             members, settings = loaded.members, settings or config.ensemble
+            weight_store = weight_store or WeightStore()
         if not members:
             raise SpecemError("an ensemble needs at least one model")
         if not can_draft_and_verify(list(members)):
@@ -66,6 +72,7 @@ class Ensemble:
         self.warnings = loaded.warnings if loaded else []
         self.threads_per_model = loaded.threads_per_model if loaded else None
         self.model_files = loaded.files if loaded else {}  # name -> GGUF path, for models loaded from files
+        self.weight_store = weight_store
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=len(self.members), thread_name_prefix="specem"
         )
@@ -94,7 +101,7 @@ class Ensemble:
         config, overrides = with_load_overrides(config, overrides)
         settings = with_overrides(config.ensemble, **overrides)  # checked before loading anything
         loaded = load_members(config, progress=progress, skip_failed=skip_failed, n_seq_max=n_seq_max)
-        return cls(loaded.members, settings, loaded=loaded)
+        return cls(loaded.members, settings, loaded=loaded, weight_store=WeightStore())
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -136,10 +143,22 @@ class Ensemble:
 
     # -- answers ----------------------------------------------------------------------------------
     def starting_weights(self, models: list[str] | None = None, **overrides: object) -> dict[str, float]:
-        """The verifiers' weights before an answer's first round, as its ``StartEvent`` says."""
+        """The verifiers' weights the next answer starts from, as its ``StartEvent`` will say."""
         members = self._select(models)
         settings = with_overrides(self.settings, **overrides)
-        return weights_dict(members, initial_weights(members, settings))
+        return weights_dict(members, starting_weights(self.weight_store, members, settings).weights)
+
+    def weights_origin(self, models: list[str] | None = None, **overrides: object) -> str:
+        """Where the next answer's starting weights come from, in words (as its ``StartEvent``)."""
+        members = self._select(models)
+        start = starting_weights(self.weight_store, members, with_overrides(self.settings, **overrides))
+        return origin_words(start.origin, start.answers, start.items)
+
+    def reset_weights(self, models: list[str] | None = None) -> bool:
+        """Forget the weights carried over for these models (default: all); the next answer
+        starts from the prior. Returns whether there were any."""
+        members = self._select(models)
+        return self.weight_store is not None and self.weight_store.reset(key_of(members))
 
     def stream(self, prompt: Prompt, *, models: list[str] | None = None, **overrides: object) -> AnswerStream:
         """Answer ``prompt`` (a string or a conversation): iterate the returned stream for a
@@ -180,12 +199,10 @@ class Ensemble:
         if settings.drafting != "threads" or threads is None or threads * models <= cores or self._warned_threads:
             return
         self._warned_threads = True
-        message = (
+        self._warn(
             f"warning: drafting in threads runs {models} models x {threads} threads on {cores} cores; "
             f"set threads_per_model = {max(1, cores // models)} in models.toml or use round-robin drafting"
         )
-        self.warnings.append(message)
-        warnings.warn(message, stacklevel=3)
 
     def _open_answer(self, answer: AnswerStream) -> None:
         with self._state:
@@ -204,6 +221,27 @@ class Ensemble:
             current = self._open() if self._open is not None else None
             if current is None or current is answer:
                 self._open = None
+
+    def _starting_weights(self, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
+        try:
+            return starting_weights(self.weight_store, members, settings)
+        except SpecemError as error:  # an unreadable store costs the carried weights, not the answer
+            self._warn(f"warning: {error}; starting from the prior weights")
+            return starting_weights(None, members, settings)
+
+    def _remember(
+        self, members: list[Member], settings: EnsembleSettings, start: StartingWeights, final: FinalEvent
+    ) -> None:
+        if self.weight_store is None:
+            return
+        try:
+            remember(self.weight_store, members, settings, start, final.weights)
+        except SpecemError as error:
+            self._warn(f"warning: {error}; the weights this answer learned were not kept")
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        warnings.warn(message, stacklevel=4)
 
     def _step(self, steps: Iterator[Event]) -> Event:
         """Run the answer to its next event, holding the engine while it runs."""
@@ -231,8 +269,9 @@ class AnswerStream(Iterator[Event]):
         self, ensemble: Ensemble, members: list[Member], settings: EnsembleSettings, messages: list[Message]
     ) -> None:
         self._ensemble = ensemble
+        self._members, self._settings, self._messages = members, settings, messages
         self._cancelled = threading.Event()
-        self._answer = Answer(members, settings, messages, self._cancelled, ensemble._map)
+        self._answer: Answer | None = None
         self._steps: Iterator[Event] | None = None
         self._final: FinalEvent | None = None
         self._ended = False
@@ -249,6 +288,14 @@ class AnswerStream(Iterator[Event]):
             raise StopIteration
         if self._steps is None:
             self._ensemble._open_answer(self)
+            try:
+                start = self._ensemble._starting_weights(self._members, self._settings)
+            except BaseException:
+                self.close()
+                raise
+            self._answer = Answer(
+                self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start
+            )
             self._steps = self._answer.run()
         try:
             event = self._ensemble._step(self._steps)
@@ -257,6 +304,7 @@ class AnswerStream(Iterator[Event]):
             raise
         if isinstance(event, FinalEvent):
             self._final = event
+            self._ensemble._remember(self._members, self._settings, self._answer.start, event)
             self.close()
         return event
 
@@ -265,6 +313,8 @@ class AnswerStream(Iterator[Event]):
         (Ctrl-C) broke off ends as "cancelled", with what it had written."""
         for _ in self:
             pass
+        if self._final is None and self._answer is None:
+            raise SpecemError("this answer was closed before it began")
         return self._final or self._answer.final_event("cancelled")
 
     def close(self) -> None:

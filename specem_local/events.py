@@ -36,11 +36,19 @@ class StartEvent(_Record):
     """An answer begins: who takes part and the weights the vote starts from."""
 
     models: tuple[str, ...]  # the models taking part
-    drafters: tuple[str, ...]
+    drafters: tuple[str, ...]  # those that draft (model exit may leave out ones known to lose)
     weights: dict[str, float]  # starting weight of each verifier
     prompt_tokens: dict[str, int]  # the conversation's length in each model's tokens
     plain_generation: bool  # one model: no ensembling takes place
+    weights_from: str = "prior"  # "prior", "carried" (from earlier answers) or "calibrated"
+    learned_answers: int = 0  # answers the carried weights were learned from
+    calibrated_items: int = 0  # labelled items they were calibrated on
     type: str = "start"
+
+    @property
+    def weights_origin(self) -> str:
+        """Where the starting weights came from, in words."""
+        return origin_words(self.weights_from, self.learned_answers, self.calibrated_items)
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,16 @@ class FinalEvent(_Record):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "tokens_per_second": round(self.tokens_per_second, 3)}
+
+
+def origin_words(weights_from: str, answers: int, items: int) -> str:
+    """ "the prior", "carried over from 3 answers", "calibrated on 20 items, then 1 answer"."""
+    learned = f"{answers} answer{'s' if answers != 1 else ''}"
+    if weights_from == "calibrated":
+        return f"calibrated on {items} items" + (f", then {learned}" if answers else "")
+    if weights_from == "carried":
+        return f"carried over from {learned}"
+    return "the prior"
 
 
 Event = StartEvent | RoundEvent | FinalEvent

@@ -1,5 +1,6 @@
 """SpecEM's online feedback: the starting weights, rewards from the judges' shares, the Hedge
-update, and model exit. Pure functions over numpy arrays, indexed by model as in ``vote``.
+update, weights carried from answer to answer, a calibration from labelled items, and model
+exit. Pure functions over numpy arrays, indexed by model as in ``vote``.
 """
 
 from __future__ import annotations
@@ -84,3 +85,31 @@ def exiting_drafters(
     best = active[int(np.argmax(shares))]
     threshold = exit_share / len(active)
     return [model for model, share in zip(active, shares) if share < threshold and model != best]
+
+
+def carried(log_weights: np.ndarray, anchor: np.ndarray, change: np.ndarray, memory: float) -> np.ndarray:
+    """Hedge across answers, with forgetting: ``L <- anchor + (1 - 1/memory) (L - anchor) + change``.
+
+    ``change`` is one answer's learning, ``log w_end - log w_start`` (its Hedge updates summed),
+    so carrying on from ``w_end`` is the same Hedge run continued over the next answer. Old
+    answers fade with weight ``(1 - 1/memory)`` each (about ``memory`` answers are remembered),
+    back towards ``anchor``: the prior, or a calibration. Centred: only differences matter."""
+    keep = 1.0 - 1.0 / memory
+    out = anchor + keep * (log_weights - anchor) + change
+    return out - out.mean()
+
+
+def calibration(prior: np.ndarray, wrong: np.ndarray, items: int) -> np.ndarray:
+    """Log-weights from labelled items: Hedge over the items, with each member's loss 1 when
+    its own answer to an item was wrong (``wrong``: the count per member), starting from
+    ``prior``, at ``eta = sqrt(8 ln K / T)``: the rate whose regret against the best member is
+    smallest for T items and K members (Cesa-Bianchi and Lugosi, Theorem 2.2). Centred."""
+    eta = math.sqrt(8 * math.log(max(len(prior), 2)) / max(items, 1))
+    out = np.log(prior) - eta * wrong
+    return out - out.mean()
+
+
+def from_log_weights(log_weights: np.ndarray, verifies: np.ndarray) -> np.ndarray:
+    """Weights over the verifiers from log-weights (0 for the other models)."""
+    scaled = np.where(verifies, np.exp(log_weights - log_weights[verifies].max()), 0.0)
+    return scaled / scaled.sum()

@@ -17,6 +17,7 @@ import numpy as np
 from specem_local import feedback, vote
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.learned import StartingWeights
 from specem_local.member import Draft, Member, Scored
 from specem_local.model import ContextFull
 from specem_local.prompting import Message
@@ -25,12 +26,6 @@ from specem_local.segments import copied_fraction, find_stop
 from specem_local.settings import EnsembleSettings
 
 MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
-
-
-def initial_weights(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
-    verifies = np.array([m.spec.verifies for m in members], dtype=bool)
-    sizes = np.array([m.model.n_params for m in members], dtype=np.float64)
-    return feedback.initial_weights(verifies, sizes, settings.weight_prior)
 
 
 def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
@@ -47,16 +42,22 @@ class Answer:
         messages: list[Message],
         cancel: threading.Event,
         map_function: MapFunction,
+        start: StartingWeights,
     ) -> None:
         self.settings = settings
+        self.start = start
         self.messages = messages
         self.members = members
         self.cancel = cancel
         self._map = map_function
         self.names = [m.name for m in self.members]
         self.verifies = np.array([m.spec.verifies for m in self.members], dtype=bool)
-        self.weights = initial_weights(members, settings)
+        self.weights = start.weights
         self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
+        if settings.model_exit and start.origin != "prior":  # known to lose: out from the first round
+            judged = [i for i in self.active_drafters if self.verifies[i]]
+            leaving = feedback.exiting_drafters(self.weights, judged, 1, 0, settings.exit_share)
+            self.active_drafters = [i for i in self.active_drafters if i not in leaving]
         self.share_totals = np.zeros(len(members))
         self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(len(members))]
         self.rule = vote.VoteRule(
@@ -87,6 +88,9 @@ class Answer:
             weights=weights_dict(self.members, self.weights),
             prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
             plain_generation=len(self.members) == 1,
+            weights_from=self.start.origin,
+            learned_answers=self.start.answers,
+            calibrated_items=self.start.items,
         )
         finish = ""
         if not self.cancel.is_set():

@@ -102,6 +102,10 @@ class EnsembleSettings:
     )
     feedback: bool = setting(True, "vote", "learn the weights during the answer (Hedge)")
     learning_rate: float = setting(1.0, "vote", "eta_0; round k uses eta_0 / sqrt(K * k)", low=0)
+    fresh_weights: bool = setting(
+        False, "vote", "start from the prior, not the weights carried over from earlier answers (left as they are)"
+    )
+    weight_memory: float = setting(20.0, "vote", "carried weights remember about this many answers", low=1)
     verify_end: bool = setting(True, "vote", "score a draft that ends the answer with P(end) after it")
 
     drafting: str = setting(

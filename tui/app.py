@@ -11,7 +11,7 @@ from textual import work
 from textual.app import App
 from textual.message import Message
 
-from specem_local.config import Config, load_config, model_colours
+from specem_local.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
 from specem_tui.screens.chat import ChatScreen
@@ -110,10 +110,13 @@ class SpecemChatApp(App[None]):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specem-chat", description="Chat with several local models at once.")
     parser.add_argument("--config", help="models.toml to use (default: the usual lookup, see specem --help)")
+    parser.add_argument(
+        "--ensemble", metavar="NAME", help=f"a built-in ensemble instead: {', '.join(builtin_ensembles())}"
+    )
     parser.add_argument("--chat", help="resume a saved chat by its id")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, args.ensemble)
         chat = load_chat(args.chat) if args.chat else None
     except SpecemError as error:
         print(f"specem-chat: error: {error}", file=sys.stderr)

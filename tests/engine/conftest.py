@@ -7,6 +7,7 @@ from specem_local.engine import Ensemble
 from specem_local.loading import prompt_format_for
 from specem_local.member import Member
 from specem_local.settings import EnsembleSettings
+from specem_local.store import WeightStore
 from tests.fake_model import FakeModel
 
 QUESTION = "What is six times seven?"
@@ -18,6 +19,6 @@ def fake_member(name: str, target: str, *, role: str = "both", **model_options) 
     return Member(spec, model, prompt_format_for(spec, model))
 
 
-def fake_ensemble(*members: Member, **settings) -> Ensemble:
-    """Greedy unless the settings say otherwise."""
-    return Ensemble(list(members), EnsembleSettings(**{"greedy": True, **settings}))
+def fake_ensemble(*members: Member, weight_store: WeightStore | None = None, **settings) -> Ensemble:
+    """Greedy unless the settings say otherwise; no carried weights unless given a store."""
+    return Ensemble(list(members), EnsembleSettings(**{"greedy": True, **settings}), weight_store=weight_store)

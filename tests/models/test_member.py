@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from specem_local.backend import LlamaModel
+from specem_local.demo_models import DEMO_MODELS, assemble_demo
 from specem_local.loading import prompt_format_for
 from specem_local.member import Member, segment_score
 from specem_local.model import BatchRow
 from specem_local.prompting import Message
-from specem_local.sources import DEMO_MODELS, assemble_demo
 from tests.conftest import demo_config
 
 CANDIDATES = {0: " Paris is the capital.", 1: " I think it is Lyon", 2: " 巴黎 🙂 yes"}

@@ -8,8 +8,11 @@ import json
 import threading
 import time
 
+import pytest
+
 from specem_local.config import Config, ModelSpec
 from specem_local.settings import EnsembleSettings
+from specem_local.store import WeightStore
 from specem_tui.app import SpecemChatApp, main
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.storage import Chat, chats_dir, list_chats, load_chat, save_chat
@@ -24,11 +27,13 @@ __all__ = ["data_dir"]  # the autouse fixture
 ANSWER = "Forty-two, since six sevens make forty-two."
 
 
-def app_with(*members, **settings) -> SpecemChatApp:
+def app_with(*members, weight_store=None, **settings) -> SpecemChatApp:
     """The chat app on fake members (loaded instantly in its worker)."""
     specs = tuple(ModelSpec(name=m.name, path=f"{m.name}.gguf") for m in members)
     config = Config(EnsembleSettings(greedy=True), specs, "<test>")
-    return SpecemChatApp(config, load=lambda config, **_: fake_ensemble(*members, **settings))
+    return SpecemChatApp(
+        config, load=lambda config, **_: fake_ensemble(*members, weight_store=weight_store, **settings)
+    )
 
 
 def pair(**options):
@@ -49,6 +54,29 @@ async def test_weights_panel_starts_from_the_engines_starting_weights():
         await ask(pilot, app, "What is six times seven?")
         await wait_until(pilot, lambda: answered(app))
         assert app.screen.chat.turns[-1].content == ANSWER
+
+
+async def test_the_panel_says_where_the_weights_came_from_and_ctrl_r_resets_them(tmp_path):
+    big = fake_member("big", ANSWER, n_params=3000)
+    mid = fake_member("mid", ANSWER, n_params=1500, words=[" sevens", " make"])
+    app = app_with(big, mid, fake_member("small", "No idea."), weight_store=WeightStore(tmp_path / "specem.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        panel = app.screen.query_one(WeightsPanel)
+        prior = dict(panel.weights)
+        assert panel.border_subtitle == "from the prior" and prior == pytest.approx(
+            {"big": 6 / 11, "mid": 3 / 11, "small": 2 / 11}
+        )
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        await ask(pilot, app, "And seven times six?")
+        await wait_until(pilot, lambda: panel.border_subtitle == "from carried over from 1 answer")
+        await wait_until(pilot, lambda: answered(app))
+        assert panel.weights != pytest.approx(prior)
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: panel.border_subtitle == "from the prior")
+        assert panel.weights == pytest.approx(prior)
+        assert app.ensemble.weights_origin() == "the prior"
 
 
 async def test_an_answer_that_cannot_start_gives_the_question_back_once():

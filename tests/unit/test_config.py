@@ -125,3 +125,16 @@ def test_the_built_in_models_toml_lists_every_setting_at_its_default_in_its_grou
     described = [item for cls in (EnsembleSettings, LoadSettings) for item in describe(cls)]
     assert written == [item.name for group in GROUPS for item in described if item.group == group]
     assert all(f"# -- {title}" in text for title in GROUPS.values())
+
+
+def test_built_in_ensembles_by_name():
+    from specem_local.config import builtin_ensembles
+
+    assert list(builtin_ensembles()) == ["demo", "demo-1.5b"]
+    larger = load_config(ensemble="demo-1.5b")
+    assert [m.demo for m in larger.models] == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma-3-270m"]
+    assert larger.ensemble == EnsembleSettings()
+    with pytest.raises(SpecemError, match=r"no built-in ensemble .nope.; the built-in ones are demo, demo-1\.5b"):
+        load_config(ensemble="nope")
+    with pytest.raises(SpecemError, match="give --config or --ensemble, not both"):
+        load_config("models.toml", ensemble="demo")

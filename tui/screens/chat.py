@@ -57,6 +57,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+o", "history", "Chats"),
         Binding("ctrl+e", "export", "Export"),
         Binding("f2", "settings", "Settings"),
+        Binding("ctrl+r", "reset_weights", "Reset weights"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
@@ -77,7 +78,12 @@ class ChatScreen(Screen[None]):
         with Horizontal(id="main"):
             yield VerticalScroll(id="conversation")
             with Vertical(id="sidebar"):
-                yield WeightsPanel(self.ensemble.starting_weights(), self.ensemble.model_names, self.colours)
+                yield WeightsPanel(
+                    self.ensemble.starting_weights(),
+                    self.ensemble.weights_origin(),
+                    self.ensemble.model_names,
+                    self.colours,
+                )
                 yield Static(self.status_text(), id="status")
         yield PromptInput()
         yield Footer()
@@ -155,7 +161,7 @@ class ChatScreen(Screen[None]):
         if view is None or message.answer is not self.answer:
             return
         if isinstance(event, StartEvent):
-            self.query_one(WeightsPanel).reset(event.weights, event.models)
+            self.query_one(WeightsPanel).reset(event.weights, event.models, event.weights_origin)
         elif isinstance(event, RoundEvent):
             view.add_round(event)
             self.query_one(WeightsPanel).add_round(event)
@@ -243,6 +249,23 @@ class ChatScreen(Screen[None]):
                 self.notify("Settings apply to the next answer.")
 
         self.app.push_screen(SettingsScreen(self.settings, self.ensemble.model_names), apply)
+
+    def action_reset_weights(self) -> None:
+        """Forget the weights carried over for the models taking part: back to the prior."""
+        if self.answer is not None:
+            self.notify("Stop the answer first (Esc).", severity="warning")
+            return
+        models = list(self.settings.models)
+        try:
+            forgot = self.ensemble.reset_weights(models)
+            weights, origin = self.ensemble.starting_weights(models), self.ensemble.weights_origin(models)
+        except SpecemError as error:
+            self.notify(str(error), severity="error")
+            return
+        self.query_one(WeightsPanel).reset(weights, models, origin)
+        self.notify(
+            "Weights reset: the next answer starts from the prior." if forgot else "No learned weights to reset."
+        )
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

@@ -14,7 +14,8 @@ HELP = """\
 Several local models write one answer together. Each round every model drafts a short
 segment, every model scores every draft, and the weighted vote picks the segment that is
 added. Each segment is coloured by the model that wrote it; the panel on the right shows each
-model's weight (learned during the answer), its wins and its drafting speed.
+model's weight, its wins and its drafting speed. The weights are learned during each answer
+and carried over to the next (the panel says where they started from; Ctrl+R resets them).
 
 | key | action |
 |---|---|
@@ -29,6 +30,7 @@ model's weight (learned during the answer), its wins and its drafting speed.
 | Ctrl+O | open a past chat |
 | Ctrl+E | export this chat to Markdown |
 | F2 | settings for the next answer |
+| Ctrl+R | reset the learned weights (the next answer starts from the prior) |
 | F1 | this help |
 | Ctrl+Q | quit |
 

@@ -1,5 +1,6 @@
 """The weights panel: each model's current weight as a bar and a number, its wins in this
-answer and its drafting speed, updated every round."""
+answer and its drafting speed, updated every round; below the title, where the answer's
+starting weights came from (the prior, carried over from earlier answers, or calibrated)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ BAR_WIDTH = 14
 
 
 class WeightsPanel(Static):
-    def __init__(self, weights: dict[str, float], names: list[str], colours: dict[str, str]) -> None:
+    def __init__(self, weights: dict[str, float], origin: str, names: list[str], colours: dict[str, str]) -> None:
         super().__init__(classes="weights")
         self.border_title = "Weights"
         self.starting = weights
+        self.origin = origin
         self.names = names
         self.colours = colours
         self.weights: dict[str, float] = {}
@@ -26,10 +28,12 @@ class WeightsPanel(Static):
         self._draft_seconds: dict[str, float] = {}
 
     def on_mount(self) -> None:
-        self.reset(self.starting, self.names)
+        self.reset(self.starting, self.names, self.origin)
 
-    def reset(self, weights: dict[str, float], names: list[str] | tuple[str, ...]) -> None:
+    def reset(self, weights: dict[str, float], names: list[str] | tuple[str, ...], origin: str) -> None:
         """A new answer: the weights the engine starts from (verifiers only), no wins yet."""
+        self.origin = origin
+        self.border_subtitle = f"from {origin}"
         self.weights = dict(weights)
         self.wins = dict.fromkeys(names, 0)
         self._draft_tokens = dict.fromkeys(names, 0)

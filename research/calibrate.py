@@ -1,0 +1,71 @@
+"""``specem calibrate TASKS.jsonl``: set an ensemble's starting weights from labelled items.
+
+Each member answers every item alone (greedy, the eval's prompt); a member's loss on an item
+is 1 when its answer is wrong. The weights are then Hedge over the items from the prior, at
+the learning rate with the best worst-case regret for that many items and members
+(``feedback.calibration``). Why members alone: a weight says how far to trust a member's
+judgement of the others' drafts, and its own answers are the only part of an ensemble answer
+a label speaks to without guessing who caused what; a vote-level credit (which segments made a
+right answer right) is not identifiable from a final answer. The weights become the anchor
+that weights carried over later decay back to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from specem_local.errors import SpecemError
+from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+from specem_research.evaluate import load_tasks
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from specem_local.engine import Ensemble
+    from specem_local.learned import calibrate
+    from specem_local.settings import with_overrides
+
+    tasks = load_tasks(Path(args.tasks))[: args.limit]
+    overrides: dict[str, Any] = {"greedy": True, **settings_overrides(args)}
+    with Ensemble.from_config(config_from_args(args)) as ensemble:
+        verifiers = [m for m in ensemble.members if m.spec.verifies]
+        if len(ensemble.members) < 2:
+            raise SpecemError("calibrate needs an ensemble of at least two models")
+        judges_only = [m.name for m in verifiers if not m.spec.drafts]
+        if judges_only:
+            raise SpecemError(
+                f"{judges_only[0]} only verifies, so it cannot answer alone; "
+                "calibrate weighs members by their own answers"
+            )
+        settings = with_overrides(ensemble.settings, **overrides)
+        before = ensemble.starting_weights(**overrides)
+        wrong = dict.fromkeys((m.name for m in verifiers), 0)
+        for task in tqdm(tasks, desc="calibrate", unit="item", file=sys.stderr):
+            for member in verifiers:
+                final = ensemble.generate(task.prompt, models=[member.name], **overrides)
+                wrong[member.name] += not task.grade(final.text)[1]
+        calibrate(ensemble.weight_store, ensemble.members, settings, wrong, len(tasks))
+        after = ensemble.starting_weights(**overrides)
+    print(f"calibrated on {len(tasks)} items of {args.tasks}")
+    print_table(
+        ("MODEL", "RIGHT ALONE", "WEIGHT BEFORE", "WEIGHT NOW"),
+        [
+            (name, f"{len(tasks) - wrong[name]}/{len(tasks)}", f"{before[name]:.3f}", f"{after[name]:.3f}")
+            for name in wrong
+        ],
+    )
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "calibrate", parents=[common], help="set the ensemble's starting weights from labelled items"
+    )
+    parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
+    parser.add_argument("--limit", type=int, default=20, help="use the first N items (default 20)")
+    add_settings_flags(parser)
+    parser.set_defaults(handler=cmd_calibrate)

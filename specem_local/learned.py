@@ -1,0 +1,137 @@
+"""Weights learned across answers: what an answer starts from, and what it leaves behind.
+
+SpecEM learns its weights during one answer and forgets them after it; one answer is too
+short to learn who is strong. Here an ensemble's weights carry over: each answer starts from
+the weights the earlier ones ended with (``store.WeightStore``, keyed by the members) and,
+when it is done, hands on what it learned (``feedback.carried``). ``specem calibrate`` sets
+them from labelled items instead (``feedback.calibration``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from specem_local import feedback
+from specem_local.member import Member
+from specem_local.settings import EnsembleSettings
+from specem_local.store import StoredWeights, WeightStore, ensemble_key
+
+
+@dataclass(frozen=True)
+class StartingWeights:
+    """The verifier weights an answer starts from, and where they came from."""
+
+    weights: np.ndarray  # per member taking part (0 for models that only draft)
+    origin: str = "prior"  # "prior", "carried" (from earlier answers) or "calibrated"
+    answers: int = 0  # answers they were learned from
+    items: int = 0  # labelled items they were calibrated on
+
+
+def member_identity(member: Member) -> str:
+    """A member as the store knows it: its name and what the model is (a different file under
+    the same name is a different member)."""
+    return f"{member.name} ({member.model.n_params:,} parameters, {member.model.n_vocab:,} tokens)"
+
+
+def key_of(members: list[Member]) -> str:
+    return ensemble_key([member_identity(m) for m in members])
+
+
+def names_in(key: str) -> list[str]:
+    """The member names of a stored ensemble's key (``key_of``)."""
+    return [_name(identity) for identity in key.split(" + ")]
+
+
+def stored_weights(record: StoredWeights) -> dict[str, float]:
+    """A stored record's weights, by member name."""
+    values = np.array(list(record.log_weights.values()))
+    weights = feedback.from_log_weights(values, np.ones(len(values), dtype=bool))
+    return {_name(identity): float(w) for identity, w in zip(record.log_weights, weights)}
+
+
+def _name(identity: str) -> str:
+    return identity.rsplit(" (", 1)[0]
+
+
+def prior(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
+    verifies = np.array([m.spec.verifies for m in members], dtype=bool)
+    sizes = np.array([m.model.n_params for m in members], dtype=np.float64)
+    return feedback.initial_weights(verifies, sizes, settings.weight_prior)
+
+
+def starting_weights(store: WeightStore | None, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
+    """The carried weights when there are some (and ``fresh_weights`` is off), else the prior."""
+    start = prior(members, settings)
+    if store is None or settings.fresh_weights or len(members) == 1:
+        return StartingWeights(start)
+    record = store.get(key_of(members))
+    if record is None:
+        return StartingWeights(start)
+    verifies = np.array([m.spec.verifies for m in members], dtype=bool)
+    weights = feedback.from_log_weights(_log_weights(record.log_weights, members), verifies)
+    origin = "calibrated" if record.calibrated_items else "carried"
+    return StartingWeights(weights, origin, record.answers, record.calibrated_items)
+
+
+def remember(
+    store: WeightStore,
+    members: list[Member],
+    settings: EnsembleSettings,
+    start: StartingWeights,
+    final_weights: dict[str, float],
+) -> StoredWeights | None:
+    """Hand on what one answer learned: its Hedge change, ``log w_end - log w_start``, carried
+    into the stored weights (``feedback.carried``). An answer that learned nothing (no vote,
+    feedback off, one model, or ``fresh_weights``) leaves them as they are."""
+    if settings.fresh_weights or not settings.feedback or len(members) == 1:
+        return None
+    verifiers = [i for i, m in enumerate(members) if m.spec.verifies]
+    end = np.array([final_weights[members[i].name] for i in verifiers])
+    change = np.log(end) - np.log(start.weights[verifiers])
+    if np.allclose(change, change[0]):
+        return None
+    names = [member_identity(members[i]) for i in verifiers]
+    anchor_now = np.log(prior(members, settings)[verifiers])
+
+    def carry(record: StoredWeights | None) -> StoredWeights:
+        if record is None:
+            anchor = log_weights = anchor_now - anchor_now.mean()
+            answers, items = 0, 0
+        else:
+            anchor = np.array([record.anchor[name] for name in names])
+            log_weights = np.array([record.log_weights[name] for name in names])
+            answers, items = record.answers, record.calibrated_items
+        learned = feedback.carried(log_weights, anchor, change, settings.weight_memory)
+        return StoredWeights(
+            key_of(members), _by_name(names, learned), _by_name(names, anchor), answers + 1, items, time.time()
+        )
+
+    return store.update(key_of(members), carry)
+
+
+def calibrate(
+    store: WeightStore, members: list[Member], settings: EnsembleSettings, wrong: dict[str, int], items: int
+) -> StoredWeights:
+    """Set an ensemble's weights from labelled items (``wrong``: how many each member got wrong
+    answering alone); they become the anchor the carried weights decay back to."""
+    verifiers = [i for i, m in enumerate(members) if m.spec.verifies]
+    names = [member_identity(members[i]) for i in verifiers]
+    losses = np.array([wrong[members[i].name] for i in verifiers], dtype=np.float64)
+    log_weights = _by_name(names, feedback.calibration(prior(members, settings)[verifiers], losses, items))
+    record = StoredWeights(key_of(members), log_weights, log_weights, 0, items, time.time())
+    return store.update(key_of(members), lambda _old: record)
+
+
+def _by_name(names: list[str], values: np.ndarray) -> dict[str, float]:
+    return {name: float(value) for name, value in zip(names, values)}
+
+
+def _log_weights(stored: dict[str, float], members: list[Member]) -> np.ndarray:
+    """Stored log-weights per member; a verifier the record does not know starts at the mean."""
+    values = [stored.get(member_identity(m)) for m in members]
+    known = [v for v in values if v is not None]
+    fallback = float(np.mean(known)) if known else 0.0
+    return np.array([fallback if v is None else v for v in values], dtype=np.float64)

@@ -1,0 +1,128 @@
+"""Weights that carry over from answer to answer, and calibration, with fake models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specem_local import feedback
+from specem_local.engine import Ensemble
+from specem_local.events import FinalEvent, StartEvent
+from specem_local.learned import calibrate, key_of
+from specem_local.settings import EnsembleSettings
+from specem_local.store import WeightStore
+from tests.engine.conftest import QUESTION, fake_member
+
+RIGHT = "The answer is 42, because six times seven is forty-two."
+
+
+def trio():
+    """Two members that agree (each judge prefers its own text, so the one both others reject
+    loses reward), and one that does not."""
+    return (
+        fake_member("big", RIGHT, n_params=3000),
+        fake_member("mid", RIGHT, n_params=1500, words=[" answer", " because", " seven"]),
+        fake_member("small", "Seven, I guess.", n_params=500),
+    )
+
+
+def ensemble_with_store(tmp_path, members=None, **settings) -> Ensemble:
+    store = WeightStore(tmp_path / "specem.db")
+    return Ensemble(list(members or trio()), EnsembleSettings(**{"greedy": True, **settings}), weight_store=store)
+
+
+def start_and_final(ensemble: Ensemble, **overrides) -> tuple[StartEvent, FinalEvent]:
+    events = list(ensemble.stream(QUESTION, **overrides))
+    return events[0], events[-1]
+
+
+def test_the_next_answer_starts_where_the_last_one_ended(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    first_start, first_final = start_and_final(ensemble)
+    assert first_start.weights_from == "prior" and first_start.weights == pytest.approx(
+        {"big": 0.6, "mid": 0.3, "small": 0.1}
+    )
+    second_start, _ = start_and_final(ensemble)
+    assert second_start.weights_from == "carried" and second_start.learned_answers == 1
+    assert second_start.weights == pytest.approx(first_final.weights)  # Hedge, continued
+    assert ensemble.starting_weights() != pytest.approx(second_start.weights)  # and it goes on learning
+
+
+def test_the_member_the_others_reject_loses_weight_over_answers_without_labels(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    small = []
+    for _ in range(20):
+        start, _ = start_and_final(ensemble)
+        small.append(start.weights["small"])
+    assert start.learned_answers == 19 and small == sorted(small, reverse=True)
+    assert small[-1] < 0.02 < small[0] == pytest.approx(0.1)
+
+
+def test_fresh_weights_neither_reads_nor_writes_them(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    start_and_final(ensemble)
+    carried = ensemble.starting_weights()
+    start, _ = start_and_final(ensemble, fresh_weights=True)
+    assert start.weights_from == "prior" and start.weights == pytest.approx({"big": 0.6, "mid": 0.3, "small": 0.1})
+    assert ensemble.starting_weights() == pytest.approx(carried)
+
+
+def test_the_weights_belong_to_the_set_of_members(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    start_and_final(ensemble)
+    pair_start, _ = start_and_final(ensemble, models=["big", "small"])
+    assert pair_start.weights_from == "prior"  # a different ensemble: big and small alone
+
+
+def test_reset_goes_back_to_the_prior(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    start_and_final(ensemble)
+    assert ensemble.reset_weights() and not ensemble.reset_weights()
+    start, _ = start_and_final(ensemble)
+    assert start.weights_from == "prior"
+
+
+def test_without_a_store_every_answer_starts_from_the_prior():
+    ensemble = Ensemble(list(trio()), EnsembleSettings(greedy=True))
+    assert start_and_final(ensemble)[0].weights_from == "prior"
+    assert start_and_final(ensemble)[0].weights_from == "prior"
+
+
+def test_model_exit_leaves_out_a_member_known_to_lose_from_the_first_round(tmp_path):
+    ensemble = ensemble_with_store(tmp_path, model_exit=True, exit_warmup_rounds=4)
+    first, _ = start_and_final(ensemble)
+    assert "small" in first.drafters
+    for _ in range(5):
+        start, final = start_and_final(ensemble)
+    assert start.weights["small"] < 0.8 / 3 and "small" not in start.drafters
+    assert final.drafters_per_round < 3
+
+
+def test_carrying_decays_back_to_the_anchor():
+    anchor = np.array([0.0, 0.0])
+    log_weights = np.array([1.0, -1.0])
+    kept = feedback.carried(log_weights, anchor, np.zeros(2), memory=4)
+    np.testing.assert_allclose(kept, [0.75, -0.75])  # a quarter of the old learning is forgotten
+    np.testing.assert_allclose(feedback.carried(log_weights, anchor, np.array([0.5, 0.0]), 1e9), [1.25, -1.25])
+
+
+def test_calibration_is_hedge_over_the_labelled_items():
+    prior = np.array([0.5, 0.25, 0.25])
+    wrong = np.array([14.0, 19.0, 20.0])
+    log_weights = feedback.calibration(prior, wrong, items=20)
+    eta = np.sqrt(8 * np.log(3) / 20)
+    expected = np.log(prior) - eta * wrong
+    np.testing.assert_allclose(log_weights, expected - expected.mean())
+    weights = feedback.from_log_weights(log_weights, np.ones(3, dtype=bool))
+    assert weights[0] > 0.85
+
+
+def test_calibrated_weights_are_where_the_next_answer_starts(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
+    start, _ = start_and_final(ensemble)
+    assert start.weights_from == "calibrated" and start.calibrated_items == 20 and start.weights["big"] > 0.85
+    after, _ = start_and_final(ensemble)
+    assert after.weights_from == "calibrated" and after.learned_answers == 1
+    record = ensemble.weight_store.get(key_of(ensemble.members))
+    assert record.anchor != record.log_weights  # the answers' learning is on top of the calibration

@@ -1,0 +1,53 @@
+"""Carried weights, calibration and the larger built-in ensemble, as a user meets them: the
+real ``specem`` command on the demo models, in a fresh data dir per test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_local.demo_models import DEMO_MODELS, demo_path
+from tests.models.test_cli import assert_clean_error, specem
+
+QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell?"
+
+
+def start_and_final(*flags: str) -> tuple[dict, dict]:
+    result = specem("run", "--json", "--greedy", "--max-tokens", "24", *flags, QUESTION)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    return events[0], events[-1]
+
+
+def test_weights_carry_over_between_runs_and_reset():
+    first_start, first_final = start_and_final()
+    assert first_start["weights_from"] == "prior"
+    second_start, _ = start_and_final()
+    assert second_start["weights_from"] == "carried" and second_start["learned_answers"] == 1
+    assert second_start["weights"] == pytest.approx(first_final["weights"], abs=1e-6)
+    fresh, _ = start_and_final("--fresh-weights")
+    assert fresh["weights_from"] == "prior" and fresh["weights"] == pytest.approx(first_start["weights"])
+    listing = specem("weights", "list")
+    assert "gemma-3-270m + qwen2.5-coder-0.5b + smollm2-135m" in listing.stdout and "(2 answers;" in listing.stdout
+    assert "forgot the weights of 1 ensemble" in specem("weights", "reset").stdout
+    assert start_and_final()[0]["weights_from"] == "prior"
+
+
+def test_calibrate_sets_the_starting_weights_from_labelled_items():
+    result = specem("calibrate", "research/data/gsm8k_train_dev120.jsonl", "--limit", "2", "--max-tokens", "64")
+    assert result.returncode == 0, result.stderr
+    assert "calibrated on 2 items" in result.stdout and "RIGHT ALONE" in result.stdout
+    start, _ = start_and_final()
+    assert start["weights_from"] == "calibrated" and start["calibrated_items"] == 2
+    assert "weights started from calibrated on 2 items" in specem("run", "--authors", "--max-tokens", "8", "Hi").stdout
+
+
+def test_the_larger_ensemble_by_name():
+    if not demo_path(DEMO_MODELS["qwen2.5-coder-1.5b"]).is_file():
+        result = specem("run", "--ensemble", "demo-1.5b", "Hi")
+        assert_clean_error(result, "specem models pull qwen2.5-coder-1.5b")
+        pytest.skip("the optional 1.5B model is not pulled here (specem models pull qwen2.5-coder-1.5b)")
+    start, final = start_and_final("--ensemble", "demo-1.5b")
+    assert start["models"] == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma-3-270m"]
+    assert start["weights"]["qwen2.5-coder-1.5b"] > 0.5 and final["text"]
