@@ -1,4 +1,5 @@
-"""``specem-chat``: the app, its start-up (loading the models in a worker) and entry point."""
+"""``specem-chat``: the app, its start-up (loading the models in a worker), switching to
+another built-in ensemble, and the entry point."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ class LoadProgress(Message):
 
 
 class ModelsLoaded(Message):
-    def __init__(self, ensemble: Ensemble) -> None:
+    def __init__(self, ensemble: Ensemble, config: Config) -> None:
         super().__init__()
         self.ensemble = ensemble
+        self.config = config
 
 
 class LoadFailed(Message):
@@ -51,20 +53,32 @@ class SpecemChatApp(App[None]):
         self.initial_chat = chat
         self.loader = load
         self.ensemble: Ensemble | None = None
+        self.loaded: Ensemble | None = None  # loaded, not yet in use (freed if we quit first)
         self.closing = False
-        self._handover = threading.Lock()  # the loader hands the ensemble over, or frees it if we quit
+        self._handover = threading.Lock()  # the loader hands an ensemble over, or frees it if we quit
 
     def on_mount(self) -> None:
         names = [spec.name for spec in self.config.models]
         self.push_screen(LoadingScreen(names, self.config.source))
-        self.load_models()
+        self.load_models(self.config)
+
+    def switch_ensemble(self, name: str) -> None:
+        """Load a built-in ensemble beside the one in use; the chat goes on with it once it
+        has loaded (a failure leaves the current one)."""
+        try:
+            config = load_config(ensemble=name)
+        except SpecemError as error:
+            self.notify(str(error), severity="error")
+            return
+        self.notify(f"Loading {name}…")
+        self.load_models(config)
 
     @work(thread=True, exclusive=True, group="load")
-    def load_models(self) -> None:
+    def load_models(self, config: Config) -> None:
         """Runs in a worker thread; reports through messages, never waits on the UI."""
         try:
             ensemble = self.loader(
-                self.config,
+                config,
                 progress=lambda name, fraction: self.post_message(LoadProgress(name, fraction)),
                 skip_failed=True,
             )
@@ -74,11 +88,11 @@ class SpecemChatApp(App[None]):
         with self._handover:
             quitting = self.closing
             if not quitting:
-                self.ensemble = ensemble
+                self.loaded = ensemble
         if quitting:  # the user quit while the models loaded
             ensemble.close()
             return
-        self.post_message(ModelsLoaded(ensemble))
+        self.post_message(ModelsLoaded(ensemble, config))
 
     def on_load_progress(self, message: LoadProgress) -> None:
         if isinstance(self.screen, LoadingScreen):
@@ -87,12 +101,20 @@ class SpecemChatApp(App[None]):
     def on_load_failed(self, message: LoadFailed) -> None:
         if isinstance(self.screen, LoadingScreen):
             self.screen.set_fatal(message.error)
+        else:
+            self.notify(f"Could not switch: {message.error}", severity="error", timeout=10)
 
     def on_models_loaded(self, message: ModelsLoaded) -> None:
         if isinstance(self.screen, LoadingScreen):
             for failure in message.ensemble.load_failures:
                 self.screen.set_failed(failure.model, failure.error)
-        self.switch_screen(ChatScreen(message.ensemble, self.colours, self.initial_chat))
+        chat = self.screen.chat if isinstance(self.screen, ChatScreen) else self.initial_chat
+        with self._handover:
+            previous, self.ensemble, self.loaded = self.ensemble, message.ensemble, None
+        self.config, self.colours = message.config, model_colours(message.config)
+        self.switch_screen(ChatScreen(message.ensemble, self.colours, chat))
+        if previous is not None:
+            previous.close()
 
     async def on_unmount(self) -> None:
         """Stop the answer in flight, free the models and let the workers end. ``close()``
@@ -101,8 +123,8 @@ class SpecemChatApp(App[None]):
         cannot hang."""
         with self._handover:
             self.closing = True
-            ensemble = self.ensemble
-        if ensemble is not None:
+            ensembles = [e for e in (self.ensemble, self.loaded) if e is not None]
+        for ensemble in ensembles:
             ensemble.close()
         await self.workers.wait_for_complete()
 

@@ -246,3 +246,29 @@ async def test_the_settings_form_has_every_setting_and_checks_it():
         await wait_until(pilot, lambda: answered(app))
         final = app.screen.chat.turns[-1].final
         assert final.finish_reason == "stop" and final.text == ANSWER[: ANSWER.index("seven")]
+
+
+async def test_ctrl_l_switches_to_another_built_in_ensemble_and_the_chat_goes_on():
+    from specem_local.config import load_config
+    from specem_tui.screens.ensembles import EnsembleScreen
+
+    def load(config, **_):
+        return fake_ensemble(
+            *(fake_member(spec.name, ANSWER, n_params=1000 + i) for i, spec in enumerate(config.models))
+        )
+
+    app = SpecemChatApp(load_config(ensemble="demo"), load=load)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        chat, first = app.screen.chat, app.ensemble
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: isinstance(app.screen, EnsembleScreen))
+        await pilot.press("down", "enter")  # demo-1.5b
+        await wait_until(pilot, lambda: app.ensemble is not first and chat_ready(app))
+        assert app.ensemble.model_names == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma-3-270m"]
+        assert app.screen.chat is chat and len(chat.turns) == 2 and app.colours["qwen2.5-coder-1.5b"] == "yellow"
+        assert all(member.model.closed for member in first.members)  # the old models are freed
+        await ask(pilot, app, "And now?")
+        await wait_until(pilot, lambda: answered(app))
+        assert set(chat.turns[-1].final.wins) == set(app.ensemble.model_names)

@@ -19,9 +19,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from specem_local.config import builtin_ensembles
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
@@ -58,6 +60,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+e", "export", "Export"),
         Binding("f2", "settings", "Settings"),
         Binding("ctrl+r", "reset_weights", "Reset weights"),
+        Binding("ctrl+l", "switch_ensemble", "Ensemble"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
@@ -266,6 +269,17 @@ class ChatScreen(Screen[None]):
         self.notify(
             "Weights reset: the next answer starts from the prior." if forgot else "No learned weights to reset."
         )
+
+    def action_switch_ensemble(self) -> None:
+        if self.answer is not None:
+            self.notify("Stop the answer first (Esc).", severity="warning")
+            return
+
+        def switch(name: str | None) -> None:
+            if name:
+                self.app.switch_ensemble(name)
+
+        self.app.push_screen(EnsembleScreen(builtin_ensembles()), switch)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

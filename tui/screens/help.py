@@ -31,6 +31,7 @@ and carried over to the next (the panel says where they started from; Ctrl+R res
 | Ctrl+E | export this chat to Markdown |
 | F2 | settings for the next answer |
 | Ctrl+R | reset the learned weights (the next answer starts from the prior) |
+| Ctrl+L | switch to another built-in ensemble (the chat goes on) |
 | F1 | this help |
 | Ctrl+Q | quit |
 
