@@ -191,6 +191,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     base.update(settings_overrides(args))
     with_overrides(config.ensemble, **base)  # validate before loading anything
     variants = dict(parse_variant(v) for v in args.variant or [])
+    names = [spec.name for spec in config.models]
+    for name in args.member or []:
+        if name not in names:
+            raise SpecemError(f"--member {name}: not a model of this ensemble ({', '.join(names)})")
     output = Path(args.output)
     items_path = output / "items.jsonl"
     done = read_records(items_path)
@@ -243,7 +247,8 @@ def run_systems(
         for name, overrides in variants.items():
             systems[name] = (None, overrides)
         if not args.ensemble_only:
-            for name in ensemble.model_names:
+            alone = args.member or ensemble.model_names
+            for name in alone:
                 systems[name] = ([name], {})
         todo = [task for task in tasks if task.id not in done or set(systems) - set(done[task.id]["systems"])]
         with items_path.open("a", encoding="utf-8") as sink:
@@ -318,6 +323,9 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="an extra ensemble system with these settings, e.g. paper:scoring=logit",
     )
     parser.add_argument("--ensemble-only", action="store_true", help="skip the members alone")
+    parser.add_argument(
+        "--member", action="append", metavar="NAME", help="only these members alone (repeat; default: every member)"
+    )
     parser.add_argument(
         "--report-only",
         action="store_true",

@@ -160,3 +160,10 @@ def test_records_from_before_the_rename_still_summarise():
         record["systems"]["ensemble"]["models_per_round"] = record["systems"]["ensemble"].pop("drafters_per_round")
     report = summarise(records, ["ensemble", "qwen"], ["qwen"])
     assert report["ensemble"]["drafters_per_round"] == 2.0
+
+
+def test_eval_member_must_be_a_model_of_the_ensemble(tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n')
+    assert main(["eval", str(tasks), "--member", "nope", "--output", str(tmp_path / "out")]) == 1
+    assert "--member nope: not a model of this ensemble (qwen2.5-coder-0.5b, gemma-3-270m" in capsys.readouterr().err
