@@ -94,15 +94,16 @@ def remember(
     if np.allclose(change, change[0]):
         return None
     names = [member_identity(members[i]) for i in verifiers]
-    anchor_now = np.log(prior(members, settings)[verifiers])
+    prior_now = np.log(prior(members, settings)[verifiers])
+    prior_now -= prior_now.mean()
 
     def carry(record: StoredWeights | None) -> StoredWeights:
         if record is None:
-            anchor = log_weights = anchor_now - anchor_now.mean()
+            anchor = log_weights = prior_now
             answers, items = 0, 0
-        else:
-            anchor = np.array([record.anchor[name] for name in names])
-            log_weights = np.array([record.log_weights[name] for name in names])
+        else:  # a member that became a verifier since (its role changed) starts at the prior
+            anchor = np.array([record.anchor.get(name, p) for name, p in zip(names, prior_now)])
+            log_weights = np.array([record.log_weights.get(name, p) for name, p in zip(names, prior_now)])
             answers, items = record.answers, record.calibrated_items
         learned = feedback.carried(log_weights, anchor, change, settings.weight_memory)
         return StoredWeights(
