@@ -136,8 +136,13 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             entry["segment_share"] = {name: count / total for name, count in wins.items()}
             entry["mean_final_weights"] = weights
             entry["drafters_per_round"] = sum(map(_drafters_per_round, results)) / len(results)
-            if "start_weights" in results[-1]:
-                entry["last_start_weights"] = results[-1]["start_weights"]  # where carrying got to
+            if "start_weights" in results[-1]:  # where carrying the weights over the items got to
+                entry["start_weights_after"] = {
+                    str(answers): results[answers]["start_weights"]
+                    for answers in (20, 50, 100)
+                    if answers < len(results)
+                }
+                entry["last_start_weights"] = results[-1]["start_weights"]
         report[system] = entry
     if members:
         best = max(members, key=lambda name: report[name]["correct"])
