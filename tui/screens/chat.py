@@ -211,20 +211,24 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(InspectorScreen(message.view.turn.rounds, message.index, self.colours))
 
     # -- actions -------------------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """Whether an answer is being written (and if so, say how to stop it)."""
+        if self.answer is not None:
+            self.notify("Stop the answer first (Esc).", severity="warning")
+        return self.answer is not None
+
     def action_stop(self) -> None:
         if self.answer is not None:
             self.answer.cancel()
 
     def action_new_chat(self) -> None:
-        if self.answer is not None:
-            self.notify("Stop the answer first (Esc).", severity="warning")
+        if self.busy():
             return
         self.show_chat(Chat())
         self.query_one(PromptInput).focus()
 
     def action_history(self) -> None:
-        if self.answer is not None:
-            self.notify("Stop the answer first (Esc).", severity="warning")
+        if self.busy():
             return
 
         def resume(chat_id: str | None) -> None:
@@ -255,8 +259,7 @@ class ChatScreen(Screen[None]):
 
     def action_reset_weights(self) -> None:
         """Forget the weights carried over for the models taking part: back to the prior."""
-        if self.answer is not None:
-            self.notify("Stop the answer first (Esc).", severity="warning")
+        if self.busy():
             return
         models = list(self.settings.models)
         try:
@@ -271,8 +274,7 @@ class ChatScreen(Screen[None]):
         )
 
     def action_switch_ensemble(self) -> None:
-        if self.answer is not None:
-            self.notify("Stop the answer first (Esc).", severity="warning")
+        if self.busy():
             return
 
         def switch(name: str | None) -> None:
