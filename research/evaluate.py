@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections import Counter
@@ -196,6 +197,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     base.update(settings_overrides(args))
     with_overrides(config.ensemble, **base)  # validate before loading anything
     variants = dict(parse_variant(v) for v in args.variant or [])
+    if args.weights and not Path(args.weights).is_file():
+        raise SpecemError(f"--weights {args.weights}: no such file; make one with specem calibrate")
     names = [spec.name for spec in config.models]
     for name in args.member or []:
         if name not in names:
@@ -236,9 +239,9 @@ def run_systems(
     items_path: Path,
 ) -> None:
     """Answer every task with every system not yet in ``done`` (updated in place), appending
-    each finished item to ``items.jsonl``. Each ensemble system carries its weights over the
-    items in order, in its own store in the output folder (``weights/<system>.db``): never the
-    user's, and never another system's."""
+    each finished item to ``items.jsonl``. Each ensemble system keeps its weights in its own
+    store in the output folder (``weights/<system>.db``), never the user's nor another
+    system's: a copy of ``--weights`` (a calibration), or empty (the prior)."""
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
@@ -263,7 +266,11 @@ def run_systems(
                 for system, (models, overrides) in systems.items():
                     if system in record["systems"]:
                         continue
-                    ensemble.weight_store = WeightStore(stores / f"{system}.db")
+                    store = stores / f"{system}.db"
+                    if args.weights and not store.exists():  # every system starts from the same calibration
+                        store.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(args.weights, store)
+                    ensemble.weight_store = WeightStore(store)
                     started = time.perf_counter()
                     events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides}))
                     start, final = events[0], events[-1]
@@ -328,6 +335,9 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="an extra ensemble system with these settings, e.g. paper:scoring=logit",
     )
     parser.add_argument("--ensemble-only", action="store_true", help="skip the members alone")
+    parser.add_argument(
+        "--weights", metavar="SPECEM_DB", help="start the ensemble systems from this weights database (a calibration)"
+    )
     parser.add_argument(
         "--member", action="append", metavar="NAME", help="only these members alone (repeat; default: every member)"
     )

@@ -1,10 +1,12 @@
-"""Weights learned across answers: what an answer starts from, and what it leaves behind.
+"""Weights kept across answers: what an answer starts from, and what it leaves behind.
 
 SpecEM learns its weights during one answer and forgets them after it; one answer is too
-short to learn who is strong. Here an ensemble's weights carry over: each answer starts from
-the weights the earlier ones ended with (``store.WeightStore``, keyed by the members) and,
-when it is done, hands on what it learned (``feedback.carried``). ``specem calibrate`` sets
-them from labelled items instead (``feedback.calibration``).
+short to learn who is strong. ``specem calibrate`` sets an ensemble's starting weights from
+labelled items (``feedback.calibration``), kept in ``store.WeightStore`` by its members, and
+every answer starts from them. With ``carry_weights``, each answer also hands on what it
+learned to the next (``feedback.carried``); measured on the demo trio, that label-free
+learning drifts towards the member the others agree with, not the strong one, so it is off
+by default (docs/quality.md).
 """
 
 from __future__ import annotations
@@ -63,17 +65,21 @@ def prior(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
 
 
 def starting_weights(store: WeightStore | None, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
-    """The carried weights when there are some (and ``fresh_weights`` is off), else the prior."""
+    """With ``carry_weights``, the weights the earlier answers handed on; else the calibration;
+    the prior when there is neither (or with ``fresh_weights``)."""
     start = prior(members, settings)
     if store is None or settings.fresh_weights or len(members) == 1:
         return StartingWeights(start)
     record = store.get(key_of(members))
-    if record is None:
+    if record is None or not (settings.carry_weights or record.calibrated_items):
         return StartingWeights(start)
     verifies = np.array([m.spec.verifies for m in members], dtype=bool)
-    weights = feedback.from_log_weights(_log_weights(record.log_weights, members), verifies)
-    origin = "calibrated" if record.calibrated_items else "carried"
-    return StartingWeights(weights, origin, record.answers, record.calibrated_items)
+    stored = record.log_weights if settings.carry_weights else record.anchor
+    weights = feedback.from_log_weights(_log_weights(stored, members), verifies)
+    answers = record.answers if settings.carry_weights else 0
+    return StartingWeights(
+        weights, "calibrated" if record.calibrated_items else "carried", answers, record.calibrated_items
+    )
 
 
 def remember(
@@ -83,10 +89,11 @@ def remember(
     start: StartingWeights,
     final_weights: dict[str, float],
 ) -> StoredWeights | None:
-    """Hand on what one answer learned: its Hedge change, ``log w_end - log w_start``, carried
-    into the stored weights (``feedback.carried``). An answer that learned nothing (no vote,
-    feedback off, one model, or ``fresh_weights``) leaves them as they are."""
-    if settings.fresh_weights or not settings.feedback or len(members) == 1:
+    """With ``carry_weights``, hand on what one answer learned: its Hedge change,
+    ``log w_end - log w_start``, carried into the stored weights (``feedback.carried``). An
+    answer that learned nothing (no vote, feedback off, one model, ``fresh_weights``) leaves
+    them as they are."""
+    if not settings.carry_weights or settings.fresh_weights or not settings.feedback or len(members) == 1:
         return None
     verifiers = [i for i, m in enumerate(members) if m.spec.verifies]
     end = np.array([final_weights[members[i].name] for i in verifiers])

@@ -76,6 +76,13 @@ class Answer:
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
+    @property
+    def following(self) -> list[int]:
+        """The members that keep up with the answer: all of them while a vote can still happen
+        (two drafters or more); after that only the drafter, since no one will judge again
+        (model exit with one drafter left costs little more than that drafter alone)."""
+        return list(range(len(self.members))) if len(self.active_drafters) > 1 else list(self.active_drafters)
+
     def map(self, function: Callable, items: list) -> list:
         return self._map(self.settings, function, items)
 
@@ -94,8 +101,8 @@ class Answer:
         )
         finish = ""
         if not self.cancel.is_set():
-            for member, tokens in zip(self.members, prompts):
-                member.start(tokens)
+            for i in self.following:
+                self.members[i].start(prompts[i])
         while not finish:
             if self.cancel.is_set():
                 finish = "cancelled"
@@ -150,7 +157,7 @@ class Answer:
         drafters = list(self.active_drafters)
         # Every verifier holds its own draft and the others' tails in its KV memory at once,
         # so near the end of the context the segments shrink until they fit.
-        room = min(member.room for member in self.members)
+        room = min(self.members[i].room for i in self.following)
         cap = min(settings.max_tokens - self.tokens, (room - 1) // len(drafters))
         if cap < 1:
             return None, "context"
@@ -302,5 +309,6 @@ class Answer:
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
-        added = self.map(commit, list(range(len(self.members))))
-        return added[winner]
+        following = self.following
+        added = self.map(commit, following)
+        return added[following.index(winner)]

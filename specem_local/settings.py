@@ -103,9 +103,8 @@ class EnsembleSettings:
     feedback: bool = setting(True, "vote", "learn the weights during the answer (Hedge)")
     learning_rate: float = setting(1.0, "vote", "eta_0; round k uses eta_0 / sqrt(K * k)", low=0)
     fresh_weights: bool = setting(
-        False, "vote", "start from the prior, not the weights carried over from earlier answers (left as they are)"
+        False, "vote", "start from the prior, not from a calibration or weights carried over (left as they are)"
     )
-    weight_memory: float = setting(20.0, "vote", "carried weights remember about this many answers", low=1)
     verify_end: bool = setting(True, "vote", "score a draft that ends the answer with P(end) after it")
 
     drafting: str = setting(
@@ -122,6 +121,10 @@ class EnsembleSettings:
     )
     self_vote: bool = setting(True, "experimental", "a verifier's score of its own draft counts in the vote")
     weighted_judges: bool = setting(False, "experimental", "in the reward, each judge counts as much as its weight")
+    carry_weights: bool = setting(
+        False, "experimental", "each answer hands on what it learned to the next (drifts; docs/quality.md)"
+    )
+    weight_memory: float = setting(20.0, "experimental", "carried weights remember about this many answers", low=1)
 
     def __post_init__(self) -> None:
         checked(self, "[ensemble]")

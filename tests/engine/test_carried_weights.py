@@ -1,4 +1,5 @@
-"""Weights that carry over from answer to answer, and calibration, with fake models."""
+"""Weights kept across answers, with fake models: a calibration every answer starts from, and
+(with ``carry_weights``) the learning each answer hands on to the next."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def trio():
 
 
 def ensemble_with_store(tmp_path, members=None, **settings) -> Ensemble:
+    """An ensemble with a weight store, carrying its weights over unless told otherwise."""
     store = WeightStore(tmp_path / "specem.db")
-    return Ensemble(list(members or trio()), EnsembleSettings(**{"greedy": True, **settings}), weight_store=store)
+    settings = {"greedy": True, "carry_weights": True, **settings}
+    return Ensemble(list(members or trio()), EnsembleSettings(**settings), weight_store=store)
 
 
 def start_and_final(ensemble: Ensemble, **overrides) -> tuple[StartEvent, FinalEvent]:
@@ -117,7 +120,18 @@ def test_calibration_is_hedge_over_the_labelled_items():
     assert weights[0] > 0.85
 
 
-def test_calibrated_weights_are_where_the_next_answer_starts(tmp_path):
+def test_by_default_answers_start_from_the_calibration_and_carry_nothing(tmp_path):
+    ensemble = ensemble_with_store(tmp_path, carry_weights=False)
+    start, _ = start_and_final(ensemble)
+    assert start.weights_from == "prior" and ensemble.weight_store.all() == []  # nothing learned is kept
+    calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
+    first, _ = start_and_final(ensemble)
+    second, _ = start_and_final(ensemble)
+    assert first.weights_from == second.weights_from == "calibrated"
+    assert first.weights == second.weights and second.learned_answers == 0
+
+
+def test_carried_weights_go_on_from_a_calibration(tmp_path):
     ensemble = ensemble_with_store(tmp_path)
     calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
     start, _ = start_and_final(ensemble)
@@ -126,3 +140,12 @@ def test_calibrated_weights_are_where_the_next_answer_starts(tmp_path):
     assert after.weights_from == "calibrated" and after.learned_answers == 1
     record = ensemble.weight_store.get(key_of(ensemble.members))
     assert record.anchor != record.log_weights  # the answers' learning is on top of the calibration
+
+
+def test_members_known_to_lose_cost_nothing_once_one_drafter_is_left(tmp_path):
+    ensemble = ensemble_with_store(tmp_path, carry_weights=False, model_exit=True)
+    calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 18, "small": 20}, 20)
+    start, final = start_and_final(ensemble)
+    assert start.drafters == ("big",) and final.text == RIGHT and final.drafters_per_round == 1
+    big, mid, small = ensemble.members
+    assert big.model.decodes > 0 and mid.model.decodes == small.model.decodes == 0  # not even the prompt

@@ -21,17 +21,18 @@ def start_and_final(*flags: str) -> tuple[dict, dict]:
 
 
 def test_weights_carry_over_between_runs_and_reset():
-    first_start, first_final = start_and_final()
+    first_start, first_final = start_and_final("--carry-weights")
     assert first_start["weights_from"] == "prior"
-    second_start, _ = start_and_final()
+    second_start, _ = start_and_final("--carry-weights")
     assert second_start["weights_from"] == "carried" and second_start["learned_answers"] == 1
     assert second_start["weights"] == pytest.approx(first_final["weights"], abs=1e-6)
-    fresh, _ = start_and_final("--fresh-weights")
+    assert start_and_final()[0]["weights_from"] == "prior"  # by default nothing learned is carried
+    fresh, _ = start_and_final("--carry-weights", "--fresh-weights")
     assert fresh["weights_from"] == "prior" and fresh["weights"] == pytest.approx(first_start["weights"])
     listing = specem("weights", "list")
     assert "gemma-3-270m + qwen2.5-coder-0.5b + smollm2-135m" in listing.stdout and "(2 answers;" in listing.stdout
     assert "forgot the weights of 1 ensemble" in specem("weights", "reset").stdout
-    assert start_and_final()[0]["weights_from"] == "prior"
+    assert start_and_final("--carry-weights")[0]["weights_from"] == "prior"
 
 
 def test_calibrate_sets_the_starting_weights_from_labelled_items():
