@@ -59,7 +59,8 @@ async def test_weights_panel_starts_from_the_engines_starting_weights():
 async def test_the_panel_says_where_the_weights_came_from_and_ctrl_r_resets_them(tmp_path):
     big = fake_member("big", ANSWER, n_params=3000)
     mid = fake_member("mid", ANSWER, n_params=1500, words=[" sevens", " make"])
-    app = app_with(big, mid, fake_member("small", "No idea."), weight_store=WeightStore(tmp_path / "specem.db"))
+    store = WeightStore(tmp_path / "specem.db")
+    app = app_with(big, mid, fake_member("small", "No idea."), weight_store=store, carry_weights=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: chat_ready(app))
         panel = app.screen.query_one(WeightsPanel)
