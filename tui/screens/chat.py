@@ -258,7 +258,8 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(SettingsScreen(self.settings, self.ensemble.model_names), apply)
 
     def action_reset_weights(self) -> None:
-        """Forget the weights carried over for the models taking part: back to the prior."""
+        """Forget the weights kept for the models taking part (a calibration, carried
+        learning): the next answer starts from the prior."""
         if self.busy():
             return
         models = list(self.settings.models)

@@ -14,8 +14,9 @@ HELP = """\
 Several local models write one answer together. Each round every model drafts a short
 segment, every model scores every draft, and the weighted vote picks the segment that is
 added. Each segment is coloured by the model that wrote it; the panel on the right shows each
-model's weight, its wins and its drafting speed. The weights are learned during each answer
-and carried over to the next (the panel says where they started from; Ctrl+R resets them).
+model's weight, its wins and its drafting speed. The weights are learned during each answer;
+they start from the prior or from a calibration (`specem calibrate`; the panel says which,
+and Ctrl+R resets them).
 
 | key | action |
 |---|---|
@@ -30,7 +31,7 @@ and carried over to the next (the panel says where they started from; Ctrl+R res
 | Ctrl+O | open a past chat |
 | Ctrl+E | export this chat to Markdown |
 | F2 | settings for the next answer |
-| Ctrl+R | reset the learned weights (the next answer starts from the prior) |
+| Ctrl+R | reset the kept weights (the next answer starts from the prior) |
 | Ctrl+L | switch to another built-in ensemble (the chat goes on) |
 | F1 | this help |
 | Ctrl+Q | quit |
