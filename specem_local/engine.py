@@ -146,12 +146,12 @@ class Ensemble:
         """The verifiers' weights the next answer starts from, as its ``StartEvent`` will say."""
         members = self._select(models)
         settings = with_overrides(self.settings, **overrides)
-        return weights_dict(members, starting_weights(self.weight_store, members, settings).weights)
+        return weights_dict(members, self._starting_weights(members, settings).weights)
 
     def weights_origin(self, models: list[str] | None = None, **overrides: object) -> str:
         """Where the next answer's starting weights come from, in words (as its ``StartEvent``)."""
         members = self._select(models)
-        start = starting_weights(self.weight_store, members, with_overrides(self.settings, **overrides))
+        start = self._starting_weights(members, with_overrides(self.settings, **overrides))
         return origin_words(start.origin, start.answers, start.items)
 
     def reset_weights(self, models: list[str] | None = None) -> bool:

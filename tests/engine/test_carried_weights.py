@@ -149,3 +149,14 @@ def test_members_known_to_lose_cost_nothing_once_one_drafter_is_left(tmp_path):
     assert start.drafters == ("big",) and final.text == RIGHT and final.drafters_per_round == 1
     big, mid, small = ensemble.members
     assert big.model.decodes > 0 and mid.model.decodes == small.model.decodes == 0  # not even the prompt
+
+
+def test_a_damaged_weights_database_costs_the_weights_not_the_answer(tmp_path):
+    (tmp_path / "specem.db").write_bytes(b"not a database" * 200)
+    ensemble = ensemble_with_store(tmp_path)
+    with pytest.warns(UserWarning, match="cannot use the weights database"):
+        assert ensemble.weights_origin() == "the prior"
+    with pytest.warns(UserWarning):
+        start, final = start_and_final(ensemble)
+    assert start.weights_from == "prior" and final.text == RIGHT
+    assert any("were not kept" in warning for warning in ensemble.warnings)
