@@ -13,12 +13,15 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specem_local.config import Config, builtin_ensembles, model_colours
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+
+if TYPE_CHECKING:
+    from specem_local.store import StoredWeights
 
 ANSI_COLOURS = {
     "red": 31,
@@ -160,27 +163,32 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 # -- specem weights -------------------------------------------------------------------------------
 def cmd_weights_list(args: argparse.Namespace) -> int:
-    import numpy as np
+    import dataclasses
 
-    from specem_local.feedback import from_log_weights
-    from specem_local.learned import names_in
+    from specem_local.learned import built_in_calibrations, names_in, stored_weights
     from specem_local.store import WeightStore
 
     records = WeightStore().all()
+    if args.json:
+        print(json.dumps([{**dataclasses.asdict(r), "weights": stored_weights(r)} for r in records], indent=2))
+        return 0
     if not records:
-        print("no weights learned yet: every ensemble starts from its prior")
+        print("no weights learned yet: every ensemble starts from its prior (a built-in one from its calibration)")
     for record in records:
-        names = names_in(record.key)
-        values = np.array(list(record.log_weights.values()))
-        weights = from_log_weights(values, np.ones(len(values), dtype=bool))
-        shown = ", ".join(
-            f"{name.rsplit(' (', 1)[0]} {weight:.3f}" for name, weight in zip(record.log_weights, weights)
-        )
         origin = f"calibrated on {record.calibrated_items} items, then " if record.calibrated_items else ""
         answers = f"{record.answers} answer{'s' if record.answers != 1 else ''}"
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated))
-        print(f"{' + '.join(names)}: {shown}  ({origin}{answers}; {when})")
+        print(f"{' + '.join(names_in(record.key))}: {weights_text(record)}  ({origin}{answers}; {when})")
+    for record in built_in_calibrations().values():
+        items = record.calibrated_items
+        print(f"built in: {' + '.join(names_in(record.key))}: {weights_text(record)}  (calibrated on {items} items)")
     return 0
+
+
+def weights_text(record: StoredWeights) -> str:
+    from specem_local.learned import stored_weights
+
+    return ", ".join(f"{name} {weight:.3f}" for name, weight in stored_weights(record).items())
 
 
 def cmd_weights_reset(args: argparse.Namespace) -> int:
@@ -192,7 +200,10 @@ def cmd_weights_reset(args: argparse.Namespace) -> int:
     gone = [r.key for r in store.all() if args.all or configured >= set(names_in(r.key))]
     for key in gone:
         store.reset(key)
-    print(f"forgot the weights of {len(gone)} ensemble{'s' if len(gone) != 1 else ''}; they start from the prior")
+    print(
+        f"forgot the weights of {len(gone)} ensemble{'s' if len(gone) != 1 else ''}; "
+        "they start from the prior (a built-in ensemble from its built-in calibration)"
+    )
     return 0
 
 
@@ -302,7 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     weights = commands.add_parser("weights", help="the weights carried over from answer to answer")
     weight_commands = weights.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
-    weight_commands.add_parser("list", help="every ensemble's learned weights").set_defaults(handler=cmd_weights_list)
+    listing = weight_commands.add_parser("list", help="every ensemble's learned weights, and the built-in ones")
+    listing.add_argument("--json", action="store_true", help="the stored records as JSON")
+    listing.set_defaults(handler=cmd_weights_list)
     reset = weight_commands.add_parser(
         "reset", parents=[common], help="forget the configured models' learned weights (any subset of them)"
     )

@@ -40,7 +40,7 @@ class StartEvent(_Record):
     weights: dict[str, float]  # starting weight of each verifier
     prompt_tokens: dict[str, int]  # the conversation's length in each model's tokens
     plain_generation: bool  # one model: no ensembling takes place
-    weights_from: str = "prior"  # "prior", "carried" (from earlier answers) or "calibrated"
+    weights_from: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
     learned_answers: int = 0  # answers the carried weights were learned from
     calibrated_items: int = 0  # labelled items they were calibrated on
     type: str = "start"
@@ -94,8 +94,11 @@ class FinalEvent(_Record):
 
 
 def origin_words(weights_from: str, answers: int, items: int) -> str:
-    """ "the prior", "carried over from 3 answers", "calibrated on 20 items, then 1 answer"."""
+    """ "the prior", "carried over from 3 answers", "calibrated on 20 items, then 1 answer",
+    "the built-in calibration (20 items)"."""
     learned = f"{answers} answer{'s' if answers != 1 else ''}"
+    if weights_from == "built-in":
+        return f"the built-in calibration ({items} items)"
     if weights_from == "calibrated":
         return f"calibrated on {items} items" + (f", then {learned}" if answers else "")
     if weights_from == "carried":

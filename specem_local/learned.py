@@ -6,13 +6,17 @@ labelled items (``feedback.calibration``), kept in ``store.WeightStore`` by its 
 every answer starts from them. With ``carry_weights``, each answer also hands on what it
 learned to the next (``feedback.carried``); measured on the demo trio, that label-free
 learning drifts towards the member the others agree with, not the strong one, so it is off
-by default (docs/quality.md).
+by default (docs/quality.md). The built-in ensembles ship a calibration of their own
+(``data/calibrations.json``), so they start from one before the user has made any.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -27,7 +31,7 @@ class StartingWeights:
     """The verifier weights an answer starts from, and where they came from."""
 
     weights: np.ndarray  # per member taking part (0 for models that only draft)
-    origin: str = "prior"  # "prior", "carried" (from earlier answers) or "calibrated"
+    origin: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
     answers: int = 0  # answers they were learned from
     items: int = 0  # labelled items they were calibrated on
 
@@ -64,22 +68,37 @@ def prior(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
     return feedback.initial_weights(verifies, sizes, settings.weight_prior)
 
 
+@functools.cache
+def built_in_calibrations() -> dict[str, StoredWeights]:
+    """The calibrations shipped for the built-in ensembles, by ensemble key: records of
+    ``specem weights list --json`` made by ``specem calibrate`` (docs/quality.md says how)."""
+    text = resources.files("specem_local").joinpath("data", "calibrations.json").read_text("utf-8")
+    records = {}
+    for entry in json.loads(text):
+        weights = entry["anchor"]
+        records[entry["key"]] = StoredWeights(entry["key"], weights, weights, 0, entry["calibrated_items"], 0.0)
+    return records
+
+
 def starting_weights(store: WeightStore | None, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
-    """With ``carry_weights``, the weights the earlier answers handed on; else the calibration;
-    the prior when there is neither (or with ``fresh_weights``)."""
+    """With ``carry_weights``, the weights the earlier answers handed on; else the user's
+    calibration, else the one shipped for a built-in ensemble; the prior when there is none
+    (or with ``fresh_weights``, or no store)."""
     start = prior(members, settings)
     if store is None or settings.fresh_weights or len(members) == 1:
         return StartingWeights(start)
-    record = store.get(key_of(members))
-    if record is None or not (settings.carry_weights or record.calibrated_items):
-        return StartingWeights(start)
+    key = key_of(members)
+    record = store.get(key)
+    if record is not None and (settings.carry_weights or record.calibrated_items):
+        carried, origin = settings.carry_weights, "calibrated" if record.calibrated_items else "carried"
+    else:
+        record, carried, origin = built_in_calibrations().get(key), False, "built-in"
+        if record is None:
+            return StartingWeights(start)
     verifies = np.array([m.spec.verifies for m in members], dtype=bool)
-    stored = record.log_weights if settings.carry_weights else record.anchor
+    stored = record.log_weights if carried else record.anchor
     weights = feedback.from_log_weights(_log_weights(stored, members), verifies)
-    answers = record.answers if settings.carry_weights else 0
-    return StartingWeights(
-        weights, "calibrated" if record.calibrated_items else "carried", answers, record.calibrated_items
-    )
+    return StartingWeights(weights, origin, record.answers if carried else 0, record.calibrated_items)
 
 
 def remember(
@@ -105,6 +124,7 @@ def remember(
     prior_now -= prior_now.mean()
 
     def carry(record: StoredWeights | None) -> StoredWeights:
+        record = record or built_in_calibrations().get(key_of(members))
         if record is None:
             anchor = log_weights = prior_now
             answers, items = 0, 0

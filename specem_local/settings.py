@@ -110,7 +110,7 @@ class EnsembleSettings:
     drafting: str = setting(
         "round-robin", "speed", "draft one model after another, or in threads", choices=("round-robin", "threads")
     )
-    model_exit: bool = setting(False, "speed", "drafters that keep losing stop drafting for the rest of the answer")
+    model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")
     exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0)
     exit_share: float = setting(0.8, "speed", "model exit: leave below this share of the vote / K", low=0, high=1)
 

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from specem_local import feedback
+from specem_local import feedback, learned
 from specem_local.engine import Ensemble
 from specem_local.events import FinalEvent, StartEvent
-from specem_local.learned import calibrate, key_of
+from specem_local.learned import calibrate, key_of, member_identity
 from specem_local.settings import EnsembleSettings
-from specem_local.store import WeightStore
+from specem_local.store import StoredWeights, WeightStore
 from tests.engine.conftest import QUESTION, fake_member
 
 RIGHT = "The answer is 42, because six times seven is forty-two."
@@ -28,9 +30,10 @@ def trio():
 
 
 def ensemble_with_store(tmp_path, members=None, **settings) -> Ensemble:
-    """An ensemble with a weight store, carrying its weights over unless told otherwise."""
+    """An ensemble with a weight store, carrying its weights over unless told otherwise, and
+    without model exit (which stops the learning once the weak drafters leave) unless told."""
     store = WeightStore(tmp_path / "specem.db")
-    settings = {"greedy": True, "carry_weights": True, **settings}
+    settings = {"greedy": True, "carry_weights": True, "model_exit": False, **settings}
     return Ensemble(list(members or trio()), EnsembleSettings(**settings), weight_store=store)
 
 
@@ -160,3 +163,30 @@ def test_a_damaged_weights_database_costs_the_weights_not_the_answer(tmp_path):
         start, final = start_and_final(ensemble)
     assert start.weights_from == "prior" and final.text == RIGHT
     assert any("were not kept" in warning for warning in ensemble.warnings)
+
+
+def test_a_built_in_calibration_applies_until_the_user_makes_one(tmp_path, monkeypatch):
+    ensemble = ensemble_with_store(tmp_path, carry_weights=False, model_exit=True)
+    shipped = {"big": 2.0, "mid": -0.5, "small": -1.5}
+    record = StoredWeights(key_of(ensemble.members), {}, {}, 0, 20, 0.0)
+    identities = {member_identity(m): shipped[m.name] for m in ensemble.members}
+    monkeypatch.setattr(learned, "built_in_calibrations", lambda: {record.key: replace(record, anchor=identities)})
+    start, final = start_and_final(ensemble)
+    assert start.weights_from == "built-in" and start.weights_origin == "the built-in calibration (20 items)"
+    assert start.drafters == ("big",) and final.text == RIGHT
+    assert start_and_final(ensemble, fresh_weights=True)[0].weights_from == "prior"
+    calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 20, "mid": 5, "small": 20}, 20)
+    assert start_and_final(ensemble)[0].weights_from == "calibrated"  # the user's own comes first
+    assert ensemble.reset_weights() and ensemble.weights_origin() == "the built-in calibration (20 items)"
+
+
+def test_the_shipped_calibrations_are_for_the_built_in_ensembles():
+    """Each names the members of a built-in ensemble (a renamed or re-quantised member is a
+    different ensemble and starts from the prior) and puts most weight on its strongest."""
+    from specem_local.config import builtin_ensembles, load_config
+
+    keys = {" + ".join(sorted(m.name for m in load_config(ensemble=name).models)) for name in builtin_ensembles()}
+    assert learned.built_in_calibrations()
+    for key, record in learned.built_in_calibrations().items():
+        assert " + ".join(learned.names_in(key)) in keys and record.calibrated_items >= 20
+        assert max(learned.stored_weights(record).values()) > 0.85

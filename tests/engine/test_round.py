@@ -33,7 +33,7 @@ def split(events):
 
 
 def test_the_vote_the_weights_and_the_events_agree():
-    ensemble = fake_ensemble(*trio(), segment_tokens=6)
+    ensemble = fake_ensemble(*trio(), segment_tokens=6, model_exit=False)
     start, rounds, final = split(list(ensemble.stream(QUESTION)))
     assert final.text == RIGHT and final.finish_reason == "eos"
     assert final.text == "".join(event.text for event in rounds)

@@ -8,6 +8,9 @@ import json
 import pytest
 
 from specem_local.demo_models import DEMO_MODELS, demo_path
+from specem_local.engine import Ensemble
+from specem_local.learned import calibrate
+from tests.conftest import demo_config
 from tests.models.test_cli import assert_clean_error, specem
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell?"
@@ -21,18 +24,21 @@ def start_and_final(*flags: str) -> tuple[dict, dict]:
 
 
 def test_weights_carry_over_between_runs_and_reset():
-    first_start, first_final = start_and_final("--carry-weights")
-    assert first_start["weights_from"] == "prior"
-    second_start, _ = start_and_final("--carry-weights")
-    assert second_start["weights_from"] == "carried" and second_start["learned_answers"] == 1
+    carry = ("--carry-weights", "--no-model-exit")  # with model exit only Qwen drafts: nothing to learn
+    first_start, first_final = start_and_final(*carry)
+    assert first_start["weights_from"] == "built-in" and first_start["weights"]["qwen2.5-coder-0.5b"] > 0.9
+    second_start, _ = start_and_final(*carry)
+    assert second_start["weights_from"] == "calibrated" and second_start["learned_answers"] == 1
     assert second_start["weights"] == pytest.approx(first_final["weights"], abs=1e-6)
-    assert start_and_final()[0]["weights_from"] == "prior"  # by default nothing learned is carried
-    fresh, _ = start_and_final("--carry-weights", "--fresh-weights")
-    assert fresh["weights_from"] == "prior" and fresh["weights"] == pytest.approx(first_start["weights"])
+    default = start_and_final()[0]  # by default nothing learned is carried: the calibration it went on from
+    assert default["weights"] == pytest.approx(first_start["weights"]) and default["drafters"] == ["qwen2.5-coder-0.5b"]
+    fresh, _ = start_and_final(*carry, "--fresh-weights")
+    assert fresh["weights_from"] == "prior" and fresh["weights"]["qwen2.5-coder-0.5b"] < 0.7
     listing = specem("weights", "list")
-    assert "gemma-3-270m + qwen2.5-coder-0.5b + smollm2-135m" in listing.stdout and "(2 answers;" in listing.stdout
+    assert "gemma-3-270m + qwen2.5-coder-0.5b + smollm2-135m" in listing.stdout and "then 2 answers;" in listing.stdout
+    assert "built in: gemma-3-270m + qwen2.5-coder-0.5b + smollm2-135m" in listing.stdout
     assert "forgot the weights of 1 ensemble" in specem("weights", "reset").stdout
-    assert start_and_final("--carry-weights")[0]["weights_from"] == "prior"
+    assert start_and_final(*carry)[0]["weights_from"] == "built-in"
 
 
 def test_calibrate_sets_the_starting_weights_from_labelled_items():
@@ -52,3 +58,20 @@ def test_the_larger_ensemble_by_name():
     start, final = start_and_final("--ensemble", "demo-1.5b")
     assert start["models"] == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma-3-270m"]
     assert start["weights"]["qwen2.5-coder-1.5b"] > 0.5 and final["text"]
+
+
+def test_the_python_api_starts_from_a_calibration_and_model_exit_uses_it(tmp_path, monkeypatch):
+    """``Ensemble.from_config`` finds the calibration in the user data dir; with model exit, the
+    members it marks as losing stop drafting from the first round."""
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    config = demo_config(max_tokens=24, greedy=True, fresh_weights=False, model_exit=True)
+    with Ensemble.from_config(config) as ensemble:
+        wrong = {"qwen2.5-coder-0.5b": 16, "gemma-3-270m": 19, "smollm2-135m": 20}
+        calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, wrong, 20)
+        assert ensemble.weights_origin() == "calibrated on 20 items"
+        events = list(ensemble.stream(QUESTION))
+        start, final = events[0], events[-1]
+        assert start.weights_from == "calibrated" and start.weights["qwen2.5-coder-0.5b"] > 0.85
+        assert start.drafters == ("qwen2.5-coder-0.5b",) and final.text
+        assert all(r.drafters == ("qwen2.5-coder-0.5b",) for r in events[1:-1])
+        assert ensemble.reset_weights() and ensemble.weights_origin() == "the prior"

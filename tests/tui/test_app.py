@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specem_local.learned import calibrate
 from specem_tui.app import SpecemChatApp
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
@@ -80,6 +81,24 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
         assert app.screen.chat.id == saved[0].id
         assert len(app.screen.query(AnswerView)) == 1
+
+
+async def test_the_weights_panel_shows_a_calibration_and_ctrl_r_resets_it():
+    app = SpecemChatApp(demo_config(max_tokens=16, greedy=True, fresh_weights=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        panel = app.screen.query_one(WeightsPanel)
+        assert panel.border_subtitle == "from the prior"
+        ensemble = app.ensemble
+        wrong = {"qwen2.5-coder-0.5b": 16, "gemma-3-270m": 19, "smollm2-135m": 20}
+        calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, wrong, 20)
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: panel.border_subtitle == "from calibrated on 20 items")
+        assert panel.weights["qwen2.5-coder-0.5b"] > 0.85
+        await wait_until(pilot, lambda: answered(app))
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: panel.border_subtitle == "from the prior", 5)
+        assert panel.weights["qwen2.5-coder-0.5b"] < 0.7
 
 
 async def test_escape_stops_a_long_answer_and_keeps_it():

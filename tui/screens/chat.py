@@ -259,7 +259,7 @@ class ChatScreen(Screen[None]):
 
     def action_reset_weights(self) -> None:
         """Forget the weights kept for the models taking part (a calibration, carried
-        learning): the next answer starts from the prior."""
+        learning): the next answer starts from the prior (or a built-in calibration)."""
         if self.busy():
             return
         models = list(self.settings.models)
@@ -271,7 +271,7 @@ class ChatScreen(Screen[None]):
             return
         self.query_one(WeightsPanel).reset(weights, models, origin)
         self.notify(
-            "Weights reset: the next answer starts from the prior." if forgot else "No learned weights to reset."
+            f"Weights reset: the next answer starts from {origin}." if forgot else "No learned weights to reset."
         )
 
     def action_switch_ensemble(self) -> None:
