@@ -13,12 +13,13 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from specem_local.config import Config, builtin_ensembles, model_colours
+from specem_local import model_commands
+from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides
 
 if TYPE_CHECKING:
     from specem_local.store import StoredWeights
@@ -38,127 +39,6 @@ ANSI_COLOURS = {
     "bright_magenta": 95,
     "bright_cyan": 96,
 }
-
-
-# -- specem models ---------------------------------------------------------------------------------
-def _human_size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return "-"
-
-
-def _human_count(count: int | None) -> str:
-    if count is None:
-        return "-"
-    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
-
-
-def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
-    """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
-    from specem_local.sources import model_status, source_for
-
-    rows = []
-    for spec in config.models:
-        source = source_for(spec, config)
-        status = model_status(source, checksum=checksum)
-        row: dict[str, Any] = {
-            "name": spec.name,
-            "source": source.describe(),
-            "status": status.status,
-            "path": str(status.path) if status.path else None,
-            "detail": status.detail,
-            "architecture": None,
-            "parameters": None,
-            "quantization": None,
-            "vocab_size": None,
-            "context_length": None,
-            "chat_template": None,
-            "file_size": None,
-            "role": spec.role,
-            "licence": source.licence,
-        }
-        header = status.header
-        if header is not None:
-            row.update(
-                architecture=header.architecture,
-                parameters=header.parameter_count,
-                quantization=header.quantization,
-                vocab_size=header.vocab_size,
-                context_length=header.context_length,
-                chat_template=header.chat_template is not None,
-                file_size=header.file_size,
-            )
-        rows.append(row)
-    return rows
-
-
-def cmd_models_list(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    rows = model_rows(config)
-    if args.json:
-        print(json.dumps({"config": config.source, "models": rows}, indent=2))
-        return 0
-    print(f"config: {config.source}")
-    print_table(
-        ("NAME", "SOURCE", "ARCH", "PARAMS", "QUANT", "VOCAB", "CTX", "TEMPLATE", "SIZE", "STATUS", "PATH"),
-        [
-            (
-                row["name"],
-                row["source"],
-                row["architecture"] or "-",
-                _human_count(row["parameters"]),
-                row["quantization"] or "-",
-                row["vocab_size"] or "-",
-                row["context_length"] or "-",
-                {True: "yes", False: "no (plain prompt)", None: "-"}[row["chat_template"]],
-                _human_size(row["file_size"]),
-                row["status"],
-                row["path"] or "-",
-            )
-            for row in rows
-        ],
-    )
-    for row in rows:
-        if row["status"] != "ready":
-            print(f"{row['name']}: {row['detail']}", file=sys.stderr)
-    return 0
-
-
-def cmd_models_pull(args: argparse.Namespace) -> int:
-    from specem_local.demo_models import DEMO_MODELS
-    from specem_local.sources import DemoSource, source_for
-
-    config = config_from_args(args)
-    configured = {spec.name: spec for spec in config.models}
-    sources = []
-    for name in args.names or list(configured):
-        if name in configured:
-            sources.append((name, source_for(configured[name], config)))
-        elif name in DEMO_MODELS:
-            sources.append((name, DemoSource(name, DEMO_MODELS[name])))
-        else:
-            raise SpecemError(
-                f"no model {name!r} in {config.source} and no such demo model; "
-                f"configured: {', '.join(configured)}; demo models: {', '.join(DEMO_MODELS)}"
-            )
-    for name, source in sources:
-        print(f"{name}: pulling {source.describe()}", file=sys.stderr)
-        print(f"{name}: ready at {source.pull()}")
-    return 0
-
-
-def cmd_models_verify(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    bad = 0
-    for row in model_rows(config, checksum=True):
-        detail = f" ({row['detail']})" if row["detail"] else ""
-        print(f"{row['name']}: {row['status']}{detail}")
-        bad += row["status"] != "ready"
-    return 1 if bad else 0
 
 
 # -- specem weights -------------------------------------------------------------------------------
@@ -295,21 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    models = commands.add_parser("models", help="list, pull and verify the configured models")
-    model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
-    listing = model_commands.add_parser("list", parents=[common], help="show each model (from its GGUF header)")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
-    listing.set_defaults(handler=cmd_models_list)
-    pull = model_commands.add_parser(
-        "pull", parents=[common], help="download hf models, assemble demo models (or the ones named)"
-    )
-    pull.add_argument(
-        "names", nargs="*", metavar="NAME", help="configured models or demo models (default: all configured)"
-    )
-    pull.set_defaults(handler=cmd_models_pull)
-    model_commands.add_parser("verify", parents=[common], help="checksum and header-check every model").set_defaults(
-        handler=cmd_models_verify
-    )
+    model_commands.add_parser(commands, common)
 
     weights = commands.add_parser("weights", help="the weights carried over from answer to answer")
     weight_commands = weights.add_subparsers(dest="weights_command", required=True, metavar="ACTION")

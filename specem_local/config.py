@@ -41,13 +41,16 @@ DEFAULT_PALETTE = ("magenta", "green", "cyan", "yellow", "blue", "red")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One ``[[models]]`` entry. Exactly one source: ``path``, ``hf`` + ``file``, or ``demo``."""
+    """One ``[[models]]`` entry. Exactly one source: ``path``, ``hf`` + ``file``, ``demo``,
+    ``ollama`` or ``lmstudio``."""
 
     name: str
     path: str | None = None
     hf: str | None = None
     file: str | None = None
     demo: str | None = None
+    ollama: str | None = None
+    lmstudio: str | None = None
     n_ctx: int = field(default=2048, metadata={"limits": Limits(low=64)})
     n_gpu_layers: int = 0
     chat_template: str | None = None

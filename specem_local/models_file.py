@@ -1,0 +1,98 @@
+"""Adding a model to the user's ``models.toml`` (``specem models add``), keeping the file's
+comments and layout: it is edited with ``tomlkit``, a format-preserving TOML library, and the
+result must load before it replaces the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from specem_local.config import bundled_config_text, find_config_path, parse_config
+from specem_local.dirs import user_config_path
+from specem_local.errors import SpecemError
+from specem_local.sources import GLOB_CHARACTERS, SOURCE_KINDS
+
+SOURCE_FORMS = "ollama:NAME, lmstudio:PUBLISHER/REPO/FILE.gguf, hf:OWNER/REPO/FILE.gguf, demo:NAME or a path"
+
+
+def parse_source(text: str) -> dict[str, str]:
+    """``specem models add``'s SOURCE as models.toml keys: ``ollama:llama3.2:1b`` ->
+    ``{"ollama": "llama3.2:1b"}``; ``hf:owner/repo/file.gguf`` -> ``hf`` + ``file``; a path
+    (made absolute, since models.toml paths are relative to the file)."""
+    kind, separator, rest = text.partition(":")
+    if kind == "hf":
+        parts = rest.split("/")
+        if len(parts) < 3 or not all(parts):
+            raise SpecemError(f"{text!r}: write a Hugging Face file as hf:OWNER/REPO/FILE.gguf")
+        return {"hf": "/".join(parts[:2]), "file": "/".join(parts[2:])}
+    if kind in {k.key for k in SOURCE_KINDS} - {"path"}:
+        if not rest:
+            raise SpecemError(f"{text!r} names no model; give one of: {SOURCE_FORMS}")
+        return {kind: rest}
+    written = rest if kind == "path" else text
+    if separator and kind != "path" and len(kind) > 1 and not Path(text).expanduser().exists():
+        raise SpecemError(f"{text!r} is not a source; give one of: {SOURCE_FORMS}")
+    path = Path(written).expanduser().absolute()
+    if not (GLOB_CHARACTERS & set(written)) and not path.exists():
+        raise SpecemError(f"no file or folder at {path}; give one of: {SOURCE_FORMS}")
+    return {"path": str(path)}
+
+
+def file_to_edit(explicit: str | None) -> Path:
+    """The models.toml that ``add`` changes: ``--config``, else the one in effect, else the one
+    in the user config dir (never the copy inside the package)."""
+    path = find_config_path(explicit)
+    package = Path(str(resources.files("specem_local").joinpath("data"))).resolve()
+    if path is None or package in path.resolve().parents:
+        return user_config_path()
+    return path
+
+
+def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
+    """Append a ``[[models]]`` entry to ``path`` (created from the built-in models.toml if it is
+    not there). Returns whether the file was created."""
+    import tomlkit
+
+    created = not path.exists()
+    try:
+        text = bundled_config_text() if created else path.read_text("utf-8")
+        document = tomlkit.parse(text)
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as error:
+        raise SpecemError(f"{path}: cannot read it as TOML ({error}); fix it first") from None
+    config = parse_config(text, str(path), path.parent)
+    for spec in config.models:
+        if spec.name == name:
+            raise SpecemError(f"{path} already has a model named {name!r}; pick another name")
+        if all(getattr(spec, key) == value for key, value in entry.items()):
+            raise SpecemError(f"{path} already has this model, as {spec.name!r}")
+    table = tomlkit.table()
+    table.add("name", name)
+    for key, value in entry.items():
+        table.add(key, value)
+    models = document.get("models")
+    if models is None:
+        document.append("models", tomlkit.aot())
+        models = document["models"]
+    models.append(table)
+    new_text = tomlkit.dumps(document)
+    parse_config(new_text, str(path), path.parent)  # a broken entry never lands in the file
+    _replace(path, new_text)
+    return created
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in one step (a reader sees the old file or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
