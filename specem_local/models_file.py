@@ -51,6 +51,16 @@ def file_to_edit(explicit: str | None) -> Path:
     return path
 
 
+def _current_text(path: Path) -> str:
+    return bundled_config_text() if not path.exists() else path.read_text("utf-8")
+
+
+def free_name(path: Path, wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``… if the file already has a model by that name."""
+    taken = {spec.name for spec in parse_config(_current_text(path), str(path), path.parent).models}
+    return next(name for name in (wanted, *(f"{wanted}-{n}" for n in range(2, len(taken) + 3))) if name not in taken)
+
+
 def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     """Append a ``[[models]]`` entry to ``path`` (created from the built-in models.toml if it is
     not there). Returns whether the file was created."""
@@ -58,7 +68,7 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
 
     created = not path.exists()
     try:
-        text = bundled_config_text() if created else path.read_text("utf-8")
+        text = _current_text(path)
         document = tomlkit.parse(text)
     except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as error:
         raise SpecemError(f"{path}: cannot read it as TOML ({error}); fix it first") from None

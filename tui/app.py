@@ -15,6 +15,7 @@ from textual.message import Message
 from specem_local.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
+from specem_local.scan import FoundModel
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.loading import LoadingScreen
 from specem_tui.storage import Chat, load_chat
@@ -71,6 +72,23 @@ class SpecemChatApp(App[None]):
             self.notify(str(error), severity="error")
             return
         self.notify(f"Loading {name}…")
+        self.load_models(config)
+
+    def add_model(self, found: FoundModel) -> None:
+        """Add a model found on this disk to models.toml (the file in use, else the user's),
+        then load the ensemble with it; the chat goes on."""
+        from specem_local.models_file import add_model, file_to_edit, free_name
+
+        explicit = None if self.config.source.startswith("<") else self.config.source
+        try:
+            path = file_to_edit(explicit)
+            name = free_name(path, found.suggested_name)
+            add_model(path, name, found.entry)
+            config = load_config(path)
+        except SpecemError as error:
+            self.notify(str(error), severity="error", timeout=10)
+            return
+        self.notify(f"Added {name} to {path}; loading…")
         self.load_models(config)
 
     @work(thread=True, exclusive=True, group="load")

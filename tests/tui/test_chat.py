@@ -273,3 +273,39 @@ async def test_ctrl_l_switches_to_another_built_in_ensemble_and_the_chat_goes_on
         await ask(pilot, app, "And now?")
         await wait_until(pilot, lambda: answered(app))
         assert set(chat.turns[-1].final.wins) == set(app.ensemble.model_names)
+
+
+async def test_a_model_found_on_this_disk_is_added_to_models_toml_and_the_ensemble_reloads(tmp_path, monkeypatch):
+    from specem_local.config import load_config
+    from specem_local.gguf import read_header
+    from specem_local.scan import FoundModel
+    from specem_tui.screens import found as found_screen
+    from specem_tui.screens.settings import SettingsScreen
+    from tests.conftest import write_gguf
+
+    blob = write_gguf(tmp_path / "blob", {"general.architecture": "llama"}, [("w", (4,), 0)])
+    model = FoundModel("ollama", {"ollama": "llama3.2:1b"}, blob, read_header(blob), None, 32, 1_240_000_000)
+    monkeypatch.setattr(found_screen, "scan", lambda: [model])
+    config = tmp_path / "models.toml"
+    mine = '# mine\n[[models]]\nname = "big"\npath = "big.gguf"\n[[models]]\nname = "small"\npath = "small.gguf"\n'
+    config.write_text(mine)
+
+    def load(config, **_):
+        return fake_ensemble(
+            *(fake_member(spec.name, ANSWER, n_params=1000 + i) for i, spec in enumerate(config.models))
+        )
+
+    app = SpecemChatApp(load_config(config), load=load)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        first = app.ensemble
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#add-model").press()
+        await wait_until(pilot, lambda: isinstance(app.screen, found_screen.FoundModelsScreen) and app.screen.found)
+        shown = str(app.screen.query_one("#found-list").get_option_at_index(0).prompt)
+        assert shown == "llama3.2-1b  (ollama, llama 1.24B F32, no chat template)"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.ensemble is not first and chat_ready(app))
+        assert app.ensemble.model_names == ["big", "small", "llama3.2-1b"]
+        assert config.read_text().startswith(mine) and 'ollama = "llama3.2:1b"' in config.read_text()

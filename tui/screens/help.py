@@ -30,7 +30,7 @@ and Ctrl+R resets them).
 | Ctrl+N | new chat |
 | Ctrl+O | open a past chat |
 | Ctrl+E | export this chat to Markdown |
-| F2 | settings for the next answer |
+| F2 | settings for the next answer; add a model found on this disk |
 | Ctrl+R | reset the kept weights (the next answer starts from the prior) |
 | Ctrl+L | switch to another built-in ensemble (the chat goes on) |
 | F1 | this help |

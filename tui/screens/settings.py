@@ -1,6 +1,6 @@
 """Settings for the next answer: every per-answer ``[ensemble]`` setting, grouped as in
 ``settings.GROUPS`` and built from the same description as the models.toml checks and the
-``specem`` flags, and which models take part."""
+``specem`` flags, and which models take part; and a way to add a model found on this disk."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 
 from specem_local.config import tomllib
 from specem_local.errors import SpecemError
+from specem_local.scan import FoundModel
 from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe
+from specem_tui.screens.found import FoundModelsScreen
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     else:
                         yield Static(f"{item.name}: {item.help}", classes="setting-label")
                         yield widget
+            yield Button("Add a model from this disk…", id="add-model")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
@@ -102,8 +105,16 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply":
             self.action_save()
+        elif event.button.id == "add-model":
+            self.app.push_screen(FoundModelsScreen(), self.add_found)
         else:
             self.dismiss(None)
+
+    def add_found(self, found: FoundModel | None) -> None:
+        """Leave the form and let the app add the model (the ensemble reloads with it)."""
+        if found is not None:
+            self.dismiss(None)
+            self.app.add_model(found)
 
     def action_save(self) -> None:
         try:
