@@ -112,6 +112,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
+        advice = ensemble.mix_advice()
+        if advice:
+            print(f"specem: note: {advice}", file=sys.stderr)
         stream = ensemble.stream(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from specem_local import feedback
 from specem_local.config import Config, load_config, with_load_overrides
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, origin_words
@@ -153,6 +154,19 @@ class Ensemble:
         members = self._select(models)
         start = self._starting_weights(members, with_overrides(self.settings, **overrides))
         return origin_words(start.origin, start.answers, start.items)
+
+    def mix_advice(self) -> str | None:
+        """Said once when a front end starts: the largest model is ``feedback.SIZE_GAP`` times
+        the next or more and nothing calibrates the weights, so the ensemble is slow to follow
+        it (docs/quality.md). None otherwise."""
+        gap = feedback.size_gap({m.name: m.model.n_params for m in self.members if m.spec.verifies})
+        if gap is None or self.weights_origin() != "the prior":
+            return None
+        largest, second, ratio = gap
+        return (
+            f"{largest} has {ratio:.1f}x the parameters of {second}: ensembles gain most from members of comparable "
+            "strength; calibrate (specem calibrate TASKS.jsonl) so members known to lose stop drafting"
+        )
 
     def reset_weights(self, models: list[str] | None = None) -> bool:
         """Forget the weights carried over for these models (default: all); the next answer

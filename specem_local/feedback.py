@@ -73,6 +73,20 @@ def hedge_update(weights: np.ndarray, reward: np.ndarray, eta: float) -> np.ndar
     return updated / updated.sum()
 
 
+SIZE_GAP = 2.0  # the demo trio's two largest differ 2.35x, and from the prior it is no better than Qwen alone
+
+
+def size_gap(sizes: dict[str, int]) -> tuple[str, str, float] | None:
+    """The largest model, the next largest and how many times larger, when that is at least
+    ``SIZE_GAP``: an ensemble helps most when its members are of comparable strength."""
+    ranked = sorted(sizes.items(), key=lambda item: item[1], reverse=True)
+    if len(ranked) < 2 or ranked[1][1] <= 0:
+        return None
+    (largest, big), (second, next_size) = ranked[:2]
+    ratio = big / next_size
+    return (largest, second, ratio) if ratio >= SIZE_GAP else None
+
+
 def exiting_drafters(
     share_totals: np.ndarray, active: list[int], rounds: int, warmup: int, exit_share: float
 ) -> list[int]:

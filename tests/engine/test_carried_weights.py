@@ -190,3 +190,12 @@ def test_the_shipped_calibrations_are_for_the_built_in_ensembles():
     for key, record in learned.built_in_calibrations().items():
         assert " + ".join(learned.names_in(key)) in keys and record.calibrated_items >= 20
         assert max(learned.stored_weights(record).values()) > 0.85
+
+
+def test_members_far_apart_in_size_get_advice_unless_calibrated(tmp_path):
+    assert feedback.size_gap({"a": 3000, "b": 1500, "c": 500}) == ("a", "b", 2.0)
+    assert feedback.size_gap({"a": 3000, "b": 1600}) is None and feedback.size_gap({"a": 3000}) is None
+    ensemble = ensemble_with_store(tmp_path, carry_weights=False)  # big 3000, mid 1500, small 500
+    assert ensemble.mix_advice().startswith("big has 2.0x the parameters of mid: ensembles gain most")
+    calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
+    assert ensemble.mix_advice() is None  # a calibration already tells it whom to follow

@@ -55,6 +55,7 @@ def test_scan_add_and_run_with_models_from_ollama_and_lm_studio(tmp_path):
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert events[0]["models"] == ["gemma", "qwen", "smol"] and events[-1]["text"]
+    assert "specem: note: qwen has 2.4x the parameters of gemma: ensembles gain most" in result.stderr
     listing = specem("models", "list", "--config", str(config), env=env)
     assert "ollama:qwen2.5-coder:0.5b" in listing.stdout and "lmstudio:SmolLM2" in listing.stdout
 

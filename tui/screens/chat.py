@@ -96,6 +96,11 @@ class ChatScreen(Screen[None]):
         self.query_one(PromptInput).focus()
         for failure in self.ensemble.load_failures:
             self.notify(f"{failure.model} did not load: {failure.error}", severity="warning", timeout=10)
+        for warning in self.ensemble.warnings:  # said once, when these models have loaded
+            self.notify(warning, severity="warning", timeout=10)
+        advice = self.ensemble.mix_advice()
+        if advice:
+            self.notify(advice, timeout=10)
 
     def status_text(self) -> str:
         settings = self.settings.ensemble
