@@ -146,3 +146,17 @@ def test_sources_on_the_command_line(tmp_path, gguf):
     ):
         with pytest.raises(SpecemError, match=message):
             parse_source(bad)
+
+
+def test_an_hf_entry_resolves_from_the_cache_offline(stores, gguf, tmp_path, monkeypatch):
+    from specem_local.config import parse_config
+    from specem_local.sources import source_for
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    entry = '[[models]]\nname = "t"\nhf = "someone/Tiny-GGUF"\nfile = "{}"\n'
+    config = parse_config(entry.format("tiny-Q8_0.gguf"), "m.toml", tmp_path)
+    located = source_for(config.models[0], config).locate()
+    assert located.read_bytes() == gguf.read_bytes() and f"snapshots/{COMMIT}" in str(located)
+    config = parse_config(entry.format("other.gguf"), "m.toml", tmp_path)
+    with pytest.raises(SpecemError, match="is not in the Hugging Face cache; run: specem models pull"):
+        source_for(config.models[0], config).locate()
