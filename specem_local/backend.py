@@ -17,6 +17,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -24,7 +25,7 @@ import numpy as np
 
 from specem_local.errors import SpecemError
 from specem_local.gguf import read_header
-from specem_local.model import BatchRow, ContextFull
+from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _recent_errors: deque[str] = deque(maxlen=8)
@@ -48,6 +49,74 @@ def _init_backend() -> None:
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialised = True
+
+
+# -- what llama.cpp was built with, and the devices it sees ----------------------------------------
+DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}  # enum ggml_backend_dev_type
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # e.g. "CUDA0", "Metal", "CPU"
+    description: str  # e.g. "NVIDIA H100 80GB HBM3"
+    kind: str  # a value of DEVICE_TYPES
+    free_bytes: int
+    total_bytes: int
+
+
+def gpu_offload() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan, ...)."""
+    _init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    """llama.cpp's own line about its build: backends and CPU features."""
+    _init_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip(" |")
+
+
+@functools.cache
+def _ggml() -> ctypes.CDLL:
+    """ggml's device API (not bound by llama-cpp-python), from the library it loaded."""
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    names = sorted(folder.glob("libggml.*")) + sorted(folder.glob("ggml.dll"))
+    lib = ctypes.CDLL(str(names[0]) if names else "libggml.so")
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    for function in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    size = ctypes.POINTER(ctypes.c_size_t)
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size, size]
+    return lib
+
+
+def devices() -> list[Device]:
+    """Every device llama.cpp can compute on, with its free and total memory now."""
+    _init_backend()
+    try:
+        lib = _ggml()
+    except (OSError, AttributeError):
+        return []
+    found = []
+    for index in range(lib.ggml_backend_dev_count()):
+        device = lib.ggml_backend_dev_get(index)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        found.append(
+            Device(
+                (lib.ggml_backend_dev_name(device) or b"").decode(),
+                (lib.ggml_backend_dev_description(device) or b"").decode(),
+                DEVICE_TYPES.get(lib.ggml_backend_dev_type(device), "unknown"),
+                free.value,
+                total.value,
+            )
+        )
+    return found
 
 
 class LlamaModel:
@@ -109,6 +178,9 @@ class LlamaModel:
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
+        layers = int(llama_cpp.llama_model_n_layer(self._model)) + 1  # the repeating layers and the output
+        self.gpu_layers = offloaded_layers(n_gpu_layers, layers, gpu_offload())
+        self.placement = placement(self.gpu_layers, layers)
         self.bos_token = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = int(llama_cpp.llama_vocab_eos(self._vocab))
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))

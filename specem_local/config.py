@@ -52,7 +52,7 @@ class ModelSpec:
     ollama: str | None = None
     lmstudio: str | None = None
     n_ctx: int = field(default=2048, metadata={"limits": Limits(low=64)})
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None  # None: [ensemble] gpu_layers (all layers on a GPU build)
     chat_template: str | None = None
     role: str = field(default="both", metadata={"limits": Limits(choices=ROLES)})
     color: str | None = None

@@ -165,6 +165,12 @@ class GGUFHeader:
         return value if isinstance(value, int) else None
 
     @property
+    def layers(self) -> int:
+        """What llama.cpp counts when offloading: the repeating blocks and the output layer."""
+        value = self.metadata.get(f"{self.architecture}.block_count")
+        return (value if isinstance(value, int) else 0) + 1
+
+    @property
     def chat_template(self) -> str | None:
         value = self.metadata.get("tokenizer.chat_template")
         return value if isinstance(value, str) else None

@@ -74,9 +74,7 @@ def load_members(
             if not skip_failed:
                 raise
             loaded.failures.append(LoadFailure(spec.name, str(error)))
-    sizes = {name: path.stat().st_size for name, path in loaded.files.items()}
-    warning = memory_warning(sizes, available_memory_bytes())
-    if warning:
+    for warning in memory_warnings(config, {name: path.stat().st_size for name, path in loaded.files.items()}):
         _warn(loaded, warning)
     sequences = max(n_seq_max or 0, len(loaded.files) + 1)  # sequence 0 + one per candidate
     try:
@@ -104,6 +102,25 @@ def load_members(
     return loaded
 
 
+def gpu_layers_for(spec: ModelSpec, config: Config) -> int:
+    """The layers this model asks to put on the GPU (``n_gpu_layers``, else ``gpu_layers``)."""
+    return config.load.gpu_layers if spec.n_gpu_layers is None else spec.n_gpu_layers
+
+
+def memory_warnings(config: Config, sizes: dict[str, int]) -> list[str]:
+    """Models offloaded to a GPU count against its free memory, the others against the host's."""
+    from specem_local.backend import devices, gpu_offload
+
+    gpus = [d for d in devices() if d.kind in ("GPU", "integrated GPU")] if gpu_offload() else []
+    offloaded = {spec.name for spec in config.models if gpus and gpu_layers_for(spec, config) != 0}
+    on_gpu = {name: size for name, size in sizes.items() if name in offloaded}
+    on_host = {name: size for name, size in sizes.items() if name not in offloaded}
+    warnings_ = [memory_warning(on_host, available_memory_bytes())]
+    if on_gpu:
+        warnings_.append(memory_warning(on_gpu, sum(d.free_bytes for d in gpus), "GPU "))
+    return [w for w in warnings_ if w]
+
+
 def _warn(loaded: Loaded, message: str) -> None:
     loaded.warnings.append(message)
     warnings.warn(message, stacklevel=4)
@@ -122,7 +139,7 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
             n_ctx=spec.n_ctx,
             n_seq_max=n_seq_max,
             n_threads=config.load.threads_per_model,
-            n_gpu_layers=spec.n_gpu_layers,
+            n_gpu_layers=gpu_layers_for(spec, config),
             progress=report,
         )
     except SpecemError as error:

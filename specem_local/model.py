@@ -41,6 +41,7 @@ class LanguageModel(Protocol):
     n_vocab: int
     n_seq_max: int  # sequence ids are 0 .. n_seq_max - 1
     n_params: int
+    placement: str  # where it runs, in words: "CPU" or "GPU 25/25 layers"
     bos_token: int  # -1 when the model has none
     eos_token: int
     adds_bos: bool
@@ -96,3 +97,16 @@ class LanguageModel(Protocol):
     def close(self) -> None:
         """Free the model; no call may follow."""
         ...
+
+
+def offloaded_layers(wanted: int, layers: int, gpu_build: bool) -> int:
+    """How many of a model's ``layers`` llama.cpp puts on the GPU for ``n_gpu_layers = wanted``
+    (-1 = all): none on a build without a GPU backend."""
+    if not gpu_build:
+        return 0
+    return layers if wanted < 0 else min(wanted, layers)
+
+
+def placement(offloaded: int, layers: int) -> str:
+    """Where a model runs, in words: ``GPU 25/25 layers`` or ``CPU``."""
+    return f"GPU {offloaded}/{layers} layers" if offloaded else "CPU"

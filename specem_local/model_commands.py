@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,12 @@ def _human_count(count: int | None) -> str:
 
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
+    from specem_local.backend import gpu_offload
+    from specem_local.loading import gpu_layers_for
+    from specem_local.model import offloaded_layers, placement
     from specem_local.sources import model_status, source_for
 
+    gpu_build = gpu_offload()
     rows = []
     for spec in config.models:
         source = source_for(spec, config)
@@ -53,6 +58,7 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
             "file_size": None,
             "role": spec.role,
             "licence": source.licence,
+            "runs_on": None,
         }
         header = status.header
         if header is not None:
@@ -64,20 +70,50 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
                 context_length=header.context_length,
                 chat_template=header.chat_template is not None,
                 file_size=header.file_size,
+                runs_on=placement(
+                    offloaded_layers(gpu_layers_for(spec, config), header.layers, gpu_build), header.layers
+                ),
             )
         rows.append(row)
     return rows
 
 
+def build_description() -> dict[str, Any]:
+    """What llama.cpp was built with and the devices it sees, for ``models list``."""
+    from importlib.metadata import version
+
+    from specem_local.backend import devices, gpu_offload, system_info
+
+    found = devices()
+    gpus = [d for d in found if d.kind != "CPU"]
+    offload = gpu_offload()
+    where = ", ".join(f"{d.name} ({d.description}, {d.free_bytes / 2**30:.1f} GiB free)" for d in gpus)
+    info = system_info()
+    features = " ".join(re.findall(r"(\w+) = 1\b", info))
+    summary = f"llama-cpp-python {version('llama-cpp-python')}; " + (
+        f"GPU offload: {where or 'yes'}" if offload else "CPU only (no GPU backend built in)"
+    )
+    summary += f"; built with {features}" if features else ""
+    return {
+        "llama_cpp_python": version("llama-cpp-python"),
+        "gpu_offload": offload,
+        "devices": [d.__dict__ for d in found],
+        "system_info": info,
+        "summary": summary,
+    }
+
+
 def cmd_models_list(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     rows = model_rows(config)
+    build = build_description()
     if args.json:
-        print(json.dumps({"config": config.source, "models": rows}, indent=2))
+        print(json.dumps({"config": config.source, "llama_cpp": build, "models": rows}, indent=2))
         return 0
     print(f"config: {config.source}")
+    print(f"llama.cpp: {build['summary']}")
     print_table(
-        ("NAME", "SOURCE", "ARCH", "PARAMS", "QUANT", "VOCAB", "CTX", "TEMPLATE", "SIZE", "STATUS", "PATH"),
+        ("NAME", "SOURCE", "ARCH", "PARAMS", "QUANT", "VOCAB", "CTX", "TEMPLATE", "SIZE", "RUNS ON", "STATUS", "PATH"),
         [
             (
                 row["name"],
@@ -89,6 +125,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
                 row["context_length"] or "-",
                 {True: "yes", False: "no (plain prompt)", None: "-"}[row["chat_template"]],
                 _human_size(row["file_size"]),
+                row["runs_on"] or "-",
                 row["status"],
                 row["path"] or "-",
             )

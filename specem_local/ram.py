@@ -21,8 +21,9 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def memory_warning(model_bytes: dict[str, int], available: int | None) -> str | None:
-    """A one-line warning when the models' files alone exceed the memory available."""
+def memory_warning(model_bytes: dict[str, int], available: int | None, where: str = "") -> str | None:
+    """A one-line warning when the models' files alone exceed the memory available (``where``:
+    "GPU " for the memory of the GPUs they are offloaded to)."""
     if available is None:
         return None
     total = sum(model_bytes.values())
@@ -31,7 +32,8 @@ def memory_warning(model_bytes: dict[str, int], available: int | None) -> str | 
     sizes = ", ".join(f"{name} {size / 2**30:.2f} GiB" for name, size in model_bytes.items())
     return (
         f"warning: the models need at least {total / 2**30:.2f} GiB ({sizes}) but only "
-        f"{available / 2**30:.2f} GiB is available; expect swapping or a crash: use fewer or smaller models"
+        f"{available / 2**30:.2f} GiB of {where}memory is available; expect swapping or a crash: "
+        "use fewer or smaller models"
     )
 
 

@@ -135,6 +135,9 @@ class LoadSettings:
     """Read once when the models load (models.toml ``[ensemble]``, ``Ensemble.from_config``)."""
 
     threads_per_model: int = setting(2, "load", "llama.cpp CPU threads per model", low=1)
+    gpu_layers: int = setting(
+        -1, "load", "layers on the GPU for models that do not set n_gpu_layers (-1 = all; GPU builds only)", low=-1
+    )
 
     def __post_init__(self) -> None:
         checked(self, "[ensemble]")

@@ -56,6 +56,7 @@ class FakeModel:
         self.n_ctx = n_ctx
         self.n_seq_max = n_seq_max
         self.n_params = n_params
+        self.placement = "CPU"
         self.bos_token, self.eos_token, self.adds_bos = BOS, EOS, False
         self.strength = strength
         self.filler = filler.encode()

@@ -4,7 +4,7 @@ from specem_local.ram import available_memory_bytes, memory_warning, peak_rss_by
 def test_warning_with_numbers_when_models_exceed_memory():
     message = memory_warning({"big": 3 * 2**30, "small": 2**30}, available=2 * 2**30)
     assert message is not None
-    assert "4.00 GiB" in message and "2.00 GiB is available" in message and "big 3.00 GiB" in message
+    assert "4.00 GiB" in message and "2.00 GiB of memory is available" in message and "big 3.00 GiB" in message
 
 
 def test_no_warning_when_models_fit():

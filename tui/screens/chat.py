@@ -105,8 +105,10 @@ class ChatScreen(Screen[None]):
     def status_text(self) -> str:
         settings = self.settings.ensemble
         mode = "plain generation (1 model)" if len(self.settings.models) == 1 else f"{len(self.settings.models)} models"
+        places = {m.model.placement.split(" ")[0] for m in self.ensemble.members if m.name in self.settings.models}
         return (
-            f"{mode}\nL={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
+            f"{mode} on {' + '.join(sorted(places))}\n"
+            f"L={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
             f"{' · feedback' if settings.feedback else ''}{' · exit' if settings.model_exit else ''}"
             f"{' · fast' if settings.fast_finish else ''}"
         )
