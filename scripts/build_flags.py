@@ -3,7 +3,9 @@
 A default ``GGML_NATIVE`` build enables every instruction set the compiler detects, AMX
 included; on some virtual machines the CPU reports AMX but faults on it (SIGILL in
 ``ggml_backend_amx_mul_mat``). So we build non-native and name the instruction sets the CPU
-reports, never AMX. A user's own ``CMAKE_ARGS`` (Metal, CUDA, Vulkan) always wins.
+reports, never AMX. A user's own ``CMAKE_ARGS`` (Metal, CUDA, Vulkan) are kept, and the CPU
+flags are added to them, unless they already choose the CPU side themselves (``GGML_NATIVE``,
+an instruction set, AMX): a CUDA build still runs its CPU code on the host's CPU.
 
 This file has no dependencies: ``scripts/setup.sh`` runs it with the system Python before
 anything is installed.
@@ -13,8 +15,12 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from pathlib import Path
+
+# A user's CMAKE_ARGS that set any of these have chosen the CPU side of the build themselves.
+CPU_SIDE = re.compile(r"-DGGML_(NATIVE|AVX\w*|AMX\w*|FMA|F16C|BMI2|SSE\w*|CPU_\w*)=", re.IGNORECASE)
 
 # /proc/cpuinfo flag -> ggml CMake option. Order matters only for readability.
 X86_FEATURE_OPTIONS: tuple[tuple[str, str], ...] = (
@@ -52,16 +58,19 @@ def cmake_args_for_x86(flags: set[str]) -> str:
 
 
 def choose_cmake_args(env: dict[str, str], machine: str, cpuinfo: str | None) -> str:
-    """The CMAKE_ARGS to build with: the user's own if set, else derived from the CPU.
+    """The CMAKE_ARGS to build with: the user's own (a GPU backend, say) followed by the CPU
+    flags derived from ``cpuinfo``, unless the user's already set the CPU side.
 
-    On non-x86 machines (Apple Silicon, ARM laptops) llama.cpp's own defaults are right,
-    so we return an empty string and let it choose.
+    On non-x86 machines (Apple Silicon, ARM laptops) llama.cpp's own CPU defaults are right,
+    so only the user's flags are passed.
     """
-    if env.get("CMAKE_ARGS", "").strip():
-        return env["CMAKE_ARGS"]
+    user = env.get("CMAKE_ARGS", "").strip()
+    cpu = ""
     if machine.lower() in ("x86_64", "amd64", "i686", "i386") and cpuinfo:
-        return cmake_args_for_x86(cpu_flags_from_cpuinfo(cpuinfo))
-    return ""
+        cpu = cmake_args_for_x86(cpu_flags_from_cpuinfo(cpuinfo))
+    if not user or not cpu or CPU_SIDE.search(user):
+        return user or cpu
+    return f"{user} {cpu}"
 
 
 def main() -> int:

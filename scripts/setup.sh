@@ -16,8 +16,8 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
 
-# llama-cpp-python: build with flags that fit this CPU (never AMX) or with the user's own
-# CMAKE_ARGS (Metal, CUDA, Vulkan: passed through untouched). pip's own wheel cache ignores
+# llama-cpp-python: build with flags that fit this CPU (never AMX), after the user's own
+# CMAKE_ARGS (Metal, CUDA, Vulkan), unless those already choose the CPU side. pip's own wheel cache ignores
 # CMAKE_ARGS, so we bypass it and keep our wheels in a folder named by version + flags: a wheel
 # built with other flags is never reused.
 CMAKE_ARGS_CHOSEN="$("$PY" scripts/build_flags.py)"

@@ -21,9 +21,23 @@ def test_avx2_only_laptop_gets_no_avx512():
     assert "-DGGML_AVX2=ON" in args and "AVX512" not in args
 
 
-def test_user_cmake_args_pass_through_untouched():
-    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_METAL=on"}, "x86_64", CPUINFO) == "-DGGML_METAL=on"
-    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=on"}, "arm64", None) == "-DGGML_CUDA=on"
+def test_a_gpu_backend_keeps_the_cpu_flags_on_x86():
+    cpu = cmake_args_for_x86(cpu_flags_from_cpuinfo(CPUINFO))
+    for backend in ("-DGGML_CUDA=on", "-DGGML_VULKAN=on", "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real"):
+        args = choose_cmake_args({"CMAKE_ARGS": backend}, "x86_64", CPUINFO)
+        assert args == f"{backend} {cpu}" and "-DGGML_NATIVE=OFF" in args and "AMX_TILE=ON" not in args
+
+
+def test_user_cmake_args_that_choose_the_cpu_side_pass_through_untouched():
+    for user in (
+        "-DGGML_CUDA=on -DGGML_NATIVE=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_AMX_TILE=ON",
+        "-DGGML_CPU_ALL_VARIANTS=ON",
+    ):
+        assert choose_cmake_args({"CMAKE_ARGS": user}, "x86_64", CPUINFO) == user
+    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_METAL=on"}, "arm64", None) == "-DGGML_METAL=on"  # Apple Silicon
+    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=on"}, "aarch64", "flags: fp asimd") == "-DGGML_CUDA=on"
 
 
 def test_non_x86_uses_llama_cpp_defaults():
