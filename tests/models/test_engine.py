@@ -191,3 +191,29 @@ def test_loop_guard_discounts_repeated_candidates_in_the_vote(trio):
     assert discounted  # the models repeat the line; the guard must let new text win at least once
     plain = [e for e in trio.stream(prompt, greedy=True, max_tokens=20) if isinstance(e, RoundEvent)]
     assert all(c.copied is None for e in plain for c in e.candidates)
+
+
+def test_the_package_loads_llama_cpp_before_numpy_and_the_api_works_after_numpy():
+    """On a CUDA build numpy's C++ runtime loaded first crashed llama.cpp's model loading:
+    every path into the package loads libllama first; and importing numpy first must work."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    check = (
+        "import sys; m = list(sys.modules); "  # in the order the imports completed
+        "print(m.index('llama_cpp.llama_cpp') < min(i for i, name in enumerate(m) if name.startswith('numpy')))"
+    )
+    for module in ("specem_local", "specem_local.cli", "specem_tui.app"):
+        result = subprocess.run(
+            [sys.executable, "-c", f"import {module}; {check}"], capture_output=True, text=True, cwd=ROOT
+        )
+        assert result.stdout.strip() == "True", (module, result.stderr)
+    numpy_first = (
+        "import numpy\nfrom specem_local import Ensemble\nfrom tests.conftest import demo_config\n"
+        "with Ensemble.from_config(demo_config('smollm2-135m', max_tokens=4, greedy=True)) as e:\n"
+        "    print(e.generate('Hi').tokens)"
+    )
+    result = subprocess.run([sys.executable, "-c", numpy_first], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.strip() == "4", result.stderr
