@@ -184,9 +184,12 @@ def first_segment(ensemble, prompt: str) -> dict[str, Any]:
 
 
 def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
+    from specem_local.backend import devices
     from specem_local.engine import Ensemble
+    from specem_local.model_commands import build_description
 
     plan = QUICK if quick else FULL
+    gpu_free_before = {d.name: d.free_bytes for d in devices() if d.kind != "CPU"}
     prompts = bench_prompts()
     config = load_config(config_path)
     started = time.perf_counter()
@@ -196,8 +199,12 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
         gguf_bytes = sum(path.stat().st_size for path in ensemble.model_files.values())
         filler = prompts["summary"]
         verification = [row for member in ensemble.members for row in verification_strategies(member, plan, filler)]
+        gpu_used = {d.name: gpu_free_before[d.name] - d.free_bytes for d in devices() if d.name in gpu_free_before}
         report = {
             "quick": quick,
+            "llama_cpp": build_description()["summary"],
+            "runs_on": {m.name: m.model.placement for m in ensemble.members},
+            "gpu_memory_used_bytes": gpu_used,  # GPU memory taken by loading the models, per device
             "models": ensemble.model_names,
             "threads_per_model": ensemble.threads_per_model,
             "segment_tokens": ensemble.settings.segment_tokens,
@@ -216,6 +223,11 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
 
 
 def print_summary(report: dict[str, Any]) -> None:
+    if "llama_cpp" in report:  # reports written before these were recorded lack them
+        print(f"llama.cpp: {report['llama_cpp']}")
+        print("runs on: " + ", ".join(f"{name} {where}" for name, where in report["runs_on"].items()))
+        for device, used in report["gpu_memory_used_bytes"].items():
+            print(f"{device}: {used / 2**30:.2f} GiB of GPU memory taken by the models")
     print("\n1. Verification (ms, median; 4 candidates)")
     print_table(
         ("MODEL", "CTX", "IN-LINE", "ONE-AT-A-TIME", "FROM SCRATCH", "SCRATCH/IN-LINE", "MAX |Δscore|"),
