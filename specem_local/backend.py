@@ -12,20 +12,35 @@ allocate ``n_ctx x n_vocab`` floats per model (gigabytes for 150k-260k vocabular
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp
-import numpy as np
 
-from specem_local.errors import SpecemError
-from specem_local.gguf import read_header
-from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement
+def _share_the_cpp_runtime() -> None:
+    """Put the system C++ runtime in the global symbol scope before libllama loads. When numpy
+    (or another extension) loaded it first, privately, libllama's std:: references resolved to
+    the weak copies inside libggml-cuda instead, and a CUDA build crashed in
+    llama_model_load_from_file (std::regex in the tokenizer). Promoting the already-loaded
+    runtime to global scope, as LD_PRELOAD would, fixed it on an H100 (docs/install.md)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+
+
+_share_the_cpp_runtime()
+import llama_cpp  # noqa: E402  (after the runtime is shared)
+import numpy as np  # noqa: E402
+
+from specem_local.errors import SpecemError  # noqa: E402
+from specem_local.gguf import read_header  # noqa: E402
+from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement  # noqa: E402
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _recent_errors: deque[str] = deque(maxlen=8)
