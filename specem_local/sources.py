@@ -104,9 +104,11 @@ class PathSource(_NothingMoreToCheck):
     def locate(self) -> Path:
         if self.path.is_dir() or GLOB_CHARACTERS & set(self.written):
             try:
-                return one_gguf(self.written, self.path.parent if not self.path.is_dir() else self.path)
+                return one_gguf(str(self.path), self.path.parent)  # self.path is absolute
             except SpecemError as error:
-                raise SpecemError(f"model {self.model!r}: path = {error} in {self.config_name}") from None
+                raise SpecemError(
+                    f"model {self.model!r}: {error} (path = {self.written!r} in {self.config_name})"
+                ) from None
         if not self.path.is_file():
             raise SpecemError(
                 f"model {self.model!r}: no file at {self.path} (path = {self.written!r} in {self.config_name}); "

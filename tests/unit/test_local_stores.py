@@ -143,7 +143,12 @@ file = "tiny-q4.gguf"
 [[models]]
 name = "d"
 path = "*.gguf"
+[[models]]
+name = "e"
+path = "nested/*.gguf"
 """
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "tiny.gguf").symlink_to(gguf)
     config = parse_config(text, "models.toml", tmp_path)
     sources = [source_for(spec, config) for spec in config.models]
     assert [s.describe() for s in sources] == [
@@ -151,10 +156,16 @@ path = "*.gguf"
         "lmstudio:qwen",
         "hf:someone/Tiny-GGUF/tiny-q4.gguf",
         "path:*.gguf",
+        "path:nested/*.gguf",
     ]
     assert all(s.prepare().resolve() == gguf.resolve() for s in sources)
     with pytest.raises(SpecemError, match="give exactly one source"):
         parse_config('[[models]]\nname = "x"\nollama = "a"\nlmstudio = "b"\n', "models.toml", tmp_path)
+    ambiguous = parse_config('[[models]]\nname = "x"\npath = "**/*.gguf"\n', "models.toml", tmp_path)
+    with pytest.raises(
+        SpecemError, match=r"model .x.: .* matches 4 GGUF files .* \(path = '\*\*/\*.gguf' in models.toml\)"
+    ):
+        source_for(ambiguous.models[0], ambiguous).locate()
     missing = parse_config('[[models]]\nname = "x"\nollama = "nope"\n', "models.toml", tmp_path)
     with pytest.raises(SpecemError, match=r"model 'x': no Ollama model 'nope:latest'.*\(specem does not download"):
         source_for(missing.models[0], missing).pull()
