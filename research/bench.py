@@ -155,9 +155,9 @@ def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
     ideal = 1 / sum(1 / speed for speed in members.values() if speed > 0)
     runs = {}
     for label, overrides in (
-        ("round-robin", {"model_exit": False}),
+        ("round-robin", {"drafting": "round-robin", "model_exit": False}),
         ("threads", {"drafting": "threads", "model_exit": False}),
-        ("round-robin, model exit", {"model_exit": True}),
+        ("round-robin, model exit", {"drafting": "round-robin", "model_exit": True}),
         ("threads, model exit", {"drafting": "threads", "model_exit": True}),
     ):
         final = ensemble.generate(prompt, **common, **overrides)

@@ -108,7 +108,10 @@ class EnsembleSettings:
     verify_end: bool = setting(True, "vote", "score a draft that ends the answer with P(end) after it")
 
     drafting: str = setting(
-        "round-robin", "speed", "draft one model after another, or in threads", choices=("round-robin", "threads")
+        "auto",
+        "speed",
+        "draft one model after another, or in threads (auto: threads when models run on a GPU)",
+        choices=("auto", "round-robin", "threads"),
     )
     model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")
     exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0)

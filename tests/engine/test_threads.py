@@ -188,3 +188,18 @@ def test_close_from_inside_a_step_is_an_error_not_a_deadlock():
     ensemble = fake_ensemble(*pair(on_decode=close_now))
     assert ensemble.generate(QUESTION).text == TEXT
     assert errors and "from inside an answer's step" in errors[0]
+
+
+def test_auto_drafting_uses_threads_only_when_a_model_runs_on_a_gpu():
+    ensemble = fake_ensemble(fake_member("a", "One.", n_params=2), fake_member("b", "Two."), fake_member("c", "Three."))
+    seen: set[str] = set()
+
+    def where(_item: int) -> None:
+        seen.add(threading.current_thread().name)
+
+    ensemble._map(ensemble.settings, where, [1, 2, 3])
+    assert ensemble.settings.drafting == "auto" and seen == {threading.current_thread().name}  # CPU: round-robin
+    ensemble.members[0].model.placement = "GPU 25/25 layers"
+    seen.clear()
+    ensemble._map(ensemble.settings, where, [1, 2, 3])
+    assert all(name.startswith("specem") for name in seen)
