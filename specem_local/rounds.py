@@ -157,7 +157,8 @@ class Answer:
         drafters = list(self.active_drafters)
         # Every verifier holds its own draft and the others' tails in its KV memory at once,
         # so near the end of the context the segments shrink until they fit.
-        room = min(self.members[i].room for i in self.following)
+        following = self.following  # as the round starts: model exit may change it by its end
+        room = min(self.members[i].room for i in following)
         cap = min(settings.max_tokens - self.tokens, (room - 1) // len(drafters))
         if cap < 1:
             return None, "context"
@@ -188,7 +189,7 @@ class Answer:
             self._learn(result, groups)
         winner = result.winner
         winning = drafts[winner]
-        self.tokens += self._commit(winner, winning, drafts, scored)
+        self.tokens += self._commit(winner, winning, drafts, scored, following)
         self.wins[self.names[winner]] += 1
         segment, finish = self._append(winning)
         event = RoundEvent(
@@ -301,14 +302,16 @@ class Answer:
                 scores[v, i] = value
         return results
 
-    def _commit(self, winner: int, winning: Draft, drafts: dict[int, Draft], scored: dict[int, Scored]) -> int:
-        """Broadcast the winner to every model; return its length in the author's tokens."""
+    def _commit(
+        self, winner: int, winning: Draft, drafts: dict[int, Draft], scored: dict[int, Scored], following: list[int]
+    ) -> int:
+        """Broadcast the winner to every model that followed this round (a drafter that model exit
+        removed in it may be its winner); return its length in the author's tokens."""
 
         def commit(index: int) -> int:
             own = drafts.get(index)
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
-        following = self.following
         added = self.map(commit, following)
         return added[following.index(winner)]

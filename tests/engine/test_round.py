@@ -241,3 +241,18 @@ def test_settings_per_answer_are_checked():
     with pytest.raises(SpecemError, match="stop must be an array of strings"):
         EnsembleSettings(stop="END")
     assert ensemble.settings == EnsembleSettings(greedy=True)
+
+
+def test_a_winner_that_model_exit_removes_in_its_own_round_is_still_committed(monkeypatch):
+    """Model exit judges cumulative shares, so the round's winner can be the drafter that
+    leaves in that round; its segment must still reach every model that followed the round."""
+    from specem_local import feedback
+
+    def keep_only_the_last(shares, active, rounds, warmup, exit_share):
+        return active[:-1] if rounds >= 1 else []
+
+    monkeypatch.setattr(feedback, "exiting_drafters", keep_only_the_last)
+    ensemble = fake_ensemble(*trio(), segment_tokens=4, model_exit=True)
+    _, rounds, final = split(list(ensemble.stream(QUESTION)))
+    assert rounds[0].author != "small" and rounds[1].drafters == ("small",)
+    assert final.text.startswith(rounds[0].text) and final.finish_reason in ("eos", "length")

@@ -76,7 +76,10 @@ def test_run_json_reads_prompt_from_stdin():
     assert [events[0]["type"], events[1]["type"], events[-1]["type"]] == ["start", "round", "final"]
     assert events[-1]["text"] == "".join(e["text"] for e in events[1:-1])
     assert {"weights", "candidates", "draft_seconds", "verify_seconds", "ranked_first_by"} <= set(events[1])
-    assert set(events[0]["weights"]) == set(events[0]["models"]) and events[-1]["drafters_per_round"] == 3.0
+    assert set(events[0]["weights"]) == set(events[0]["models"])
+    # the demo trio starts from its built-in calibration, so with model exit only Qwen drafts
+    assert events[0]["weights_from"] == "built-in" and events[0]["drafters"] == ["qwen2.5-coder-0.5b"]
+    assert events[-1]["drafters_per_round"] == 1.0
 
 
 def test_not_a_gguf_file(tmp_path):
@@ -156,7 +159,7 @@ def test_model_too_large_for_free_memory_warns_with_numbers(monkeypatch):
 
     monkeypatch.setattr(loading, "available_memory_bytes", lambda: 50 * 2**20)
     with (
-        pytest.warns(UserWarning, match=r"need at least 0\.09 GiB .* only 0\.05 GiB is available"),
+        pytest.warns(UserWarning, match=r"need at least 0\.09 GiB .* only 0\.05 GiB of memory is available"),
         Ensemble.from_config(demo_config("smollm2-135m")) as ensemble,
     ):
         assert ensemble.warnings

@@ -174,7 +174,7 @@ def test_context_full_stops_cleanly():
 
 def test_loop_guard_discounts_repeated_candidates_in_the_vote(trio):
     prompt = "Write the line 'I will not talk in class.' ten times, one per line."
-    events = trio.stream(prompt, greedy=True, max_tokens=80, ignore_eos=True, loop_guard=True)
+    events = trio.stream(prompt, greedy=True, max_tokens=80, ignore_eos=True, loop_guard=True, model_exit=False)
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     answer, discounted = "", 0
     for event in rounds:

@@ -74,4 +74,4 @@ def test_the_python_api_starts_from_a_calibration_and_model_exit_uses_it(tmp_pat
         assert start.weights_from == "calibrated" and start.weights["qwen2.5-coder-0.5b"] > 0.85
         assert start.drafters == ("qwen2.5-coder-0.5b",) and final.text
         assert all(r.drafters == ("qwen2.5-coder-0.5b",) for r in events[1:-1])
-        assert ensemble.reset_weights() and ensemble.weights_origin() == "the prior"
+        assert ensemble.reset_weights() and ensemble.weights_origin() == "the built-in calibration (20 items)"
