@@ -220,15 +220,34 @@ class DemoSource:
         return self.demo.licence
 
 
+@dataclass(frozen=True)
 class _InAnotherToolsStore(_NothingMoreToCheck):
     """A model another tool downloaded: used where it lies; that tool fetches it."""
 
-    model: str
+    key: ClassVar[str]
     tool: ClassVar[str]
     fetch: ClassVar[str]  # how that tool downloads it
+    model: str
+    wanted: str  # the model as the tool names it
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, config: Config) -> _InAnotherToolsStore:
+        wanted = getattr(spec, cls.key)
+        assert wanted is not None
+        return cls(spec.name, wanted)
 
     def describe(self) -> str:
-        return f"{self.key}:{getattr(self, self.key)}"
+        return f"{self.key}:{self.wanted}"
+
+    def find(self) -> Path:
+        """The file in the tool's store, or a ``SpecemError`` saying what was looked at."""
+        raise NotImplementedError
+
+    def locate(self) -> Path:
+        try:
+            return self.find()
+        except SpecemError as error:
+            raise SpecemError(f"model {self.model!r}: {error}") from None
 
     def prepare(self) -> Path:
         return self.locate()
@@ -246,21 +265,11 @@ class OllamaSource(_InAnotherToolsStore):
 
     key: ClassVar[str] = "ollama"
     keys: ClassVar[tuple[str, ...]] = ("ollama",)
-    model: str
-    ollama: str
     tool: ClassVar[str] = "Ollama"
     fetch: ClassVar[str] = "ollama pull NAME"
 
-    @classmethod
-    def from_spec(cls, spec: ModelSpec, config: Config) -> OllamaSource:
-        assert spec.ollama is not None
-        return cls(spec.name, spec.ollama)
-
-    def locate(self) -> Path:
-        try:
-            return ollama_blob(self.ollama)
-        except SpecemError as error:
-            raise SpecemError(f"model {self.model!r}: {error}") from None
+    def find(self) -> Path:
+        return ollama_blob(self.wanted)
 
 
 @dataclass(frozen=True)
@@ -270,21 +279,11 @@ class LMStudioSource(_InAnotherToolsStore):
 
     key: ClassVar[str] = "lmstudio"
     keys: ClassVar[tuple[str, ...]] = ("lmstudio",)
-    model: str
-    lmstudio: str
     tool: ClassVar[str] = "LM Studio"
     fetch: ClassVar[str] = "download it in LM Studio"
 
-    @classmethod
-    def from_spec(cls, spec: ModelSpec, config: Config) -> LMStudioSource:
-        assert spec.lmstudio is not None
-        return cls(spec.name, spec.lmstudio)
-
-    def locate(self) -> Path:
-        try:
-            return lmstudio_file(self.lmstudio)
-        except SpecemError as error:
-            raise SpecemError(f"model {self.model!r}: {error}") from None
+    def find(self) -> Path:
+        return lmstudio_file(self.wanted)
 
 
 SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource, OllamaSource, LMStudioSource)
