@@ -12,7 +12,7 @@ from typing import Any
 
 from specem_local.config import Config
 from specem_local.errors import SpecemError
-from specem_local.terminal import config_from_args, print_table
+from specem_local.terminal import config_from_args, human_count, print_table
 
 
 def _human_size(size: int | None) -> str:
@@ -23,12 +23,6 @@ def _human_size(size: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return "-"
-
-
-def _human_count(count: int | None) -> str:
-    if count is None:
-        return "-"
-    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
 
 
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
@@ -119,7 +113,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
                 row["name"],
                 row["source"],
                 row["architecture"] or "-",
-                _human_count(row["parameters"]),
+                human_count(row["parameters"]),
                 row["quantization"] or "-",
                 row["vocab_size"] or "-",
                 row["context_length"] or "-",
@@ -197,7 +191,7 @@ def cmd_models_scan(args: argparse.Namespace) -> int:
                 row["name"],
                 row["origin"],
                 row["architecture"] or "-",
-                _human_count(row["parameters"]),
+                human_count(row["parameters"]),
                 row["quantization"] or "-",
                 _human_size(row["file_size"]),
                 {True: "yes", False: "no", None: "-"}[row["chat_template"]],

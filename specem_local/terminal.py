@@ -69,3 +69,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """models.toml (``--config`` or the lookup), with the load-time settings given as flags."""
     config = load_config(args.config, getattr(args, "ensemble", None))
     return with_load_overrides(config, settings_overrides(args, LoadSettings))[0]
+
+
+def human_count(count: int | None) -> str:
+    """A parameter count as people write it: ``1.54B``, ``630M``; ``-`` when unknown."""
+    if count is None:
+        return "-"
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"

@@ -12,6 +12,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from specem_local.scan import FoundModel, scan
+from specem_local.terminal import human_count
 
 
 def describe_found(model: FoundModel) -> str:
@@ -19,7 +20,7 @@ def describe_found(model: FoundModel) -> str:
     header = model.header
     if header is None:
         return f"{model.suggested_name}  ({model.origin}: {model.problem})"
-    size = f"{model.parameters / 1e9:.2f}B" if model.parameters >= 1e9 else f"{model.parameters / 1e6:.0f}M"
+    size = human_count(model.parameters)
     template = "" if header.chat_template is not None else ", no chat template"
     return f"{model.suggested_name}  ({model.origin}, {header.architecture} {size} {header.quantization}{template})"
 
