@@ -18,7 +18,7 @@ import functools
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 from specem_local.errors import SpecemError  # noqa: E402
 from specem_local.gguf import read_header  # noqa: E402
 from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement  # noqa: E402
+from specem_local.scoring import RowScores, row_scores  # noqa: E402
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _recent_errors: deque[str] = deque(maxlen=8)
@@ -269,7 +270,24 @@ class LlamaModel:
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
         """Decode ``rows`` (split into n_batch chunks); return a copy of the logits of the rows
         that asked for them, in order, as a float32 array of shape (n_wanted, n_vocab)."""
-        outputs = []
+        outputs = [logits.copy() for _, logits in self._decode_chunks(rows)]
+        if not outputs:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+    def decode_scores(self, rows: Sequence[BatchRow], targets: Sequence[int], *, normalise: bool) -> RowScores:
+        """Decode ``rows`` and score the wanted rows where llama.cpp left them: no row is
+        copied out but those whose target is ``KEEP`` (see ``scoring.row_scores``)."""
+        parts = []
+        for start, logits in self._decode_chunks(rows):
+            parts.append(row_scores(logits, targets[start : start + len(logits)], normalise=normalise, overwrite=True))
+        return RowScores.join(parts)
+
+    def _decode_chunks(self, rows: Sequence[BatchRow]) -> Iterator[tuple[int, np.ndarray]]:
+        """Decode ``rows`` in n_batch chunks; after each, yield how many wanted rows came before
+        it and a view of its wanted rows in llama.cpp's output buffer (valid until the next
+        decode; a caller may overwrite it)."""
+        done = 0
         for start in range(0, len(rows), self.n_batch):
             chunk = rows[start : start + self.n_batch]
             batch = self._batch
@@ -288,11 +306,8 @@ class LlamaModel:
             wanted = sum(row.wants_logits for row in chunk)
             if wanted:
                 pointer = llama_cpp.llama_get_logits(self._ctx)
-                logits = np.ctypeslib.as_array(pointer, shape=(wanted, self.n_vocab))
-                outputs.append(logits.copy())
-        if not outputs:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+                yield done, np.ctypeslib.as_array(pointer, shape=(wanted, self.n_vocab))
+                done += wanted
 
     # -- sequences (KV memory) ----------------------------------------------------------------
     def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:

@@ -12,6 +12,7 @@ are scored one at a time instead, each tail dropped after it is scored.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,42 +23,10 @@ from specem_local.config import ModelSpec
 from specem_local.model import BatchRow, ContextFull, LanguageModel
 from specem_local.prompting import PromptFormat
 from specem_local.sampling import Sampler
+from specem_local.scoring import KEEP, end_score, log_normalisers, mean_score
 from specem_local.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
 
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
-
-
-def token_scores(rows: np.ndarray, tokens: list[int], scoring: str) -> np.ndarray:
-    """Per token: the logit (``logit``) or log-probability (``logprob``) that ``rows[i]``
-    gives ``tokens[i]``."""
-    picked = rows[np.arange(len(tokens)), tokens].astype(np.float64)
-    return picked - _log_normalisers(rows) if scoring == "logprob" else picked
-
-
-def end_score(row: np.ndarray, end_tokens: np.ndarray, scoring: str) -> float:
-    """How strongly ``row`` predicts that the answer ends here: the log-probability of any
-    end-of-generation token (``logprob``), or the highest such raw logit (``logit``)."""
-    ends = row[end_tokens].astype(np.float64)
-    if scoring == "logit":
-        return float(ends.max())
-    return float(_log_normalisers(ends[None, :])[0] - _log_normalisers(row[None, :])[0])
-
-
-def _log_normalisers(rows: np.ndarray) -> np.ndarray:
-    """``log Σ exp`` of each row (shifted by its maximum; summed in float64)."""
-    top = rows.max(axis=1, keepdims=True)
-    return np.log(np.exp(rows - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
-
-
-def segment_score(
-    rows: np.ndarray, tokens: list[int], scoring: str, end: tuple[np.ndarray, np.ndarray] | None = None
-) -> float:
-    """Mean of the token scores; ``end`` = (the row after the last token, the end tokens)
-    counts the end of the answer as one more token, for a candidate that ends it."""
-    values = token_scores(rows, tokens, scoring)
-    if end is not None:
-        values = np.append(values, end_score(end[0], end[1], scoring))
-    return float(values.mean())
 
 
 @dataclass
@@ -69,11 +38,28 @@ class Draft:
     text_tokens: list[int] | None  # the leading drafted tokens that spell ``text`` exactly, or None
     rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted drafted token i; one more at the end
     seconds: float = 0.0
+    tokens: list[int] = field(default_factory=list)  # every token drafting decoded into sequence 0
 
     @property
     def sampled(self) -> int:
         """Tokens decoded while drafting (before any trimming)."""
         return len(self.rows) - 1
+
+    @functools.cached_property
+    def normalisers(self) -> np.ndarray:
+        """Each row's log-normaliser, computed once when a log-probability first needs it."""
+        return log_normalisers(np.stack(self.rows), overwrite=True)
+
+    def scores(self, tokens: list[int], scoring: str) -> tuple[np.ndarray, np.ndarray]:
+        """Chosen logits and normalisers for ``tokens[i]`` as ``rows[i]`` predicts it; every
+        token but the last must be the drafted one (a row follows the drafted tokens before it)."""
+        chosen = np.array([self.rows[i][token] for i, token in enumerate(tokens)], dtype=np.float64)
+        return chosen, self.normalisers[: len(tokens)] if scoring == "logprob" else np.zeros(len(tokens))
+
+    def end(self, after: int, end_tokens: np.ndarray, scoring: str) -> float:
+        """The end score of the row after ``after`` drafted tokens."""
+        normaliser = float(self.normalisers[after]) if scoring == "logprob" else None
+        return end_score(self.rows[after], end_tokens, scoring, normaliser)
 
     @property
     def aligned(self) -> bool:
@@ -102,6 +88,7 @@ class Member:
         self.tokens: list[int] = []  # committed sequence 0
         self.last_row: np.ndarray | None = None
         self.drafted = 0  # tokens this round's draft added to sequence 0 after ``tokens``
+        self._draft: Draft | None = None  # this round's draft, while its tokens are in sequence 0
         self._prompt_cache: tuple[list[int], np.ndarray] | None = None
 
     @property
@@ -113,6 +100,7 @@ class Member:
         """Make sequence 0 hold exactly ``prompt_tokens``, reusing the cached common prefix
         (multi-turn chats do not re-decode their history) and dropping everything else."""
         self.drafted = 0
+        self._draft = None
         if self._prompt_cache is not None and self._prompt_cache[0] == prompt_tokens:
             self.model.seq_remove(-1, len(prompt_tokens), -1)
             self.tokens = list(prompt_tokens)
@@ -136,6 +124,7 @@ class Member:
         self.model.clear()
         self.tokens = []
         self.drafted = 0
+        self._draft = None
         self.last_row = None
         self._prompt_cache = None
 
@@ -189,6 +178,7 @@ class Member:
             data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
             self.drafted = len(drafted)
+        decoded = list(drafted)
         while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
             ended = False
             data = data[: len(data) - len(self.model.token_bytes(drafted.pop()))]
@@ -201,15 +191,15 @@ class Member:
             text = trim_to_word_boundary(text)
         kept = _aligned_prefix(self.model, drafted, text.encode("utf-8"))
         text_tokens = drafted[:kept] if kept is not None else None
-        return Draft(text, ended, text_tokens, rows, time.perf_counter() - started)
+        self._draft = Draft(text, ended, text_tokens, rows, time.perf_counter() - started, decoded)
+        return self._draft
 
     def own_score(self, draft: Draft, scoring: str, with_end: bool = False) -> float:
         """Score this model's own aligned draft from the logits it drafted with (no decode);
         ``with_end`` also scores ending the answer after it."""
         assert draft.text_tokens is not None
-        count = len(draft.text_tokens)
-        end = (draft.rows[count], self.model.eog_tokens) if with_end else None
-        return segment_score(np.stack(draft.rows[:count]), draft.text_tokens, scoring, end)
+        end = draft.end(len(draft.text_tokens), self.model.eog_tokens, scoring) if with_end else None
+        return mean_score(*draft.scores(draft.text_tokens, scoring), scoring, end)
 
     # -- verification ---------------------------------------------------------------------------
     def score(self, candidates: dict[int, str], scoring: str, ending: frozenset[int] = frozenset()) -> Scored:
@@ -234,47 +224,65 @@ class Member:
         return scored
 
     def _score_batch(self, tokenized: dict[int, list[int]], scoring: str, ending: frozenset[int]) -> Scored:
-        assert self.last_row is not None
-        prefix = len(self.tokens)
-        batch: list[BatchRow] = []
-        seq_of: dict[int, int] = {}
-        for seq_id, (index, tokens) in enumerate(tokenized.items(), start=1):
-            seq_of[index] = seq_id
-            self.model.seq_remove(seq_id, -1, -1)  # a sequence left over from an earlier scoring
-            self.model.seq_copy(0, seq_id, 0, prefix)
-            batch += [BatchRow(t, prefix + i, seq_id, True) for i, t in enumerate(tokens)]
-        rows = self.model.decode(batch)
-        scores: dict[int, float] = {}
-        last_rows: dict[int, np.ndarray] = {}
-        offset = 0
-        for index, tokens in tokenized.items():
-            own_rows = rows[offset : offset + len(tokens)]
-            scores[index] = self._candidate_score(own_rows, tokens, scoring, index in ending)
-            last_rows[index] = own_rows[-1].copy()
-            offset += len(tokens)
-        return Scored(tokenized, scores, seq_of, last_rows)
+        scored = Scored(tokenized, {}, {}, {})
+        items = list(enumerate(tokenized.items(), start=1))
+        for seq_id, index, score, after in self._decode_candidates(items, scoring, ending):
+            scored.seq_of[index] = seq_id
+            scored.scores[index] = score
+            scored.last_rows[index] = after
+        return scored
 
     def _score_one_at_a_time(self, tokenized: dict[int, list[int]], scoring: str, ending: frozenset[int]) -> Scored:
         """Each candidate in sequence 1, its tail removed after scoring: it needs room for one
         tail only. The winner is decoded again when it is committed."""
-        prefix = len(self.tokens)
         scores: dict[int, float] = {}
-        for index, tokens in tokenized.items():
-            self.model.seq_remove(1, -1, -1)
-            self.model.seq_copy(0, 1, 0, prefix)
+        for item in tokenized.items():
             try:
-                rows = self.model.decode([BatchRow(t, prefix + i, 1, True) for i, t in enumerate(tokens)])
+                [(_, index, score, _)] = self._decode_candidates([(1, item)], scoring, ending)
             finally:
                 self.model.seq_remove(1, -1, -1)
-            scores[index] = self._candidate_score(rows, tokens, scoring, index in ending)
+            scores[index] = score
         return Scored(tokenized, scores, {}, {})
 
-    def _candidate_score(self, rows: np.ndarray, tokens: list[int], scoring: str, ends: bool) -> float:
-        """A candidate's score from the rows decoded after each of its tokens."""
+    def _decode_candidates(
+        self, items: list[tuple[int, tuple[int, list[int]]]], scoring: str, ending: frozenset[int]
+    ) -> list[tuple[int, int, float, np.ndarray]]:
+        """Score candidates ``(seq_id, (index, tokens))`` in one decode, each in its sequence on
+        top of the committed prefix. A candidate's leading tokens that this model drafted this
+        round are not decoded again: its sequence shares those cells of sequence 0, and their
+        scores come from the drafting rows. Returns ``(seq_id, index, score, row after it)``."""
         assert self.last_row is not None
-        predicting = np.concatenate([self.last_row[None, :], rows[:-1]])
-        end = (rows[-1], self.model.eog_tokens) if ends else None
-        return segment_score(predicting, tokens, scoring, end)
+        own = self._draft or Draft("", False, [], [self.last_row])  # what sequence 0 holds past the prefix
+        prefix = len(self.tokens)
+        batch: list[BatchRow] = []
+        targets: list[int] = []
+        plans = []
+        for seq_id, (index, tokens) in items:
+            shared = _common_prefix(tokens, own.tokens)
+            self.model.seq_remove(seq_id, -1, -1)  # a sequence left over from an earlier scoring
+            self.model.seq_copy(0, seq_id, 0, prefix + shared)
+            plans.append((seq_id, index, tokens, shared, len(targets)))
+            tail = tokens[shared:]
+            batch += [BatchRow(t, prefix + shared + i, seq_id, True) for i, t in enumerate(tail)]
+            targets += [*tail[1:], KEEP] if tail else []
+        decoded = self.model.decode_scores(batch, targets, normalise=scoring == "logprob") if batch else None
+        results = []
+        for seq_id, index, tokens, shared, offset in plans:
+            head = min(shared + 1, len(tokens))  # tokens whose predicting row was drafted
+            chosen, normalisers = own.scores(tokens[:head], scoring)
+            if shared == len(tokens):
+                after = own.rows[shared]
+                end = own.end(shared, self.model.eog_tokens, scoring) if index in ending else None
+            else:
+                assert decoded is not None
+                last = offset + len(tokens) - shared - 1  # the kept row after the candidate
+                chosen = np.concatenate([chosen, decoded.chosen[offset:last]])
+                normalisers = np.concatenate([normalisers, decoded.normalisers[offset:last]])
+                after = decoded.kept[last]
+                normaliser = float(decoded.normalisers[last]) if scoring == "logprob" else None
+                end = end_score(after, self.model.eog_tokens, scoring, normaliser) if index in ending else None
+            results.append((seq_id, index, mean_score(chosen, normalisers, scoring, end), after))
+        return results
 
     # -- commit ---------------------------------------------------------------------------------
     def commit(self, winner: int, text: str, own: Draft | None, scored: Scored | None) -> int:
@@ -284,6 +292,7 @@ class Member:
         our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it."""
         prefix = len(self.tokens)
         self.drafted = 0
+        self._draft = None
         if own is not None and own.text_tokens is not None:
             kept = len(own.text_tokens)
             self.model.seq_remove(0, prefix + kept, -1)
@@ -320,6 +329,16 @@ def _resample_past_eog(model: LanguageModel, sampler: Sampler, row: np.ndarray, 
         masked[token] = -np.inf
         token = sampler(masked)
     return token
+
+
+def _common_prefix(tokens: list[int], other: list[int]) -> int:
+    """How many leading tokens two token lists share."""
+    count = 0
+    for a, b in zip(tokens, other):
+        if a != b:
+            break
+        count += 1
+    return count
 
 
 def _aligned_prefix(model: LanguageModel, tokens: list[int], target: bytes) -> int | None:

@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from specem_local.errors import SpecemError
+from specem_local.scoring import RowScores
 
 
 class ContextFull(SpecemError):
@@ -76,6 +77,11 @@ class LanguageModel(Protocol):
         """Decode the rows in one batch; return the logits rows that were asked for, in order,
         as a float array of shape ``(n_wanted, n_vocab)``. ``ContextFull`` when the KV memory
         has no room for them."""
+        ...
+
+    def decode_scores(self, rows: Sequence[BatchRow], targets: Sequence[int], *, normalise: bool) -> RowScores:
+        """Decode the rows in one batch and score the rows that were asked for, in order:
+        ``scoring.row_scores`` of them, without copying them out but for ``KEEP`` targets."""
         ...
 
     def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:

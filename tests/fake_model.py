@@ -24,6 +24,7 @@ import numpy as np
 
 from specem_local.model import BatchRow, ContextFull
 from specem_local.prompting import PLAIN_ANSWER_HEADER
+from specem_local.scoring import RowScores, row_scores
 
 EOS, BOS = 0, 1
 BYTE_BASE = 2
@@ -144,6 +145,9 @@ class FakeModel:
             return np.array(outputs, dtype=np.float32).reshape(len(outputs), self.n_vocab)
         finally:
             self._decoding = False
+
+    def decode_scores(self, rows: Sequence[BatchRow], targets: Sequence[int], *, normalise: bool) -> RowScores:
+        return row_scores(self.decode(rows), targets, normalise=normalise, overwrite=True)
 
     def sequence(self, seq_id: int) -> list[int]:
         """The tokens of a sequence in position order (checked to be 0, 1, 2, ...)."""

@@ -8,9 +8,10 @@ import pytest
 from specem_local.backend import LlamaModel
 from specem_local.demo_models import DEMO_MODELS, assemble_demo
 from specem_local.loading import prompt_format_for
-from specem_local.member import Member, segment_score
+from specem_local.member import Member
 from specem_local.model import BatchRow
 from specem_local.prompting import Message
+from specem_local.scoring import segment_score
 from tests.conftest import demo_config
 
 CANDIDATES = {0: " Paris is the capital.", 1: " I think it is Lyon", 2: " 巴黎 🙂 yes"}
@@ -129,3 +130,31 @@ def test_special_token_text_in_a_prompt_stays_text():
     tricky = m.prompt_format.tokens([Message("user", "hello <|im_end|> <end_of_turn>")], m.model, bos_token=None)
     assert tricky.count(im_end[0]) == plain.count(im_end[0])
     m.model.close()
+
+
+@pytest.mark.parametrize("key", ["smollm2-135m", "gemma-3-270m"])
+def test_candidates_sharing_the_verifiers_draft_score_as_without_it(key):
+    """The shared start is scored from the drafting rows and its cells are shared, not decoded."""
+    from specem_local.sampling import greedy_sampler
+
+    drafted = member(key)
+    draft = drafted.draft(12, greedy_sampler(), threading.Event())
+    half = b"".join(map(drafted.model.token_bytes, draft.tokens[:6])).decode()
+    candidates = {1: half + " Lyon, I think", 2: draft.text[: len(draft.text) - 2], 3: " Lyon"}
+    for index in (1, 2):
+        shared = next(
+            i for i, (a, b) in enumerate(zip([*drafted.model.tokenize(candidates[index]), -1], draft.tokens)) if a != b
+        )
+        assert shared >= 4, (candidates[index], draft.text)
+    in_line = drafted.score(candidates, "logprob", ending=frozenset({2}))
+    plain = member(key)
+    reference = plain.score(candidates, "logprob", ending=frozenset({2})).scores
+    rel, tol = TOLERANCE[key]
+    for index in candidates:
+        assert in_line.scores[index] == pytest.approx(reference[index], rel=rel, abs=tol)
+    drafted.commit(1, candidates[1], None, in_line)  # adopts cells shared with the draft
+    plain.commit(1, candidates[1], None, None)  # decodes the winner afresh
+    assert drafted.tokens == plain.tokens
+    assert np.abs(drafted.last_row - plain.last_row).max() < max(10 * tol, 1e-3)
+    drafted.model.close()
+    plain.model.close()
