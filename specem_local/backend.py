@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import signal
 import sys
 import threading
 from collections import deque
@@ -45,6 +46,7 @@ from specem_local.scoring import RowScores, row_scores  # noqa: E402
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
 _recent_errors: deque[str] = deque(maxlen=8)
+_interrupted = threading.Event()  # Ctrl-C pressed while llama.cpp was calling back into Python
 
 
 @llama_cpp.llama_log_callback
@@ -52,6 +54,32 @@ def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     """Keep llama.cpp quiet; remember error lines so a failed load can say why."""
     if level == _LOG_LEVEL_ERROR and text:
         _recent_errors.append(text.decode("utf-8", errors="replace").strip())
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Run a llama.cpp call with Ctrl-C noted instead of raised, then raise it once llama.cpp
+    has returned. Raised inside a callback from C (the log or progress callback), a
+    KeyboardInterrupt would be printed and dropped by ctypes, and the work would go on. Only
+    the main thread gets signals; a handler someone else installed is left alone."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda _signal, _frame: _interrupted.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    _raise_deferred_interrupt()
+
+
+def _raise_deferred_interrupt() -> None:
+    if _interrupted.is_set():
+        _interrupted.clear()
+        raise KeyboardInterrupt
 
 
 _init_lock = threading.Lock()
@@ -160,13 +188,17 @@ class LlamaModel:
         if progress is not None:
 
             def on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
-                progress(float(fraction))
-                return True
+                try:
+                    progress(float(fraction))
+                except KeyboardInterrupt:
+                    _interrupted.set()
+                return not _interrupted.is_set()  # False makes llama.cpp stop loading
 
             self._progress_callback = llama_cpp.llama_progress_callback(on_progress)
             model_params.progress_callback = self._progress_callback
         _recent_errors.clear()
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        with self._freed_on_ctrl_c():
+            self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             reason = _recent_errors[-1] if _recent_errors else "unknown error"
             raise SpecemError(f"llama.cpp could not load {path}: {reason}")
@@ -185,7 +217,8 @@ class LlamaModel:
         ctx_params.swa_full = True  # sliding-window models (Gemma 3) keep every cell, so
         # removing a rejected candidate's tail never needs cells the window dropped
         ctx_params.no_perf = True
-        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        with self._freed_on_ctrl_c():
+            self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
             reason = _recent_errors[-1] if _recent_errors else "out of memory?"
@@ -205,6 +238,17 @@ class LlamaModel:
         self._piece_cache: dict[int, bytes] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _freed_on_ctrl_c(self) -> Iterator[None]:
+        """A loading step that Ctrl-C stops (see ``_ctrl_c_deferred``); what was loaded is freed."""
+        try:
+            with _ctrl_c_deferred():
+                yield
+            _raise_deferred_interrupt()  # from the progress callback, in any thread
+        except KeyboardInterrupt:
+            self.close()
+            raise
+
     def close(self) -> None:
         """Free the batch, then the context, then the model (llama.cpp's required order)."""
         if self._batch is not None:
@@ -298,7 +342,8 @@ class LlamaModel:
                 batch.n_seq_id[index] = 1
                 batch.seq_id[index][0] = row.seq_id
                 batch.logits[index] = row.wants_logits
-            code = llama_cpp.llama_decode(self._ctx, batch)
+            with _ctrl_c_deferred():
+                code = llama_cpp.llama_decode(self._ctx, batch)
             if code == 1:
                 raise ContextFull(f"no KV cache slot for {len(chunk)} tokens (n_ctx {self.n_ctx})")
             if code != 0:

@@ -15,13 +15,14 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specem_local import model_commands
+from specem_local import history_commands, model_commands
 from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SpecemError
-from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
 from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides
 
 if TYPE_CHECKING:
+    from specem_local.history import AnswerRecord
     from specem_local.store import StoredWeights
 
 ANSI_COLOURS = {
@@ -116,11 +117,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
         stream = ensemble.stream(prompt)
+        record = None if args.no_log or os.environ.get("SPECEM_NO_LOG") else start_record(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
         origin = ""
         try:
             for event in stream:
+                record = recorded(record, event)
                 if args.json:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
                 elif isinstance(event, StartEvent):
@@ -137,14 +140,47 @@ def cmd_run(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
                 elif isinstance(event, FinalEvent):
                     print()
+                    note = finish_note(event)
+                    if note:
+                        print(f"[{note}]", file=sys.stderr)
                     if args.authors:
                         print_legend(event, colours, colour, origin)
         except KeyboardInterrupt:
             stream.cancel()
-            stream.final()
+            recorded(record, stream.final())
             print("\n[stopped]", file=sys.stderr)
             return 130
+        except SpecemError as error:
+            if record is not None:
+                record.fail(str(error))
+            raise
     return 0
+
+
+def start_record(prompt: str) -> AnswerRecord | None:
+    """Record this answer in the history (as it streams); a history that cannot be written is
+    said once and the answer goes on."""
+    from specem_local.chats import Chat, Turn, title_for
+    from specem_local.history import History
+
+    history, chat = History(), Chat(title=title_for(prompt), origin="run")
+    try:
+        history.add(chat, Turn("user", prompt))
+        return history.start_answer(chat, Turn("assistant", ""))
+    except SpecemError as error:
+        print(f"specem: warning: not recorded in the history: {error} (--no-log skips it)", file=sys.stderr)
+        return None
+
+
+def recorded(record: AnswerRecord | None, event: Event) -> AnswerRecord | None:
+    """Pass one event to the record; after a failed write, say so once and stop recording."""
+    if record is None:
+        return None
+    record.event(event)
+    if record.error:
+        print(f"specem: warning: the history stopped recording this answer: {record.error}", file=sys.stderr)
+        return None
+    return record
 
 
 def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origin: str) -> None:
@@ -179,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     model_commands.add_parser(commands, common)
+    history_commands.add_parser(commands)
 
     weights = commands.add_parser("weights", help="the weights carried over from answer to answer")
     weight_commands = weights.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
@@ -195,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", help="the prompt, or - to read it from stdin")
     run.add_argument("--authors", action="store_true", help="colour each segment by the model that wrote it")
     run.add_argument("--json", action="store_true", help="write the events as JSON lines")
+    run.add_argument(
+        "--no-log", action="store_true", help="do not record this answer in the history (or set SPECEM_NO_LOG=1)"
+    )
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 
@@ -219,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # before an answer streams (loading, calibrating, ...): stop at once
+        print("\n[stopped]", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         checked(self, f"model {self.name!r}")
+        if self.color is not None:
+            check_colour(self.color, f"model {self.name!r}")
         source_kind(self)  # exactly one source, with the keys it needs
 
     @property
@@ -82,6 +84,20 @@ class Config:
         """A model path as written in the file: ``~`` expanded, relative to the file."""
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+
+def check_colour(colour: str, where: str) -> None:
+    """A ``color`` must be one the chat app can draw (Textual's names, ``#rrggbb``, ``rgb()``)."""
+    from textual.color import Color, ColorParseError
+
+    try:
+        Color.parse(colour)
+    except ColorParseError as error:
+        hint = f"did you mean {error.suggested_color!r}? " if error.suggested_color else ""
+        raise SpecemError(
+            f'{where}: color {colour!r} is not a colour; {hint}use a name such as "magenta" or a hex '
+            'value such as "#ff8800"'
+        ) from None
 
 
 def model_colours(config: Config) -> dict[str, str]:

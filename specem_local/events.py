@@ -93,6 +93,15 @@ class FinalEvent(_Record):
         return {**super().to_dict(), "tokens_per_second": round(self.tokens_per_second, 3)}
 
 
+def finish_note(final: FinalEvent) -> str | None:
+    """Why an answer stopped, in words, when a reader would otherwise be left guessing."""
+    if final.finish_reason == "context":
+        return "stopped: the context is full; raise n_ctx in models.toml or start a new chat"
+    if not final.text and final.finish_reason in ("eos", "empty"):
+        return "the models ended the answer without writing anything"
+    return None
+
+
 def origin_words(weights_from: str, answers: int, items: int) -> str:
     """ "the prior", "carried over from 3 answers", "calibrated on 20 items, then 1 answer",
     "the built-in calibration (20 items)"."""

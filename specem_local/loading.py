@@ -74,7 +74,7 @@ def load_members(
             if not skip_failed:
                 raise
             loaded.failures.append(LoadFailure(spec.name, str(error)))
-    for warning in memory_warnings(config, {name: path.stat().st_size for name, path in loaded.files.items()}):
+    for warning in [*same_file_warnings(loaded.files), *memory_warnings(config, _sizes(loaded.files))]:
         _warn(loaded, warning)
     sequences = max(n_seq_max or 0, len(loaded.files) + 1)  # sequence 0 + one per candidate
     try:
@@ -100,6 +100,23 @@ def load_members(
             member.model.close()
         raise
     return loaded
+
+
+def same_file_warnings(files: dict[str, Path]) -> list[str]:
+    """Models that name the same GGUF: each is loaded (twice the memory) and votes (twice the say)."""
+    by_file: dict[Path, list[str]] = {}
+    for name, path in files.items():
+        by_file.setdefault(path.resolve(), []).append(name)
+    return [
+        f"{' and '.join(names)} are the same file ({path}): it is loaded {len(names)} times and votes "
+        f"{len(names)} times; remove all but one from models.toml"
+        for path, names in by_file.items()
+        if len(names) > 1
+    ]
+
+
+def _sizes(files: dict[str, Path]) -> dict[str, int]:
+    return {name: path.stat().st_size for name, path in files.items()}
 
 
 def gpu_layers_for(spec: ModelSpec, config: Config) -> int:

@@ -138,14 +138,24 @@ class Answer:
         )
 
     def _prompt_tokens(self, member: Member) -> list[int]:
+        """The prompt in this member's tokens, checked to leave room for one whole round: every
+        drafter's segment in its KV memory at once."""
         model = member.model
         tokens = member.prompt_format.tokens(
             self.messages, model, bos_token=model.bos_token if model.adds_bos else None
         )
-        if len(tokens) + self.settings.segment_tokens >= model.n_ctx:
+        segment, drafters = self.settings.segment_tokens, max(len(self.active_drafters), 1)
+        needed = drafters * segment + 1
+        if needed >= model.n_ctx:
             raise SpecemError(
-                f"the conversation ({len(tokens)} tokens for {member.name}) does not fit its context "
-                f"of {model.n_ctx}; raise n_ctx in models.toml or start a new chat"
+                f"segment_tokens = {segment} does not fit the context of {member.name} ({model.n_ctx} tokens "
+                f"for {drafters} drafters' segments at once); lower segment_tokens or raise n_ctx in models.toml"
+            )
+        if len(tokens) + needed > model.n_ctx:
+            raise SpecemError(
+                f"the conversation ({len(tokens)} tokens for {member.name}) leaves no room to answer in its "
+                f"context of {model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or "
+                "start a new chat"
             )
         return tokens
 

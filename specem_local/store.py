@@ -1,10 +1,7 @@
-"""The user's database: the ensemble weights learned across answers (SQLite, in the data dir).
+"""The ensemble weights learned across answers, in the user's database (``database.py``).
 
-One file, ``specem.db`` in the user data dir (``$SPECEM_DATA_DIR`` moves it), user-only
-permissions, WAL. The schema's version is ``PRAGMA user_version``; ``MIGRATIONS`` brings an
-older file up to date one step at a time. Every read-modify-write is one ``BEGIN IMMEDIATE``
-transaction, so the CLI, the chat app and scripts can learn at the same time and no update is
-lost.
+Every read-modify-write is one transaction, so the CLI, the chat app and scripts can learn at
+the same time and no update is lost.
 
 Weights are kept per ensemble: the key names its members (``ensemble_key``). A record holds
 each member's log-weight now (``log_weights``) and the point it decays back to (``anchor``:
@@ -14,17 +11,13 @@ the starting prior, or a calibration), and counts the answers and labelled items
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specem_local.dirs import data_dir
-from specem_local.errors import SpecemError
-
-DATABASE_NAME = "specem.db"
+from specem_local.database import Database
 
 
 @dataclass(frozen=True)
@@ -37,17 +30,6 @@ class StoredWeights:
     updated: float  # seconds since the epoch
 
 
-def _create_weights(db: sqlite3.Connection) -> None:
-    db.execute(
-        "CREATE TABLE weights ("
-        " key TEXT PRIMARY KEY, log_weights TEXT NOT NULL, anchor TEXT NOT NULL,"
-        " answers INTEGER NOT NULL, calibrated_items INTEGER NOT NULL, updated REAL NOT NULL)"
-    )
-
-
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_weights]  # append only
-
-
 def ensemble_key(members: Sequence[str]) -> str:
     """The key of an ensemble: its members' identities, sorted (the order they are listed in
     does not matter; a different set of members is a different ensemble)."""
@@ -58,36 +40,13 @@ class WeightStore:
     """Learned weights in one SQLite file (default: the user data dir)."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or data_dir() / DATABASE_NAME
+        self._database = Database(path)
+        self.path = self._database.path
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            new = not self.path.exists()
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        except (OSError, sqlite3.Error) as error:
-            raise SpecemError(f"{self.path}: cannot open the weights database ({error})") from None
-        try:
-            if new:
-                os.chmod(self.path, 0o600)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("BEGIN IMMEDIATE")
-            _migrate(db, self.path)
+        with self._database.transaction("weights database") as db:
             yield db
-            db.execute("COMMIT")
-        except sqlite3.DatabaseError as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise SpecemError(
-                f"{self.path}: cannot use the weights database ({error}); if it is damaged, move it away"
-            ) from None
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        finally:
-            db.close()
 
     def get(self, key: str) -> StoredWeights | None:
         with self._transaction() as db:
@@ -119,16 +78,6 @@ class WeightStore:
         """Forget an ensemble's weights (its next answer starts from the prior)."""
         with self._transaction() as db:
             return db.execute("DELETE FROM weights WHERE key = ?", (key,)).rowcount > 0
-
-
-def _migrate(db: sqlite3.Connection, path: Path) -> None:
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version > len(MIGRATIONS):
-        raise SpecemError(f"{path} was written by a newer specem-local (schema {version}); update specem-local")
-    for step in MIGRATIONS[version:]:
-        step(db)
-    if version < len(MIGRATIONS):
-        db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
 
 def _read(db: sqlite3.Connection, key: str) -> StoredWeights | None:

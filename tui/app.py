@@ -7,18 +7,20 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from textual import work
 from textual.app import App
 from textual.message import Message
 
+from specem_local.chats import Chat
 from specem_local.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
+from specem_local.history import History
 from specem_local.scan import FoundModel
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.loading import LoadingScreen
-from specem_tui.storage import Chat, load_chat
 
 Loader = Callable[..., Ensemble]  # Ensemble.from_config's signature: (config, progress=, skip_failed=)
 
@@ -52,11 +54,17 @@ class SpecemChatApp(App[None]):
         self.config = config
         self.colours = model_colours(config)
         self.initial_chat = chat
+        self.history = History()
         self.loader = load
         self.ensemble: Ensemble | None = None
         self.loaded: Ensemble | None = None  # loaded, not yet in use (freed if we quit first)
         self.closing = False
         self._handover = threading.Lock()  # the loader hands an ensemble over, or frees it if we quit
+
+    def notify(self, message: str, *, markup: bool = False, **options: Any) -> None:
+        """Plain text always: notifications carry file names, TOML tables (``[ensemble]``) and
+        model output, which Textual's markup would eat or choke on."""
+        super().notify(message, markup=False, **options)
 
     def on_mount(self) -> None:
         names = [spec.name for spec in self.config.models]
@@ -130,7 +138,7 @@ class SpecemChatApp(App[None]):
         with self._handover:
             previous, self.ensemble, self.loaded = self.ensemble, message.ensemble, None
         self.config, self.colours = message.config, model_colours(message.config)
-        self.switch_screen(ChatScreen(message.ensemble, self.colours, chat))
+        self.switch_screen(ChatScreen(message.ensemble, self.colours, chat, self.history))
         if previous is not None:
             previous.close()
 
@@ -157,12 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, args.ensemble)
-        chat = load_chat(args.chat) if args.chat else None
+        chat = History().load(args.chat) if args.chat else None
     except SpecemError as error:
         print(f"specem-chat: error: {error}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as error:
-        print(f"specem-chat: error: cannot open chat {args.chat!r}: {error}", file=sys.stderr)
         return 1
     SpecemChatApp(config, chat).run()
     return 0

@@ -256,3 +256,17 @@ def test_a_winner_that_model_exit_removes_in_its_own_round_is_still_committed(mo
     _, rounds, final = split(list(ensemble.stream(QUESTION)))
     assert rounds[0].author != "small" and rounds[1].drafters == ("small",)
     assert final.text.startswith(rounds[0].text) and final.finish_reason in ("eos", "length")
+
+
+def test_a_conversation_that_leaves_no_room_for_a_round_is_refused_before_it_starts():
+    members = trio(n_ctx=90)
+    ensemble = fake_ensemble(*members, segment_tokens=10)
+    with pytest.raises(SpecemError, match=r"leaves no room to answer .* \(a round needs 31\); raise n_ctx"):
+        ensemble.generate("a long question " * 3)
+    assert ensemble.generate("Hi?").text  # a short one still fits
+
+
+def test_segment_tokens_larger_than_the_context_says_so():
+    ensemble = fake_ensemble(*trio(), segment_tokens=100_000)
+    with pytest.raises(SpecemError, match="segment_tokens = 100000 does not fit the context of big"):
+        ensemble.generate(QUESTION)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from specem_local.history import History
 from specem_local.learned import calibrate
 from specem_tui.app import SpecemChatApp
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.screens.settings import SettingsScreen
-from specem_tui.storage import chats_dir, list_chats
 from specem_tui.widgets.answer import AnswerView, SegmentText
 from specem_tui.widgets.weights import WeightsPanel
 from tests.conftest import demo_config
@@ -66,10 +65,8 @@ async def test_answer_authors_weights_inspector_and_saved_chat():
         await wait_until(pilot, exported.exists, 5)
         assert exported.read_text().startswith("# Natalia sold") and "## Ensemble" in exported.read_text()
 
-    saved = list_chats()
-    assert len(saved) == 1 and saved[0].turns[-1].content == turn.content
-    data = json.loads((chats_dir() / f"{saved[0].id}.json").read_text())
-    assert data["version"] == 2
+    saved = History().chats()
+    assert len(saved) == 1 and History().load(saved[0].id).turns[-1].content == turn.content
 
     # the chat reloads in a new app, through the history screen
     app = SpecemChatApp(demo_config(max_tokens=40, greedy=True))
@@ -112,7 +109,7 @@ async def test_escape_stops_a_long_answer_and_keeps_it():
         await wait_until(pilot, lambda: answered(app), 30)
         turn = screen.chat.turns[-1]
         assert turn.stopped and turn.content and turn.final.tokens < 400
-    assert list_chats()[0].turns[-1].stopped
+    assert History().load(History().chats()[0].id).turns[-1].stopped
 
 
 async def test_settings_apply_to_the_next_answer():

@@ -10,12 +10,14 @@ import time
 
 import pytest
 
+from specem_local.chat_files import chat_from_json, chat_to_json, chats_dir
+from specem_local.chats import Chat
 from specem_local.config import Config, ModelSpec
+from specem_local.history import History
 from specem_local.settings import EnsembleSettings
 from specem_local.store import WeightStore
 from specem_tui.app import SpecemChatApp, main
 from specem_tui.screens.chat import ChatScreen
-from specem_tui.storage import Chat, chats_dir, list_chats, load_chat, save_chat
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
@@ -96,7 +98,7 @@ async def test_an_answer_that_cannot_start_gives_the_question_back_once():
             await pilot.press("enter")
             await wait_until(pilot, lambda saved=saved: given_back_after(saved), 10)
             assert screen.chat.turns == [] and screen.answer is None
-    assert not any(chat.turns for chat in list_chats())
+    assert History().chats() == []
 
 
 async def test_a_failure_after_streaming_began_keeps_the_partial_answer():
@@ -114,7 +116,7 @@ async def test_a_failure_after_streaming_began_keeps_the_partial_answer():
         assert views(app) == (1, 1)
         await pilot.press("n", "e", "x", "t", "enter")  # the app lives on; the next answer starts
         await wait_until(pilot, lambda: len(app.screen.chat.turns) == 4)
-    saved = load_chat(list_chats()[0].id)
+    saved = History().load(History().chats()[0].id)
     assert saved.turns[1].error and saved.turns[1].content == turn.content
 
 
@@ -158,7 +160,7 @@ async def test_quitting_during_a_decode_waits_for_it_before_freeing_the_models()
     assert all(member.model.closed and member.model.violations == [] for member in ensemble.members)
 
 
-async def test_a_version_1_chat_file_opens_and_is_saved_as_version_2(tmp_path):
+def test_a_version_1_chat_file_is_imported_into_the_history_and_kept():
     chats_dir().mkdir(parents=True)
     round_1 = {
         "index": 1,
@@ -197,22 +199,21 @@ async def test_a_version_1_chat_file_opens_and_is_saved_as_version_2(tmp_path):
     ]
     old = {"version": 1, "id": "old", "title": "6 x 7", "created": 1.0, "updated": 2.0, "turns": turns}
     (chats_dir() / "old.json").write_text(json.dumps(old))
-    chat = load_chat("old")
+    chat = History().load("old")
     assert chat.turns[1].final.drafters_per_round == 1.0 and chat.turns[1].rounds[0].author == "big"
-    save_chat(chat)
-    assert json.loads((chats_dir() / "old.json").read_text())["version"] == 2
-    assert load_chat("old").turns[1].rounds == chat.turns[1].rounds
+    assert chat.origin == "import" and (chats_dir() / "old.json").exists()
+    assert [c.id for c in History().chats()] == ["old"]  # imported once
 
 
-def test_chat_files_that_are_not_chats_are_one_line_errors(capsys):
+def test_chat_files_that_are_not_chats_are_skipped_and_a_wrong_id_is_one_line(capsys):
     chats_dir().mkdir(parents=True)
     for name, text in (("null", "null"), ("list", "[1, 2]"), ("bad-turn", '{"id": "x", "turns": [{"role": 1}]}')):
         (chats_dir() / f"{name}.json").write_text(text)
         assert main(["--chat", name]) == 1
         error = capsys.readouterr().err
-        assert error.startswith(f"specem-chat: error: cannot open chat {name!r}") and error.count("\n") == 1
-    assert list_chats() == []  # and the history list skips them
-    assert isinstance(Chat.from_json(Chat().to_json()), Chat)
+        assert error.startswith(f"specem-chat: error: no chat {name!r} in the history") and error.count("\n") == 1
+    assert History().chats() == []  # the import skipped them
+    assert isinstance(chat_from_json(chat_to_json(Chat())), Chat)
 
 
 async def test_the_settings_form_has_every_setting_and_checks_it():

@@ -68,6 +68,8 @@ def test_bundled_default_is_the_demo_trio():
         ('[[models]]\nname="a"\npath="a"\nn_ctxx=1', "did you mean 'n_ctx'?"),
         ('[[model]]\nname="a"', "unknown table 'model'; did you mean 'models'?"),
         ('[[models]]\nname="a"\npath="a"\nrole="verify"', "no model can draft"),
+        ('[[models]]\nname="a"\npath="a"\ncolor="notacolour"', "color 'notacolour' is not a colour"),
+        ('[[models]]\nname="a"\npath="a"\ncolor="Red"', "did you mean 'red'?"),
     ],
 )
 def test_bad_config_gives_one_clear_line(text, message):
@@ -138,3 +140,8 @@ def test_built_in_ensembles_by_name():
         load_config(ensemble="nope")
     with pytest.raises(SpecemError, match="give --config or --ensemble, not both"):
         load_config("models.toml", ensemble="demo")
+
+
+@pytest.mark.parametrize("colour", ["magenta", "#ff8800", "rgb(10, 20, 30)", "ansi_bright_red"])
+def test_colours_the_chat_app_can_draw_are_accepted(colour):
+    assert parse(f'[[models]]\nname="a"\npath="a"\ncolor="{colour}"').models[0].color == colour

@@ -19,16 +19,18 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from specem_local.chat_files import export_chat
+from specem_local.chats import Chat, Turn, title_for
 from specem_local.config import builtin_ensembles
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.history import AnswerRecord, History
 from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
-from specem_tui.screens.settings import ChatSettings, SettingsScreen
-from specem_tui.storage import Chat, Turn, export_markdown, load_chat, save_chat
+from specem_tui.screens.settings import ChatSettings, SettingsScreen, remember_settings, remembered_settings
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
@@ -57,7 +59,7 @@ class ChatScreen(Screen[None]):
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New"),
         Binding("ctrl+o", "history", "Chats"),
-        Binding("ctrl+e", "export", "Export"),
+        Binding("ctrl+e", "export", "Export", priority=True),  # the input box would take it (end of line)
         Binding("f2", "settings", "Settings"),
         Binding("ctrl+r", "reset_weights", "Reset weights"),
         Binding("ctrl+l", "switch_ensemble", "Ensemble"),
@@ -65,12 +67,17 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, ensemble: Ensemble, colours: dict[str, str], chat: Chat | None = None) -> None:
+    def __init__(
+        self, ensemble: Ensemble, colours: dict[str, str], chat: Chat | None = None, history: History | None = None
+    ) -> None:
         super().__init__()
         self.ensemble = ensemble
         self.colours = colours
         self.chat = chat or Chat()
-        self.settings = ChatSettings(ensemble.settings, tuple(ensemble.model_names))
+        self.history = history or History()
+        self.record: AnswerRecord | None = None  # the answer being written, as the history keeps it
+        self.question_id: int | None = None  # the question it answers, in the history
+        self.settings, self.settings_problem = remembered_settings(ensemble.settings, ensemble.model_names)
         self.answer: AnswerStream | None = None  # the answer being written
         self.answering: AnswerView | None = None  # where it is shown
         self.asked: UserMessage | None = None  # and the question it answers
@@ -79,7 +86,7 @@ class ChatScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="main"):
-            yield VerticalScroll(id="conversation")
+            yield VerticalScroll(id="conversation", can_focus=False)  # Tab goes to the answers, not here
             with Vertical(id="sidebar"):
                 yield WeightsPanel(
                     self.ensemble.starting_weights(),
@@ -101,6 +108,8 @@ class ChatScreen(Screen[None]):
         advice = self.ensemble.mix_advice()
         if advice:
             self.notify(advice, timeout=10)
+        if self.settings_problem:
+            self.notify(self.settings_problem, severity="warning", timeout=10)
 
     def status_text(self) -> str:
         settings = self.settings.ensemble
@@ -143,11 +152,11 @@ class ChatScreen(Screen[None]):
             return
         self.query_one(PromptInput).clear()
         if not self.chat.turns:
-            self.chat.title = message.text.splitlines()[0][:50]
+            self.chat.title = title_for(message.text)
             self.title = f"specem-chat — {self.chat.title}"
         user_turn, answer_turn = Turn("user", message.text), Turn("assistant", "")
         self.chat.turns += [user_turn, answer_turn]
-        self.save()
+        self.record_question(user_turn, answer_turn)
         conversation = self.query_one("#conversation", VerticalScroll)
         self.asked, self.answering = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
         conversation.mount(self.asked, self.answering)
@@ -179,6 +188,10 @@ class ChatScreen(Screen[None]):
         elif isinstance(event, FinalEvent):
             view.turn.content = event.text
             view.turn.final = event
+        if self.record is not None:
+            self.record.event(event)
+            self.say_if_not_saved()
+        if isinstance(event, FinalEvent):
             self.end_answer()
 
     def on_answer_failed(self, message: AnswerFailed) -> None:
@@ -190,6 +203,9 @@ class ChatScreen(Screen[None]):
         self.notify(message.error, severity="error", timeout=10)
         if view.turn.rounds:
             view.turn.error = message.error
+            if self.record is not None:
+                self.record.fail(message.error)
+                self.say_if_not_saved()
             self.end_answer()
             return
         user_turn = self.chat.turns[-2]
@@ -198,20 +214,40 @@ class ChatScreen(Screen[None]):
         if self.asked is not None:
             self.asked.remove()
         self.query_one(PromptInput).text = user_turn.content
-        self.answer = self.answering = self.asked = None
-        self.save()
+        if self.record is not None and self.question_id is not None:
+            self.forget_question([self.question_id, self.record.message_id])
+        self.answer = self.answering = self.asked = self.record = None
 
     def end_answer(self) -> None:
         assert self.answering is not None
         self.answering.finish()
-        self.answer = self.answering = self.asked = None
-        self.save()
+        self.answer = self.answering = self.asked = self.record = None
 
-    def save(self) -> None:
+    def on_unmount(self) -> None:
+        """Closing the app mid-answer: keep what was written, saying why it ends there."""
+        if self.record is not None:
+            self.record.fail("the app was closed while it was being written")
+
+    # -- the history ---------------------------------------------------------------------------------
+    def record_question(self, question: Turn, answer: Turn) -> None:
+        """Save the question, and the answer as it streams; a failure is said, not fatal."""
+        self.record = None
         try:
-            save_chat(self.chat)
-        except OSError as error:
-            self.notify(f"Could not save the chat: {error}", severity="error")
+            self.question_id = self.history.add(self.chat, question)
+            self.record = self.history.start_answer(self.chat, answer)
+        except SpecemError as error:
+            self.notify(f"This chat is not being saved: {error}", severity="error", timeout=10)
+
+    def say_if_not_saved(self) -> None:
+        if self.record is not None and self.record.error:
+            self.notify(f"This answer could not be saved: {self.record.error}", severity="error", timeout=10)
+            self.record = None  # said once; the answer goes on
+
+    def forget_question(self, message_ids: list[int]) -> None:
+        try:
+            self.history.remove_messages(message_ids)
+        except SpecemError as error:
+            self.notify(str(error), severity="error")
 
     # -- inspector -----------------------------------------------------------------------------------
     def on_answer_view_inspect_requested(self, message: AnswerView.InspectRequested) -> None:
@@ -241,15 +277,15 @@ class ChatScreen(Screen[None]):
         def resume(chat_id: str | None) -> None:
             if chat_id:
                 try:
-                    self.show_chat(load_chat(chat_id))
-                except (OSError, ValueError) as error:
+                    self.show_chat(self.history.load(chat_id))
+                except SpecemError as error:
                     self.notify(f"Could not open that chat: {error}", severity="error")
 
-        self.app.push_screen(HistoryScreen(), resume)
+        self.app.push_screen(HistoryScreen(self.history, self.chat.id), resume)
 
     def action_export(self) -> None:
         try:
-            path = export_markdown(self.chat, Path.cwd())
+            path = export_chat(self.chat, Path.cwd() / f"specem-chat-{self.chat.id}.md")
         except OSError as error:
             self.notify(f"Export failed: {error}", severity="error")
             return
@@ -260,7 +296,11 @@ class ChatScreen(Screen[None]):
             if settings is not None:
                 self.settings = settings
                 self.query_one("#status", Static).update(self.status_text())
-                self.notify("Settings apply to the next answer.")
+                try:
+                    remember_settings(self.ensemble.settings, self.ensemble.model_names, settings)
+                    self.notify("Settings apply to the next answer, and are kept for next time.")
+                except SpecemError as error:
+                    self.notify(f"Settings apply to the next answer (not kept: {error}).", severity="warning")
 
         self.app.push_screen(SettingsScreen(self.settings, self.ensemble.model_names), apply)
 

@@ -1,36 +1,109 @@
-"""Past chats, newest first; Enter resumes one."""
+"""Past chats, newest first: type to search them (full text), Enter resumes the highlighted
+one (Down moves into the list), Ctrl+D twice deletes one."""
 
 from __future__ import annotations
 
 import time
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, OptionList
+from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from specem_tui.storage import list_chats
+from specem_local.errors import SpecemError
+from specem_local.history import History
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 class HistoryScreen(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "dismiss(None)", "Close")]
+    BINDINGS = [
+        Binding("escape", "dismiss(None)", "Close"),
+        Binding("ctrl+d", "delete", "Delete chat"),
+        Binding("down", "focus_list", "List", show=False),
+    ]
+
+    def __init__(self, history: History, current: str | None = None) -> None:
+        super().__init__()
+        self.history = history
+        self.current = current  # the chat on screen: deleting it is refused
+        self.pending_delete: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="history"):
-            chats = list_chats()
-            options = [
-                Option(f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(chat.updated))}  {chat.title}", id=chat.id)
-                for chat in chats
-            ]
-            yield OptionList(*options, id="chats")
+            yield Input(placeholder="Search every chat (words, any order)…", id="search")
+            yield OptionList(id="chats")
             yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#history").border_title = "Chats (Enter opens)"
+        self.query_one("#history").border_title = "Chats (Enter opens · Ctrl+D deletes)"
+        self.show("")
         if not self.query_one(OptionList).option_count:
             self.notify("No saved chats yet.")
 
+    def show(self, query: str) -> None:
+        """List the chats, or the messages matching ``query``."""
+        options = self.query_one(OptionList)
+        options.clear_options()
+        try:
+            if query.strip():
+                found = self.history.search(query, limit=50)
+                options.add_options(
+                    Option(Text(f"{_when(m.updated)}  {m.title} — {m.role}: {m.snippet}"), id=f"{m.chat_id}\t{i}")
+                    for i, m in enumerate(found)
+                )
+            else:
+                chats = self.history.chats(limit=500)
+                options.add_options(
+                    Option(Text(f"{_when(c.updated)}  {c.title}  ({c.messages})"), id=c.id) for c in chats
+                )
+        except SpecemError as error:
+            self.notify(str(error), severity="error", timeout=10)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.pending_delete = None
+        self.show(event.value)
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        """Enter in the search box opens the highlighted chat (the first, unless moved)."""
+        options = self.query_one(OptionList)
+        if options.option_count:
+            index = options.highlighted or 0
+            self.dismiss(str(options.get_option_at_index(index).id).split("\t")[0])
+
+    def action_focus_list(self) -> None:
+        options = self.query_one(OptionList)
+        if options.option_count:
+            options.focus()
+            options.highlighted = options.highlighted or 0
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self.dismiss(str(event.option.id).split("\t")[0])
+
+    def action_delete(self) -> None:
+        """Ctrl+D twice on the same chat deletes it (the first press asks)."""
+        options = self.query_one(OptionList)
+        if options.highlighted is None:
+            self.notify("Choose a chat first (Down, then arrows).")
+            return
+        chat_id = str(options.get_option_at_index(options.highlighted).id).split("\t")[0]
+        if chat_id == self.current:
+            self.notify("That chat is open; start a new one (Ctrl+N) to delete it.", severity="warning")
+            return
+        if self.pending_delete != chat_id:
+            self.pending_delete = chat_id
+            self.notify("Press Ctrl+D again to delete this chat for good.", severity="warning")
+            return
+        try:
+            self.history.delete(chat_id)
+        except SpecemError as error:
+            self.notify(str(error), severity="error")
+            return
+        self.pending_delete = None
+        self.notify("Chat deleted.")
+        self.show(self.query_one(Input).value)

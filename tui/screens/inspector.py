@@ -46,19 +46,21 @@ class InspectorScreen(ModalScreen[None]):
 
     def show_round(self) -> None:
         event = self.event
-        self.query_one("#inspector").border_title = f"Round {event.index} of {len(self.rounds)}  (←/→ rounds)"
+        self.query_one(
+            "#inspector"
+        ).border_title = f"Round {event.index} of {len(self.rounds)}  (←/→ rounds · ↑/↓ each candidate in full)"
         self.query_one("#why", Static).update(explain(event))
         table = self.query_one(DataTable)
         table.clear(columns=True)
         verifiers = list(event.weights)
         table.add_column("", width=1)
-        table.add_column("model", width=max(len(c.model[:16]) for c in event.candidates))
-        table.add_columns("vote", *[f"by {v[:9]}" for v in verifiers])
+        table.add_column("model", width=max(len(c.model) for c in event.candidates))  # whole names: the
+        table.add_columns("vote", *[f"by {v}" for v in verifiers])  # table scrolls sideways when narrow
         for candidate in sorted(event.candidates, key=lambda c: -(c.combined or 0)):
             colour = Style.parse(self.colours.get(candidate.model, "white"))
             cells: list[str | Content] = [
                 "★" if candidate.model == event.author else "",
-                Content.styled(candidate.model[:16], colour),
+                Content.styled(candidate.model, colour),
                 "-" if candidate.combined is None else f"{candidate.combined:.3f}",
             ]
             for verifier in verifiers:

@@ -16,9 +16,11 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Switch, TextArea
 
 from specem_local.config import tomllib
+from specem_local.database import Preferences
 from specem_local.errors import SpecemError
 from specem_local.scan import FoundModel
-from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe
+from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe, with_overrides
+from specem_local.store import ensemble_key
 from specem_tui.screens.found import FoundModelsScreen
 
 
@@ -28,6 +30,35 @@ class ChatSettings:
 
     ensemble: EnsembleSettings
     models: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _key(models: list[str]) -> str:
+    return "chat-settings:" + ensemble_key(models)
+
+
+def remembered_settings(defaults: EnsembleSettings, models: list[str]) -> tuple[ChatSettings, str | None]:
+    """The settings this ensemble's chat was left with last time (what differed from
+    models.toml), and a problem to mention if they no longer apply."""
+    plain = ChatSettings(defaults, tuple(models))
+    try:
+        saved = Preferences().get(_key(models))
+        if not isinstance(saved, dict):
+            return plain, None
+        ensemble = with_overrides(defaults, **saved.get("changed", {}))
+    except (SpecemError, TypeError, AttributeError) as error:
+        return plain, f"The settings saved last time were not applied: {error}"
+    taking_part = tuple(name for name in models if name in saved.get("models", models))
+    return ChatSettings(ensemble, taking_part or tuple(models)), None
+
+
+def remember_settings(defaults: EnsembleSettings, models: list[str], chosen: ChatSettings) -> None:
+    """Keep what differs from models.toml, and the models taking part, for the next start."""
+    changed = {
+        item.name: getattr(chosen.ensemble, item.name)
+        for item in describe(EnsembleSettings)
+        if getattr(chosen.ensemble, item.name) != getattr(defaults, item.name)
+    }
+    Preferences().set(_key(models), {"changed": changed, "models": list(chosen.models)})
 
 
 def setting_widget(item: Setting, value: Any) -> Widget:
@@ -101,6 +132,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query(Checkbox).first().focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply":

@@ -11,8 +11,8 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
 
-from specem_local.events import RoundEvent
-from specem_tui.storage import Turn
+from specem_local.chats import Turn
+from specem_local.events import RoundEvent, finish_note
 
 
 class UserMessage(Static):
@@ -83,7 +83,7 @@ class AnswerView(Vertical, can_focus=True):
                 style += Style(reverse=True)
             parts.append((event.text, style))
         if not self.turn.rounds and not self.turn.done:
-            parts.append("…")
+            parts.append(("drafting the first segment…", Style(italic=True, dim=True)))
         if self.turn.stopped:
             parts.append((" [stopped]", Style(italic=True, dim=True)))
         if self.turn.error:
@@ -103,9 +103,17 @@ class AnswerView(Vertical, can_focus=True):
         final = self.turn.final
         if final is not None:
             wins = "  ".join(f"{name} {count}" for name, count in final.wins.items() if count)
-            self.border_subtitle = f"{final.tokens} tok · {final.seconds:.1f}s · {final.finish_reason} · {wins}"
+            parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
+            self.border_subtitle = " · ".join(part for part in parts if part)
+        why = finish_note(final) if final is not None else None
         note = (
-            "\n\n*(stopped)*" if self.turn.stopped else f"\n\n*(failed: {self.turn.error})*" if self.turn.error else ""
+            "\n\n*(stopped)*"
+            if self.turn.stopped
+            else f"\n\n*(failed: {self.turn.error})*"
+            if self.turn.error
+            else f"\n\n*({why})*"
+            if why
+            else ""
         )
         self.query_one(Markdown).update(self.turn.content + note)
         self.refresh_segments()

@@ -1,0 +1,165 @@
+"""Chats as files: the JSON that version 0.1 saved one file per chat (read once, into the
+history database) and that ``specem history export`` writes, and Markdown for reading.
+
+Files written by older versions are upgraded when read, one step per format version. A file
+that cannot be read is a ``ValueError`` with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specem_local.chats import EVENT_FORMAT, Chat, Turn
+from specem_local.dirs import data_dir
+from specem_local.events import FinalEvent, RoundEvent, event_from_dict
+
+FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
+
+
+def chats_dir() -> Path:
+    """Where version 0.1 kept chats: ``$SPECEM_DATA_DIR/chats`` or the user data dir's."""
+    return data_dir() / "chats"
+
+
+def turn_to_json(turn: Turn) -> dict[str, Any]:
+    return {
+        "role": turn.role,
+        "content": turn.content,
+        "rounds": [event.to_dict() for event in turn.rounds],
+        "final": turn.final.to_dict() if turn.final else None,
+        "error": turn.error,
+    }
+
+
+def chat_to_json(chat: Chat) -> dict[str, Any]:
+    """A chat in the file format (what ``specem history export --format json`` writes)."""
+    return {
+        "version": FORMAT_VERSION,
+        "id": chat.id,
+        "title": chat.title,
+        "created": chat.created,
+        "updated": chat.updated,
+        "turns": [turn_to_json(turn) for turn in chat.turns],
+    }
+
+
+def turn_from_json(data: Any) -> Turn:
+    if not isinstance(data, dict) or data.get("role") not in ("system", "user", "assistant"):
+        raise ValueError(f"not a turn: {str(data)[:60]}")
+    if not isinstance(data.get("content"), str) or not isinstance(data.get("rounds", []), list):
+        raise ValueError("a turn needs text content and a list of rounds")
+    rounds = [event_from_dict(item) for item in data.get("rounds", [])]
+    final = event_from_dict(data["final"]) if data.get("final") is not None else None
+    if not all(isinstance(event, RoundEvent) for event in rounds) or not isinstance(final, (FinalEvent, type(None))):
+        raise ValueError("a turn's rounds and final record are of the wrong type")
+    error = data.get("error")
+    return Turn(data["role"], data["content"], rounds, final, error if isinstance(error, str) else None)
+
+
+def chat_from_json(data: Any) -> Chat:
+    """A chat from a file's JSON (upgraded from older versions); ``ValueError`` says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a chat file (a JSON {type(data).__name__}, not an object)")
+    data = upgrade(data)
+    if not isinstance(data.get("id"), str) or not isinstance(data.get("turns", []), list):
+        raise ValueError("not a chat file (no id, or turns that are not a list)")
+    created, updated = data.get("created", 0.0), data.get("updated", 0.0)
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (created, updated)):
+        raise ValueError("a chat's created and updated times must be numbers")
+    turns = [turn_from_json(turn) for turn in data.get("turns", [])]
+    return Chat(data["id"], str(data.get("title", "Chat")), created, updated, turns, "import")
+
+
+def read_chat_file(path: Path) -> Chat:
+    """A chat file; ``OSError`` when it cannot be read, ``ValueError`` when it is not a chat."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text ({error.reason})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a chat file") from None
+    return chat_from_json(data)
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 called the final record's ``drafters_per_round`` ``models_per_round``, and its
+    rounds did not say why the winner won: read that back from their candidates."""
+    turns = data.get("turns")
+    for turn in turns if isinstance(turns, list) else []:  # anything else is refused after the upgrade
+        if not isinstance(turn, dict):
+            continue
+        final = turn.get("final")
+        if isinstance(final, dict) and "models_per_round" in final:
+            final["drafters_per_round"] = final.pop("models_per_round")
+        rounds = turn.get("rounds")
+        for event in rounds if isinstance(rounds, list) else []:
+            if isinstance(event, dict) and isinstance(event.get("candidates"), list):
+                event.update(_reasons(event.get("author"), event["candidates"]))
+    return data
+
+
+def _reasons(author: Any, candidates: list[Any]) -> dict[str, Any]:
+    """What a version-2 round says about why ``author`` won, from its recorded candidates."""
+    try:
+        voted = {c["model"]: c for c in candidates if c.get("combined") is not None and not c.get("same_as")}
+        if author not in voted:
+            return {}
+        best = voted[author]
+        others = [c for name, c in voted.items() if name != author]
+        runner_up = max(others, key=lambda c: c["combined"]) if others else None
+        firsts = [v for v, share in best["shares"].items() if all(share >= c["shares"].get(v, 0) for c in others)]
+        lost = runner_up is not None and runner_up["combined"] > best["combined"] and runner_up.get("copied")
+        return {
+            "runner_up": runner_up["model"] if runner_up else None,
+            "ranked_first_by": firsts,
+            "discounted": runner_up["model"] if lost else None,
+        }
+    except (AttributeError, KeyError, TypeError):
+        return {}  # not a round this app wrote; event_from_dict says what is wrong with it
+
+
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_version_1}  # version -> next one
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A chat file's data in the current format, upgraded one version at a time."""
+    version = data.get("version", 1)
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"chat file format {version!r} is not one this app wrote")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"chat file format {version} is newer than this app ({FORMAT_VERSION}); update specem-local")
+    while version < FORMAT_VERSION:
+        data = UPGRADES[version](data)
+        version += 1
+    return {**data, "version": version}
+
+
+def chat_markdown(chat: Chat) -> str:
+    """The chat as Markdown, with who wrote how much of each answer."""
+    lines = [f"# {chat.title}", ""]
+    for turn in chat.turns:
+        if turn.role == "user":
+            lines += ["## You", "", turn.content, ""]
+            continue
+        note = " *(stopped)*" if turn.stopped else f" *(failed: {turn.error})*" if turn.error else ""
+        lines += ["## Ensemble", "", turn.content + note, ""]
+        if turn.final:
+            wins = ", ".join(f"{name}: {count}" for name, count in turn.final.wins.items())
+            lines += [f"*Segments won — {wins}*", ""]
+    return "\n".join(lines)
+
+
+def export_chat(chat: Chat, target: Path, format_name: str = "markdown") -> Path:
+    """Write the chat as Markdown or JSON, readable by the user only (as the history is)."""
+    if format_name == "markdown":
+        text = chat_markdown(chat)
+    else:
+        text = json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1)
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return target

@@ -1,0 +1,56 @@
+"""A conversation in memory: a chat is a list of turns (the user's messages and the ensemble's
+answers, each answer with its rounds and final record, the engine's own event types). The
+history (``history.py``) stores them; ``chat_files.py`` reads and writes them as files.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from specem_local.events import FinalEvent, RoundEvent
+
+EVENT_FORMAT = 2  # the version of the event records a chat holds (chat files of version 1 are upgraded)
+INTERRUPTED = "interrupted: the program ended before the answer was complete"
+
+
+@dataclass
+class Turn:
+    role: str  # "user" or "assistant"
+    content: str
+    rounds: list[RoundEvent] = field(default_factory=list)
+    final: FinalEvent | None = None
+    error: str | None = None  # the answer failed after it began, or was interrupted; the text so far is kept
+
+    @property
+    def stopped(self) -> bool:
+        return self.final is not None and self.final.finish_reason == "cancelled"
+
+    @property
+    def done(self) -> bool:
+        """Finished, stopped or failed: nothing more will stream into it."""
+        return self.final is not None or self.error is not None
+
+
+def new_chat_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+@dataclass
+class Chat:
+    id: str = field(default_factory=new_chat_id)
+    title: str = "New chat"
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    turns: list[Turn] = field(default_factory=list)
+    origin: str = "chat"  # which front end started it: chat, run, serve, api (a script), import
+
+    def messages(self) -> list[dict[str, str]]:
+        """The conversation as the engine takes it (stopped answers included as they stand)."""
+        return [{"role": t.role, "content": t.content} for t in self.turns if t.content or t.role == "user"]
+
+
+def title_for(text: str) -> str:
+    """A chat's title from its first message: the first line, at most 50 characters."""
+    return (text.strip().splitlines() or ["New chat"])[0][:50]

@@ -1,0 +1,156 @@
+"""The user's database: one SQLite file for everything specem-local keeps (weights, history).
+
+``specem.db`` in the user data dir (``$SPECEM_DATA_DIR`` moves it), user-only permissions, WAL
+so readers never wait on a writer. The schema's version is ``PRAGMA user_version``;
+``MIGRATIONS`` brings an older file up to date one step at a time, inside the first write
+transaction that sees it, so two processes cannot both upgrade. Every unit of work is one
+``BEGIN IMMEDIATE`` transaction: the CLI, the chat app, a server and scripts can write at the
+same time and nothing is lost. Any SQLite or file-system failure becomes a one-line
+``SpecemError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from specem_local.dirs import data_dir
+from specem_local.errors import SpecemError
+
+DATABASE_NAME = "specem.db"
+
+
+def _create_weights(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE weights ("
+        " key TEXT PRIMARY KEY, log_weights TEXT NOT NULL, anchor TEXT NOT NULL,"
+        " answers INTEGER NOT NULL, calibrated_items INTEGER NOT NULL, updated REAL NOT NULL)"
+    )
+
+
+HISTORY_SCHEMA = (
+    "CREATE TABLE chats (id TEXT PRIMARY KEY, title TEXT NOT NULL, origin TEXT NOT NULL,"
+    " created REAL NOT NULL, updated REAL NOT NULL)",
+    "CREATE INDEX chats_updated ON chats(updated)",
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY,"
+    " chat_id TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE, role TEXT NOT NULL,"
+    " content TEXT NOT NULL, state TEXT NOT NULL, error TEXT, final TEXT, format INTEGER NOT NULL,"
+    " writer TEXT, created REAL NOT NULL, updated REAL NOT NULL)",
+    "CREATE INDEX messages_chat ON messages(chat_id, id)",
+    "CREATE TABLE rounds (message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
+    " number INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (message_id, number))",
+    "CREATE TABLE imported_files (path TEXT PRIMARY KEY, chat_id TEXT NOT NULL, imported REAL NOT NULL)",
+    "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id')",
+    "CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN"
+    " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+    "CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN"
+    " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content); END",
+    "CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN"
+    " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);"
+    " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+)
+
+
+def _create_history(db: sqlite3.Connection) -> None:
+    """Chats, their messages, each answer's rounds (event records), full-text search. One
+    statement at a time: ``executescript`` would commit the migration's transaction early."""
+    for statement in HISTORY_SCHEMA:
+        db.execute(statement)
+
+
+def _create_preferences(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE preferences (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _create_weights,
+    _create_history,
+    _create_preferences,
+]  # append only
+
+
+class Database:
+    """The SQLite file; ``transaction()`` is the only way in."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path else data_dir() / DATABASE_NAME
+
+    @contextmanager
+    def transaction(self, what: str = "database") -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction on an up-to-date schema; committed when the block
+        ends, rolled back if it raises. ``what`` names the data in error messages."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists()
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
+            raise SpecemError(f"{self.path}: cannot open the {what} ({error}){_hint(error)}") from None
+        try:
+            if new:
+                os.chmod(self.path, 0o600)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("BEGIN IMMEDIATE")
+            migrate(db, self.path)
+            yield db
+            db.execute("COMMIT")
+        except (sqlite3.Error, OSError) as error:
+            _rollback(db)
+            raise SpecemError(f"{self.path}: cannot use the {what} ({error}){_hint(error)}") from None
+        except BaseException:
+            _rollback(db)
+            raise
+        finally:
+            db.close()
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the schema up to ``len(MIGRATIONS)``, one step at a time (inside the caller's transaction)."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise SpecemError(f"{path} was written by a newer specem-local (schema {version}); update specem-local")
+    for step in MIGRATIONS[version:]:
+        step(db)
+    if version < len(MIGRATIONS):
+        db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+
+def _hint(error: Exception) -> str:
+    """What to do about an error, when its words do not say it."""
+    text = str(error).lower()
+    if "full" in text or "disk i/o" in text or "no space" in text:
+        return "; is the disk full? free some space"
+    if "readonly" in text or "read-only" in text or "unable to open" in text or "permission" in text:
+        return "; make the folder writable, or set SPECEM_DATA_DIR to one that is"
+    if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+        return "; if it is damaged, move it away"
+    return ""
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # the connection is closed next; SQLite rolls back what was not committed
+
+
+class Preferences:
+    """What a front end remembers between runs (the chat app's settings), as JSON by key."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._database = Database(path)
+
+    def get(self, key: str) -> Any:
+        with self._database.transaction("preferences") as db:
+            row = db.execute("SELECT value FROM preferences WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set(self, key: str, value: Any) -> None:
+        with self._database.transaction("preferences") as db:
+            db.execute("INSERT OR REPLACE INTO preferences VALUES (?, ?)", (key, json.dumps(value)))

@@ -1,0 +1,332 @@
+"""Every conversation any front end had, in the user's database (``database.py``).
+
+A chat (``Chat``) is a list of turns (``Turn``): the user's messages and the ensemble's answers,
+each answer with its rounds (the engine's ``RoundEvent`` records) and its ``FinalEvent``. The
+chat app, ``specem run`` and the local server all write here, so ``specem history`` and the
+chat app's history see everything.
+
+Nothing is lost: every message is its own transaction, an answer is written while it streams
+(``AnswerRecord``: at most ``FLUSH_SECONDS`` behind), and an answer whose process died before
+it finished is marked interrupted the next time the history is opened. Two windows on one
+chat both keep their turns (messages are appended, never rewritten as a whole file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specem_local.chat_files import chats_dir, read_chat_file
+from specem_local.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn
+from specem_local.database import Database
+from specem_local.errors import SpecemError
+from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
+
+FLUSH_SECONDS = 1.0
+_CHAT_OF_MESSAGE = "SELECT chat_id FROM messages WHERE id = ?"
+
+
+@dataclass(frozen=True)
+class ChatSummary:
+    id: str
+    title: str
+    origin: str
+    created: float
+    updated: float
+    messages: int
+
+
+@dataclass(frozen=True)
+class Match:
+    chat_id: str
+    title: str
+    role: str
+    snippet: str  # the matching text, terms marked with [ ]
+    updated: float
+
+
+class History:
+    """The chats in the user's database."""
+
+    def __init__(self, path: Path | None = None, chat_files: Path | None = None) -> None:
+        """``chat_files``: where version 0.1 saved chats as JSON, imported once (default: there)."""
+        self._database = Database(path)
+        self.path = self._database.path
+        self._chat_files = Path(chat_files) if chat_files else None
+        self._looked = False
+
+    def _transaction(self):
+        return self._database.transaction("chat history")
+
+    # -- writing ---------------------------------------------------------------------------------
+    def add(self, chat: Chat, turn: Turn) -> int:
+        """Append a finished turn (a user message, or an answer as it stands) to the chat, which
+        is created if it is new; returns the message's id."""
+        return self._insert(chat, turn, _state(turn))
+
+    def start_answer(self, chat: Chat, turn: Turn) -> AnswerRecord:
+        """Append an answer about to stream; the record writes it as it grows."""
+        return AnswerRecord(self, self._insert(chat, turn, "streaming"), turn)
+
+    def _insert(self, chat: Chat, turn: Turn, state: str) -> int:
+        now = time.time()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO chats VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET updated = excluded.updated",
+                (chat.id, chat.title, chat.origin, chat.created, now),
+            )
+            message_id = _insert_message(db, chat.id, turn, state, _writer(), now)
+        chat.updated = now
+        return message_id
+
+    def update(self, message_id: int, turn: Turn, rounds_saved: int) -> None:
+        """Write an answer's text, state and the rounds after the first ``rounds_saved``."""
+        with self._transaction() as db:
+            state = _state(turn) if turn.done else "streaming"
+            db.execute(
+                "UPDATE messages SET content = ?, state = ?, error = ?, final = ?, updated = ? WHERE id = ?",
+                (turn.content, state, turn.error, _json(turn.final), time.time(), message_id),
+            )
+            _insert_rounds(db, message_id, turn.rounds[rounds_saved:], rounds_saved)
+            db.execute(f"UPDATE chats SET updated = ? WHERE id = ({_CHAT_OF_MESSAGE})", (time.time(), message_id))
+
+    def remove_messages(self, message_ids: list[int]) -> None:
+        """Take messages back (a question whose answer failed before it began returns to the
+        input box); a chat left empty goes too."""
+        with self._transaction() as db:
+            chats = {row[0] for i in message_ids for row in db.execute(_CHAT_OF_MESSAGE, (i,))}
+            db.executemany("DELETE FROM messages WHERE id = ?", [(i,) for i in message_ids])
+            for chat_id in chats:
+                db.execute(
+                    "DELETE FROM chats WHERE id = ? AND NOT EXISTS (SELECT 1 FROM messages WHERE chat_id = ?)",
+                    (chat_id, chat_id),
+                )
+
+    def rename(self, chat_id: str, title: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
+
+    def delete(self, chat_id: str) -> bool:
+        with self._transaction() as db:
+            return db.execute("DELETE FROM chats WHERE id = ?", (chat_id,)).rowcount > 0
+
+    # -- reading ---------------------------------------------------------------------------------
+    def chats(self, limit: int | None = None, origin: str | None = None) -> list[ChatSummary]:
+        """Chats, most recently updated first."""
+        with self._transaction() as db:
+            self._first_look(db)
+            rows = db.execute(
+                "SELECT c.id, c.title, c.origin, c.created, c.updated, COUNT(m.id) FROM chats c"
+                " LEFT JOIN messages m ON m.chat_id = c.id WHERE ? IS NULL OR c.origin = ?"
+                " GROUP BY c.id ORDER BY c.updated DESC LIMIT ?",
+                (origin, origin, -1 if limit is None else limit),
+            ).fetchall()
+        return [ChatSummary(*row) for row in rows]
+
+    def load(self, chat_id: str) -> Chat:
+        """A chat with every turn; ``SpecemError`` if there is none by that id."""
+        with self._transaction() as db:
+            self._first_look(db)
+            query = "SELECT id, title, created, updated, origin FROM chats WHERE id = ?"
+            row = db.execute(query, (chat_id,)).fetchone()
+            if row is None:
+                raise SpecemError(f"no chat {chat_id!r} in the history; `specem history list` shows the ids")
+            turns = [
+                _turn(db, *message)
+                for message in db.execute(
+                    "SELECT id, role, content, state, error, final, format FROM messages WHERE chat_id = ? ORDER BY id",
+                    (chat_id,),
+                ).fetchall()
+            ]
+        return Chat(row[0], row[1], row[2], row[3], turns, row[4])
+
+    def search(self, query: str, limit: int = 20) -> list[Match]:
+        """Messages whose text has every word of ``query`` (full-text, any order), best first."""
+        terms = " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
+        if not terms:
+            raise SpecemError("the search is empty; give a word to look for")
+        with self._transaction() as db:
+            self._first_look(db)
+            rows = db.execute(
+                "SELECT m.chat_id, c.title, m.role, snippet(messages_fts, 0, '[', ']', '…', 12), c.updated"
+                " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid JOIN chats c ON c.id = m.chat_id"
+                " WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
+                (terms, limit),
+            ).fetchall()
+        return [Match(*row) for row in rows]
+
+    def _first_look(self, db: sqlite3.Connection) -> None:
+        """Once per process, before the first read: import chat files not yet imported, and
+        mark interrupted the answers still streaming whose writer has died on this machine."""
+        if self._looked:
+            return
+        self._looked = True
+        import_chat_files(db, self._chat_files or chats_dir())
+        host = socket.gethostname()
+        streaming = db.execute("SELECT id, writer, updated FROM messages WHERE state = 'streaming'").fetchall()
+        for message_id, writer, updated in streaming:
+            if not _writer_alive(writer, host, updated):
+                db.execute(
+                    "UPDATE messages SET state = 'interrupted', error = ? WHERE id = ?", (INTERRUPTED, message_id)
+                )
+
+
+def import_chat_files(db: sqlite3.Connection, directory: Path) -> int:
+    """Copy each chat file in ``directory`` into the history once (the files stay where they
+    are; a file already imported, or a chat id already stored, is skipped; an unreadable one
+    is left for another time). Returns how many chats were imported."""
+    imported = 0
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        key = str(path.resolve())
+        if db.execute("SELECT 1 FROM imported_files WHERE path = ?", (key,)).fetchone():
+            continue
+        try:
+            chat = read_chat_file(path)
+        except (OSError, ValueError):
+            continue
+        if not db.execute("SELECT 1 FROM chats WHERE id = ?", (chat.id,)).fetchone():
+            store_chat(db, chat)
+            imported += 1
+        db.execute("INSERT INTO imported_files VALUES (?, ?, ?)", (key, chat.id, time.time()))
+    return imported
+
+
+def store_chat(db: sqlite3.Connection, chat: Chat) -> None:
+    """Insert a whole chat (an import): its row, then each turn as a message with its rounds."""
+    db.execute(
+        "INSERT INTO chats VALUES (?, ?, ?, ?, ?)", (chat.id, chat.title, chat.origin, chat.created, chat.updated)
+    )
+    for turn in chat.turns:
+        _insert_message(db, chat.id, turn, _state(turn), None, chat.updated)
+
+
+class AnswerRecord:
+    """An answer being written to the history as its events arrive: the text and new rounds at
+    most ``FLUSH_SECONDS`` behind, and everything at the final event. Writing failures are
+    kept in ``error`` (the answer goes on; the front end says so once)."""
+
+    def __init__(self, history: History, message_id: int, turn: Turn) -> None:
+        self.history = history
+        self.message_id = message_id
+        self.turn = turn
+        self.error: str | None = None
+        self._saved_rounds = len(turn.rounds)
+        self._last_write = time.monotonic()
+
+    def event(self, event: Event) -> None:
+        """Take one engine event (the turn may already hold it: a front end may share it)."""
+        if isinstance(event, RoundEvent):
+            if not self.turn.rounds or self.turn.rounds[-1] is not event:
+                self.turn.rounds.append(event)
+                self.turn.content += event.text
+            if time.monotonic() - self._last_write >= FLUSH_SECONDS:
+                self.flush()
+        elif isinstance(event, FinalEvent):
+            self.turn.final = event
+            self.turn.content = event.text
+            self.flush()
+
+    def fail(self, error: str) -> None:
+        """The answer failed after it began: keep the text so far, with the reason."""
+        self.turn.error = error
+        self.flush()
+
+    def flush(self) -> None:
+        try:
+            self.history.update(self.message_id, self.turn, self._saved_rounds)
+        except SpecemError as error:
+            self.error = str(error)
+            return
+        self._saved_rounds = len(self.turn.rounds)
+        self._last_write = time.monotonic()
+
+
+# -- rows <-> turns ----------------------------------------------------------------------------------
+def _state(turn: Turn) -> str:
+    if turn.error is not None:
+        return "interrupted" if turn.error == INTERRUPTED else "failed"
+    return "stopped" if turn.stopped else "done"
+
+
+def _json(final: FinalEvent | None) -> str | None:
+    return None if final is None else json.dumps(final.to_dict(), ensure_ascii=False)
+
+
+def _insert_message(
+    db: sqlite3.Connection, chat_id: str, turn: Turn, state: str, writer: str | None, when: float
+) -> int:
+    cursor = db.execute(
+        "INSERT INTO messages (chat_id, role, content, state, error, final, format, writer, created, updated)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (chat_id, turn.role, turn.content, state, turn.error, _json(turn.final), EVENT_FORMAT, writer, when, when),
+    )
+    message_id = int(cursor.lastrowid or 0)
+    _insert_rounds(db, message_id, turn.rounds, 0)
+    return message_id
+
+
+def _insert_rounds(db: sqlite3.Connection, message_id: int, rounds: list[RoundEvent], first: int) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO rounds VALUES (?, ?, ?)",
+        [(message_id, first + i, json.dumps(e.to_dict(), ensure_ascii=False)) for i, e in enumerate(rounds)],
+    )
+
+
+def _turn(
+    db: sqlite3.Connection,
+    message_id: int,
+    role: str,
+    content: str,
+    state: str,
+    error: str | None,
+    final: str | None,
+    format_version: int,
+) -> Turn:
+    """A stored message as a turn. A record this version cannot read keeps the text and says why."""
+    if format_version > EVENT_FORMAT:
+        return Turn(role, content, error=error or f"recorded by a newer specem-local (format {format_version})")
+    try:
+        rounds = [
+            event_from_dict(json.loads(row[0]))
+            for row in db.execute("SELECT event FROM rounds WHERE message_id = ? ORDER BY number", (message_id,))
+        ]
+        final_event = event_from_dict(json.loads(final)) if final else None
+    except ValueError as problem:
+        return Turn(role, content, error=error or f"its records could not be read ({problem})")
+    if state == "streaming":  # another process is writing it now
+        error = error or "still being written by another window"
+    return Turn(
+        role,
+        content,
+        [r for r in rounds if isinstance(r, RoundEvent)],
+        final_event if isinstance(final_event, FinalEvent) else None,
+        error,
+    )
+
+
+def _writer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _writer_alive(writer: Any, host: str, updated: float) -> bool:
+    """Whether the process that streams an answer may still be writing it. Another machine's
+    (a synced data dir) counts as alive for a day; on Windows, where there is no cheap probe,
+    ten minutes without a write means it died."""
+    name, _, pid = str(writer).rpartition(":")
+    if name != host or not pid.isdigit():
+        return time.time() - updated < 86_400
+    if os.name != "posix":
+        return time.time() - updated < 600
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,105 @@
+"""``specem history``: list, search, show, export and delete what every front end recorded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from specem_local.chat_files import chat_markdown, chat_to_json, export_chat
+from specem_local.errors import SpecemError
+from specem_local.history import History
+from specem_local.terminal import print_table
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count; give a whole number, 0 for all")
+    return int(text)
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def cmd_history_list(args: argparse.Namespace) -> int:
+    chats = History().chats(limit=args.count or None, origin=args.origin)
+    if args.json:
+        print(json.dumps([chat.__dict__ for chat in chats], ensure_ascii=False, indent=1))
+    elif not chats:
+        print("No chats recorded yet: specem-chat and specem run record their answers here.", file=sys.stderr)
+    else:
+        print_table(
+            ["ID", "UPDATED", "FROM", "MESSAGES", "TITLE"],
+            [[c.id, _when(c.updated), c.origin, c.messages, c.title] for c in chats],
+        )
+    return 0
+
+
+def cmd_history_search(args: argparse.Namespace) -> int:
+    found = History().search(" ".join(args.words), limit=args.count or -1)
+    if args.json:
+        print(json.dumps([match.__dict__ for match in found], ensure_ascii=False, indent=1))
+    elif not found:
+        print("No message has all of those words.", file=sys.stderr)
+    else:
+        rows = [[m.chat_id, _when(m.updated), m.role, m.snippet] for m in found]
+        print_table(["ID", "UPDATED", "ROLE", "MATCH"], rows)
+    return 0
+
+
+def cmd_history_show(args: argparse.Namespace) -> int:
+    chat = History().load(args.id)
+    print(json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1) if args.json else chat_markdown(chat))
+    return 0
+
+
+def cmd_history_export(args: argparse.Namespace) -> int:
+    chat = History().load(args.id)
+    suffix = "md" if args.format == "markdown" else "json"
+    target = Path(args.output) if args.output else Path.cwd() / f"specem-chat-{chat.id}.{suffix}"
+    try:
+        export_chat(chat, target, args.format)
+    except OSError as error:
+        raise SpecemError(f"cannot write {target}: {error.strerror or error}") from None
+    print(f"Exported to {target}", file=sys.stderr)
+    return 0
+
+
+def cmd_history_delete(args: argparse.Namespace) -> int:
+    if not History().delete(args.id):
+        raise SpecemError(f"no chat {args.id!r} in the history; `specem history list` shows the ids")
+    print(f"Deleted {args.id}", file=sys.stderr)
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    history = commands.add_parser("history", help="what the chat app, specem run and the server answered")
+    history.set_defaults(handler=cmd_history_list, count=20, origin=None, json=False)
+    actions = history.add_subparsers(dest="history_command", metavar="ACTION")
+    listing = actions.add_parser("list", help="the most recent chats (the default action)")
+    listing.add_argument("-n", "--count", type=_count, default=20, help="how many (default 20; 0 = all)")
+    listing.add_argument(
+        "--origin", choices=("chat", "run", "serve", "api", "import"), help="only those from one front end"
+    )
+    listing.add_argument("--json", action="store_true", help="as JSON")
+    listing.set_defaults(handler=cmd_history_list)
+    search = actions.add_parser("search", help="messages with all of these words (full text)")
+    search.add_argument("words", nargs="+", help="words to look for, in any order")
+    search.add_argument("-n", "--count", type=_count, default=20, help="how many matches (default 20; 0 = all)")
+    search.add_argument("--json", action="store_true", help="as JSON")
+    search.set_defaults(handler=cmd_history_search)
+    show = actions.add_parser("show", help="one chat, as Markdown (or --json with every round)")
+    show.add_argument("id", help="a chat id from `specem history list`")
+    show.add_argument("--json", action="store_true", help="the whole record: every round and final event")
+    show.set_defaults(handler=cmd_history_show)
+    export = actions.add_parser("export", help="write one chat to a file (user-only permissions)")
+    export.add_argument("id", help="a chat id from `specem history list`")
+    export.add_argument("-o", "--output", help="the file (default: ./specem-chat-ID.md or .json)")
+    export.add_argument("--format", choices=("markdown", "json"), default="markdown", help="default markdown")
+    export.set_defaults(handler=cmd_history_export)
+    delete = actions.add_parser("delete", help="delete one chat for good")
+    delete.add_argument("id", help="a chat id from `specem history list`")
+    delete.set_defaults(handler=cmd_history_delete)

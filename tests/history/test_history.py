@@ -1,0 +1,198 @@
+"""The chat history: one SQLite database shared by every front end (issue 17, part 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from specem_local import history as history_module
+from specem_local.chat_files import chat_to_json, export_chat
+from specem_local.chats import INTERRUPTED, Chat, Turn
+from specem_local.database import MIGRATIONS
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent, RoundEvent
+from specem_local.history import History
+from specem_local.store import WeightStore
+from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
+
+
+def answer_events():
+    """A real event stream from fake models: start, some rounds, final."""
+    ensemble = fake_ensemble(
+        fake_member("big", "The answer is 42, because six times seven is forty-two."),
+        fake_member("small", "Seven, I guess."),
+        segment_tokens=6,
+    )
+    return list(ensemble.stream(QUESTION))
+
+
+@pytest.fixture
+def history(tmp_path):
+    return History(tmp_path / "specem.db", chat_files=tmp_path / "chats")
+
+
+def test_a_streamed_answer_is_saved_as_it_goes_and_whole_at_the_end(history, monkeypatch):
+    monkeypatch.setattr(history_module, "FLUSH_SECONDS", 0.0)
+    chat = Chat(title="six times seven")
+    history.add(chat, Turn("user", QUESTION))
+    record = history.start_answer(chat, Turn("assistant", ""))
+    events = answer_events()
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    record.event(events[0])
+    record.event(rounds[0])
+    partial = History(history.path, chat_files=history._chat_files).load(chat.id)
+    assert partial.turns[1].content == rounds[0].text and len(partial.turns[1].rounds) == 1
+    for event in events[1:]:
+        record.event(event)
+    saved = history.load(chat.id)
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert [t.role for t in saved.turns] == ["user", "assistant"]
+    assert saved.turns[1].content == final.text and saved.turns[1].final == final
+    assert saved.turns[1].rounds == rounds and saved.turns[1].error is None
+    assert stat.S_IMODE(history.path.stat().st_mode) == 0o600
+
+
+def test_two_windows_on_one_chat_both_keep_their_turns(history):
+    first = Chat()
+    history.add(first, Turn("user", "from window one"))
+    second = history.load(first.id)  # the same chat opened in another window
+    history.add(second, Turn("user", "from window two"))
+    history.add(first, Turn("user", "window one again"))
+    assert [t.content for t in history.load(first.id).turns] == [
+        "from window one",
+        "from window two",
+        "window one again",
+    ]
+
+
+def test_an_answer_whose_process_died_is_marked_interrupted_with_its_text_kept(tmp_path):
+    script = f"""
+import os, signal
+from specem_local.chats import Chat, Turn
+from specem_local.events import RoundEvent
+from specem_local.history import History
+from tests.history.test_history import answer_events
+import specem_local.history as h
+h.FLUSH_SECONDS = 0.0
+history = History({str(tmp_path / "specem.db")!r}, chat_files={str(tmp_path / "none")!r})
+chat = Chat(id="killed")
+history.add(chat, Turn("user", "question"))
+record = history.start_answer(chat, Turn("assistant", ""))
+for event in answer_events()[:3]:
+    record.event(event)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    killed = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    chat = History(tmp_path / "specem.db", chat_files=tmp_path / "none").load("killed")
+    answer = chat.turns[1]
+    assert answer.error == INTERRUPTED and answer.content and len(answer.rounds) == 2
+    with sqlite3.connect(tmp_path / "specem.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT state FROM messages WHERE role = 'assistant'").fetchone()[0] == "interrupted"
+
+
+def test_json_chats_are_imported_once_and_kept(tmp_path):
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    events = answer_events()
+    old = Chat(id="old", title="an old chat", turns=[Turn("user", QUESTION), Turn("assistant", events[-1].text)])
+    old.turns[1].rounds = [e for e in events if isinstance(e, RoundEvent)]
+    old.turns[1].final = events[-1]
+    (chats / "old.json").write_text(json.dumps(chat_to_json(old)))
+    (chats / "broken.json").write_text("[1, 2]")
+    (chats / "null.json").write_text("null")
+    for _ in range(2):  # a second process, or a second start: nothing imported twice
+        listed = History(tmp_path / "specem.db", chat_files=chats).chats()
+        assert [(c.id, c.origin, c.messages) for c in listed] == [("old", "import", 2)]
+    imported = History(tmp_path / "specem.db", chat_files=chats).load("old")
+    assert imported.turns[1].rounds == old.turns[1].rounds and imported.turns[1].final == events[-1]
+    assert sorted(p.name for p in chats.iterdir()) == ["broken.json", "null.json", "old.json"]
+
+
+def test_search_finds_words_in_any_order_and_takes_any_text(history):
+    chat = Chat(title="capitals")
+    history.add(chat, Turn("user", "What is the capital of France?"))
+    history.add(chat, Turn("assistant", "Paris is the capital of France."))
+    found = history.search("france paris")
+    assert [(m.chat_id, m.role) for m in found] == [(chat.id, "assistant")]
+    assert "[Paris]" in found[0].snippet
+    for odd in ('"unbalanced', "AND OR NOT", "capital*", "(x", "*"):
+        history.search(odd)  # never an SQLite syntax error
+    with pytest.raises(SpecemError, match="the search is empty"):
+        history.search("   ")
+
+
+def test_deleting_a_chat_removes_its_messages_rounds_and_search_entries(history, monkeypatch):
+    monkeypatch.setattr(history_module, "FLUSH_SECONDS", 0.0)
+    chat = Chat()
+    history.add(chat, Turn("user", "zebra question"))
+    record = history.start_answer(chat, Turn("assistant", ""))
+    for event in answer_events():
+        record.event(event)
+    assert history.delete(chat.id) and not history.delete(chat.id)
+    assert history.search("zebra") == [] and history.chats() == []
+    with sqlite3.connect(history.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 0
+    with pytest.raises(SpecemError, match="no chat"):
+        history.load(chat.id)
+
+
+def test_a_question_taken_back_leaves_no_empty_chat(history):
+    chat = Chat()
+    question = history.add(chat, Turn("user", "hello"))
+    record = history.start_answer(chat, Turn("assistant", ""))
+    history.remove_messages([question, record.message_id])
+    assert history.chats() == []
+
+
+def test_the_migration_from_the_weights_only_schema_keeps_the_weights(tmp_path):
+    path = tmp_path / "specem.db"
+    with sqlite3.connect(path) as db:
+        MIGRATIONS[0](db)
+        db.execute("INSERT INTO weights VALUES ('a + b', '{\"a\": 0.1}', '{\"a\": 0.0}', 3, 0, 1.0)")
+        db.execute("PRAGMA user_version = 1")
+    History(path, chat_files=tmp_path / "none").chats()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
+    assert WeightStore(path).get("a + b").answers == 3
+
+
+def test_records_from_a_newer_version_keep_their_text(history):
+    chat = Chat()
+    history.add(chat, Turn("user", "hi"))
+    with sqlite3.connect(history.path) as db:
+        db.execute("UPDATE messages SET format = 99")
+    [turn] = history.load(chat.id).turns
+    assert turn.content == "hi" and "newer specem-local" in turn.error
+
+
+def test_an_unwritable_history_is_one_line(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    History(folder / "specem.db", chat_files=tmp_path / "none").chats()
+    folder.chmod(0o500)
+    (folder / "specem.db").chmod(0o400)
+    try:
+        if os.access(folder / "specem.db", os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        with pytest.raises(SpecemError, match="cannot") as caught:
+            History(folder / "specem.db", chat_files=tmp_path / "none").add(Chat(), Turn("user", "x"))
+        assert "\n" not in str(caught.value)
+    finally:
+        folder.chmod(0o700)
+
+
+def test_exports_are_user_only(tmp_path):
+    chat = Chat(turns=[Turn("user", "hi")])
+    for name, fmt in (("c.md", "markdown"), ("c.json", "json")):
+        path = export_chat(chat, tmp_path / name, fmt)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads((tmp_path / "c.json").read_text())["turns"][0]["content"] == "hi"

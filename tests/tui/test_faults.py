@@ -1,0 +1,145 @@
+"""The chat app as a new user and a hostile tester met it (issue 17, parts 2 and 3), on fake
+models: history search and delete, partial answers saved while streaming, settings kept,
+keys that work from the input box, and no markup eaten from messages."""
+
+from __future__ import annotations
+
+import time
+
+from specem_local import history as history_module
+from specem_local.chats import Chat, Turn
+from specem_local.history import History
+from specem_tui.screens.chat import ChatScreen
+from specem_tui.screens.history import HistoryScreen
+from specem_tui.screens.inspector import InspectorScreen
+from specem_tui.screens.settings import SettingsScreen
+from specem_tui.widgets.answer import AnswerView, SegmentText
+from specem_tui.widgets.prompt import PromptInput
+from tests.engine.conftest import fake_member
+from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
+from tests.tui.test_chat import ANSWER, app_with, pair
+
+__all__ = ["data_dir"]  # the autouse fixture
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_a_partial_answer_is_in_the_history_while_it_streams(monkeypatch):
+    monkeypatch.setattr(history_module, "FLUSH_SECONDS", 0.0)
+    slow = {"rounds": 0}
+
+    def pause(model, rows):
+        time.sleep(0.02)
+
+    app = app_with(*pair(on_decode=pause), segment_tokens=3)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.answering is not None and len(screen.answering.turn.rounds) >= 2)
+        saved = History().load(screen.chat.id).turns[-1]
+        assert saved.content and ANSWER.startswith(saved.content) and saved.final is None
+        slow["rounds"] = len(saved.rounds)
+        await wait_until(pilot, lambda: answered(app))
+    done = History().load(History().chats()[0].id).turns[-1]
+    assert done.content == ANSWER and done.final is not None and len(done.rounds) > slow["rounds"] >= 1
+
+
+async def test_the_history_screen_searches_every_chat_and_deletes_one_with_two_presses():
+    history = History()
+    for title, text in (("zebras", "Tell me about zebras"), ("lions", "Tell me about lions")):
+        chat = Chat(title=title)
+        history.add(chat, Turn("user", text))
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+        screen = app.screen
+        await pilot.press(*"zebra")  # full-text: a word, not a prefix of a title
+        await pilot.press(*"s")
+        await wait_until(pilot, lambda: screen.query_one("#chats").option_count == 1, 5)
+        await pilot.press("down", "ctrl+d")
+        assert len(History().chats()) == 2  # the first press only asks
+        await pilot.press("ctrl+d")
+        await wait_until(pilot, lambda: [c.title for c in History().chats()] == ["lions"], 5)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+
+
+async def test_settings_open_on_a_field_are_kept_for_the_next_start_and_errors_keep_brackets():
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        assert app.focused is not None and app.focused.id == "model-0"
+        segment = app.screen.query_one("#setting-segment_tokens")
+        segment.value = "7"
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        assert app.screen.settings.ensemble.segment_tokens == 7
+        app.notify("check models.toml [ensemble] and [[models]]")
+        await pilot.pause(0.05)
+        assert "check models.toml [ensemble] and [[models]]" in toasts(app)
+    again = app_with(*pair())
+    async with again.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(again))
+        assert again.screen.settings.ensemble.segment_tokens == 7
+
+
+async def test_export_works_from_the_input_box_and_tab_goes_somewhere_visible(tmp_path):
+    app = app_with(*pair())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        assert isinstance(app.focused, PromptInput)
+        await pilot.press("ctrl+e")
+        exported = tmp_path / f"specem-chat-{app.screen.chat.id}.md"
+        await wait_until(pilot, exported.exists, 5)
+        await pilot.press("tab")
+        assert isinstance(app.focused, AnswerView)  # not the scrolling conversation itself
+
+
+async def test_drafting_is_shown_and_an_early_stop_leaves_no_dangling_separator():
+    def pause(model, rows):
+        time.sleep(0.05)
+
+    app = app_with(*pair(on_decode=pause))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        view = app.screen.answering
+        assert "drafting" in str(view.query_one(SegmentText).content)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: answered(app), 10)
+        assert not view.border_subtitle.rstrip().endswith("·")
+
+
+async def test_the_inspector_shows_whole_model_names():
+    long_names = (
+        fake_member("a-rather-long-model-name-q4", ANSWER, n_params=3000),
+        fake_member("another-long-model-name-q8", "No idea."),
+    )
+    app = app_with(*long_names)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        view = app.screen.query_one(AnswerView)
+        view.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        table = app.screen.query_one("#candidates")
+        labels = [str(column.label) for column in table.columns.values()]
+        assert "by a-rather-long-model-name-q4" in labels and "by another-long-model-name-q8" in labels
+        assert "↑/↓" in app.screen.query_one("#inspector").border_title
+
+
+def test_a_colour_the_app_cannot_draw_is_a_one_line_error_before_loading(tmp_path, capsys):
+    from specem_tui.app import main
+
+    config = tmp_path / "models.toml"
+    config.write_text('[[models]]\nname = "m"\ndemo = "smollm2-135m"\ncolor = "notacolour"\n')
+    assert main(["--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "color 'notacolour' is not a colour" in error
