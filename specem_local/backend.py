@@ -92,7 +92,27 @@ def _init_backend() -> None:
         if not _initialised:
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
+            _return_large_buffers_to_the_system()
             _initialised = True
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _return_large_buffers_to_the_system() -> None:
+    """Logits rows (0.2-1 MB each) are allocated and freed by the thousand. After the first
+    large free, glibc raises its mmap threshold, so later rows come from the heap, which
+    fragments: peak RSS grew 6.6% over 150 short answers (``research/soak.py``), 0.4% with the
+    threshold fixed at glibc's default 128 KiB, at the same speed. Linux with glibc only."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # another C library (musl): nothing to tune
+        return
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
 
 
 # -- what llama.cpp was built with, and the devices it sees ----------------------------------------

@@ -183,6 +183,23 @@ def recorded(record: AnswerRecord | None, event: Event) -> AnswerRecord | None:
     return record
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from specem_local.engine import Ensemble
+    from specem_local.server import EnsembleServer, ServerOptions, check_binding
+
+    api_key = args.api_key or os.environ.get("SPECEM_API_KEY") or None
+    check_binding(args.host, api_key)
+    options = ServerOptions(api_key, args.queue, args.max_body_bytes, not args.no_log)
+    with Ensemble.from_config(config_from_args(args), **settings_overrides(args)) as ensemble:
+        server = EnsembleServer(ensemble, options)
+        where = f"http://{args.host}:{args.port}/v1"
+        print(f"specem serve: {where} serves {', '.join(ensemble.model_names)} as model 'specem'", flush=True)
+        uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origin: str) -> None:
     parts = []
     for name, wins in final.wins.items():
@@ -237,6 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
+
+    serve = commands.add_parser("serve", parents=[common], help="an OpenAI-compatible endpoint on this machine")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument("--api-key", help="require Authorization: Bearer KEY on every route (or SPECEM_API_KEY)")
+    serve.add_argument("--queue", type=int, default=4, help="requests that may wait for the models (default 4)")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
+    serve.add_argument("--no-log", action="store_true", help="do not record the answers in the history")
+    serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    add_settings_flags(serve)
+    serve.set_defaults(handler=cmd_serve)
 
     from specem_research import bench, calibrate, evaluate, pool
 

@@ -184,6 +184,11 @@ class Ensemble:
         self._check_threads(settings, len(members))
         return AnswerStream(self, members, settings, messages)
 
+    def check_settings(self, **overrides: object) -> EnsembleSettings:
+        """The settings an answer with these overrides would run with; a bad value is a
+        ``SpecemError`` and nothing starts (a server checks a request before it waits in line)."""
+        return with_overrides(self.settings, **overrides)
+
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
         """Answer a prompt; return the final record."""
         return self.stream(prompt, **overrides).final()

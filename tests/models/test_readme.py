@@ -11,3 +11,12 @@ def test_readme_python_example_runs(capsys):
     exec(compile(example, "README.md", "exec"), {})
     output = capsys.readouterr().out
     assert "weights=" in output and "tok/s" in output
+
+
+def test_the_api_docs_history_example_runs(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    api = (ROOT / "docs" / "api.md").read_text()
+    section = api[api.index("## Recording answers in the history") :]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    exec(compile(example, "docs/api.md", "exec"), {})
+    assert "42" in capsys.readouterr().out or (tmp_path / "specem.db").exists()

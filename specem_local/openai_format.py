@@ -1,0 +1,229 @@
+"""OpenAI's chat-completions format, both ways, as plain functions: a request body becomes the
+ensemble's messages and settings (or an ``ApiError`` naming the field), and the engine's events
+become ``chat.completion`` objects and ``chat.completion.chunk`` objects.
+
+The ensemble's own facts (who wrote a segment, how many candidates, the weights) travel in an
+``x_specem`` field that clients ignore, never in ``content``: clients send the assistant's text
+back in later turns.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
+
+MODEL_ID = "specem"
+# Fields the ensemble cannot honour: a 400 naming them, never a silent ignore.
+UNSUPPORTED = {
+    "tools": "tools (function calling)",
+    "tool_choice": "tools (function calling)",
+    "functions": "functions (function calling)",
+    "function_call": "functions (function calling)",
+    "logit_bias": "logit_bias",
+    "logprobs": "logprobs",
+    "top_logprobs": "logprobs",
+    "response_format": "response_format (structured output)",
+    "audio": "audio output",
+    "modalities": "modalities other than text",
+    "prediction": "predicted outputs",
+}
+
+
+class ApiError(Exception):
+    """An error in OpenAI's shape: HTTP status, message, and the offending field."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: list[dict[str, str]]
+    settings: dict[str, Any]
+    stream: bool = False
+    include_usage: bool = False
+    id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def parse_request(body: Any, served: str = MODEL_ID) -> Request:
+    """A chat-completions request as the ensemble's messages and settings."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model not in (served, None):
+        raise ApiError(
+            404, f"the model {model!r} does not exist; this server serves {served!r}", "model", "not_found_error"
+        )
+    for name, what in UNSUPPORTED.items():
+        if body.get(name) not in (None, False, [], {}) and not (name == "tool_choice" and body[name] == "none"):
+            raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
+    if body.get("n", 1) != 1:
+        raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if body.get(name, 0) not in (0, 0.0, None):
+            raise ApiError(400, f"{name} is not supported by the specem ensemble; remove it or set 0", name)
+    settings: dict[str, Any] = {}
+    if body.get("temperature") is not None:
+        settings["temperature"] = _number(body, "temperature", 0, 2)
+        settings["greedy"] = settings["temperature"] == 0
+    if body.get("top_p") is not None:
+        settings["top_p"] = _number(body, "top_p", 0, 1, low_open=True)
+    for name in ("max_completion_tokens", "max_tokens"):  # the newer name wins
+        if body.get(name) is not None:
+            settings["max_tokens"] = int(_number(body, name, 1, 1_000_000, whole=True))
+            break
+    if body.get("seed") is not None:
+        settings["seed"] = int(_number(body, "seed", -(2**63), 2**63 - 1, whole=True))
+    if body.get("stop") is not None:
+        settings["stop"] = _stops(body["stop"])
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", "stream_options")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream must be true or false", "stream")
+    return Request(_messages(body.get("messages")), settings, stream, bool(options.get("include_usage")))
+
+
+def _number(
+    body: dict[str, Any], name: str, low: float, high: float, *, whole: bool = False, low_open: bool = False
+) -> float:
+    value = body[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
+        raise ApiError(400, f"{name} must be {'an integer' if whole else 'a number'}, got {value!r}", name)
+    if not (low < value if low_open else low <= value) or value > high:
+        raise ApiError(400, f"{name} must be between {low} and {high}, got {value!r}", name)
+    return value
+
+
+def _stops(value: Any) -> list[str]:
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+        raise ApiError(400, "stop must be a string or up to 4 non-empty strings", "stop")
+    return stops
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, "messages must be a non-empty array", "messages")
+    messages = []
+    for index, message in enumerate(value):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"{where} must be an object", where)
+        role = {"developer": "system"}.get(message.get("role"), message.get("role"))
+        if role not in ("system", "user", "assistant"):
+            raise ApiError(400, f"{where}.role must be system, developer, user or assistant", f"{where}.role")
+        if message.get("tool_calls"):
+            raise ApiError(400, "tool calls are not supported by the specem ensemble", f"{where}.tool_calls")
+        messages.append({"role": role, "content": _text(message.get("content"), f"{where}.content")})
+    if messages[-1]["role"] != "user":
+        raise ApiError(400, "the last message must be the user's", "messages")
+    return messages
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's text: a string, or text parts (an image or audio part is a 400)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ApiError(400, f"{where}: only text parts are supported, not {kind!r}", where)
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ApiError(400, f"{where} must be a string or an array of text parts", where)
+
+
+# -- responses -----------------------------------------------------------------------------------
+FINISH = {"eos": "stop", "stop": "stop", "empty": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+def _base(request: Request, kind: str) -> dict[str, Any]:
+    return {"id": request.id, "object": kind, "created": request.created, "model": MODEL_ID, "system_fingerprint": None}
+
+
+def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, int]:
+    """Token counts: the prompt as the largest tokenizer counted it, the answer in its authors' tokens."""
+    prompt = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
+    return {"prompt_tokens": prompt, "completion_tokens": final.tokens, "total_tokens": prompt + final.tokens}
+
+
+def round_chunk(request: Request, event: RoundEvent, first: bool) -> dict[str, Any]:
+    delta: dict[str, Any] = {"content": event.text}
+    if first:
+        delta = {"role": "assistant", **delta}
+    return {
+        **_base(request, "chat.completion.chunk"),
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+        "x_specem": {
+            "round": event.index,
+            "author": event.author,
+            "candidates": len(event.candidates),
+            "decision": event.decision,
+            "weights": event.weights,
+        },
+    }
+
+
+def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, first: bool) -> list[dict[str, Any]]:
+    """The chunk that ends the answer (its finish reason), and the usage chunk if asked for."""
+    delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+    chunks = [
+        {
+            **_base(request, "chat.completion.chunk"),
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": FINISH.get(final.finish_reason, "stop")}
+            ],
+            "x_specem": {
+                "wins": final.wins,
+                "weights": final.weights,
+                "rounds": final.rounds,
+                "specem_finish_reason": final.finish_reason,
+            },
+        }
+    ]
+    if request.include_usage:
+        chunks.append({**_base(request, "chat.completion.chunk"), "choices": [], "usage": usage(start, final)})
+    return chunks
+
+
+def completion(request: Request, start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+    return {
+        **_base(request, "chat.completion"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": final.text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": FINISH.get(final.finish_reason, "stop"),
+            }
+        ],
+        "usage": usage(start, final),
+        "x_specem": {
+            "wins": final.wins,
+            "weights": final.weights,
+            "rounds": final.rounds,
+            "specem_finish_reason": final.finish_reason,
+        },
+    }
+
+
+def models_list(members: list[str], created: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "specem-local", "members": members}
+        ],
+    }

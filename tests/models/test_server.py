@@ -1,0 +1,270 @@
+"""``specem serve`` as a real process on a loopback port, with the demo trio, answered through
+the official ``openai`` client (and raw HTTP where a client would hide what is checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import ROOT
+
+KEY = "test-key-123"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("serve-data")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specem_local.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--api-key",
+            KEY,
+            "--queue",
+            "1",
+            "--max-body-bytes",
+            "20000",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "SPECEM_DATA_DIR": str(data)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail(f"the server did not start: {process.stdout.read().decode()[-2000:]}")
+    yield {"base": base, "data": data, "process": process}
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server["base"] + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+
+def health(server) -> dict:
+    return httpx.get(f"{server['base']}/health", headers={"Authorization": f"Bearer {KEY}"}).json()
+
+
+def ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_models_lists_the_ensemble_and_its_members(client):
+    [model] = client.models.list().data
+    assert model.id == "specem" and model.model_extra["members"] == [
+        "qwen2.5-coder-0.5b",
+        "gemma-3-270m",
+        "smollm2-135m",
+    ]
+
+
+def test_streamed_deltas_equal_the_answer_and_carry_the_authors(server, client):
+    cancelled = health(server)["cancelled"]
+    request = dict(model="specem", messages=ask("What is the capital of France?"), temperature=0, seed=7, max_tokens=40)
+    whole = client.chat.completions.create(**request)
+    chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content and text
+    content_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert content_chunks[0].choices[0].delta.role == "assistant"
+    assert all(
+        c.model_extra["x_specem"]["author"] in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m")
+        for c in content_chunks
+    )
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert [c.choices[0].finish_reason for c in finishing] == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    assert "x_specem" in whole.model_extra and whole.model_extra["x_specem"]["wins"]
+    assert health(server)["cancelled"] == cancelled  # answers that ran to their end are not counted
+
+
+def test_a_stop_string_and_a_multi_turn_conversation(client):
+    counted = client.chat.completions.create(
+        model="specem",
+        messages=ask("Count from one to ten in words, separated by commas."),
+        temperature=0,
+        max_tokens=60,
+        stop=["five"],
+    )
+    assert "five" not in counted.choices[0].message.content and counted.choices[0].finish_reason == "stop"
+    conversation = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    reply = client.chat.completions.create(model="specem", messages=conversation, temperature=0, max_tokens=20)
+    assert "Ada" in reply.choices[0].message.content
+
+
+def test_a_client_that_goes_away_cancels_its_answer_and_the_next_is_answered(server, client):
+    before = health(server)["cancelled"]
+    with httpx.stream(
+        "POST",
+        f"{server['base']}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={
+            "model": "specem",
+            "messages": ask("Write a very long story about a dragon."),
+            "stream": True,
+            "max_tokens": 400,
+            "temperature": 0.8,
+        },
+        timeout=120,
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                break  # one chunk, then hang up
+    deadline = time.monotonic() + 60
+    while health(server)["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert health(server)["cancelled"] == before + 1 and not health(server)["answering"]
+    after = client.chat.completions.create(model="specem", messages=ask("Say hi."), max_tokens=8)
+    assert after.choices[0].message.content
+
+
+def test_one_answer_at_a_time_one_waits_and_the_next_is_told_to_retry(server, client):
+    results: dict[str, object] = {}
+
+    def long_answer(name: str) -> None:
+        try:
+            results[name] = (
+                client.chat.completions.create(
+                    model="specem",
+                    messages=ask("Tell me a long story."),
+                    max_tokens=60,
+                    temperature=0.8,
+                )
+                .choices[0]
+                .message.content
+            )
+        except openai.APIStatusError as error:
+            results[name] = error.status_code
+
+    first = threading.Thread(target=long_answer, args=("first",))
+    first.start()
+    while not health(server)["answering"]:
+        time.sleep(0.02)
+    second = threading.Thread(target=long_answer, args=("second",))
+    second.start()
+    while health(server)["waiting"] < 1:
+        time.sleep(0.02)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="specem", messages=ask("Me too?"), max_tokens=4)
+    assert int(refused.value.response.headers["retry-after"]) >= 1  # the answers ahead, at the recent pace
+    first.join()
+    second.join()
+    assert isinstance(results["first"], str) and isinstance(results["second"], str)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
+        (
+            {"model": "specem", "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"1": 5}},
+            400,
+            "logit_bias",
+        ),
+        (
+            {
+                "model": "specem",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+            },
+            400,
+            "tools",
+        ),
+        (
+            {
+                "model": "specem",
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}],
+            },
+            400,
+            "messages[0].content",
+        ),
+        ({"model": "specem", "messages": []}, 400, "messages"),
+        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "temperature": 9}, 400, "temperature"),
+    ],
+)
+def test_what_the_ensemble_cannot_do_is_an_openai_error_naming_the_field(server, body, status, param):
+    response = httpx.post(
+        f"{server['base']}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"]
+    if status == 404:
+        assert "'specem'" in error["message"]
+
+
+def test_bad_json_an_oversized_body_and_keys(server):
+    url, auth = f"{server['base']}/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}
+    bad = httpx.post(url, content=b"{not json", headers={**auth, "Content-Type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    big = httpx.post(url, json={"model": "specem", "messages": ask("x" * 30000)}, headers=auth)
+    assert big.status_code == 413
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/health")):
+            refused = httpx.request(method, server["base"] + path, headers=headers, json={})
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_answers_served_are_in_the_history(server, client):
+    client.chat.completions.create(model="specem", messages=ask("A question for the history?"), max_tokens=8)
+    listed = subprocess.run(
+        [sys.executable, "-m", "specem_local.cli", "history", "list", "--origin", "serve", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "SPECEM_DATA_DIR": str(server["data"])},
+    )
+    titles = [chat["title"] for chat in json.loads(listed.stdout)]
+    assert "A question for the history?" in titles
+
+
+def test_binding_beyond_loopback_needs_a_key():
+    refused = subprocess.run(
+        [sys.executable, "-m", "specem_local.cli", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "SPECEM_API_KEY": ""},
+    )
+    assert refused.returncode == 1 and "would let other machines use these models" in refused.stderr
+    assert refused.stderr.count("\n") == 1

@@ -1,0 +1,135 @@
+"""The OpenAI request and response shapes, as pure functions (the server's tests use a real client)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specem_local import openai_format as oa
+from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
+
+
+def body(**fields):
+    return {"model": "specem", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def test_request_fields_map_onto_the_ensembles_settings():
+    parsed = oa.parse_request(
+        body(
+            temperature=0,
+            top_p=0.9,
+            max_tokens=20,
+            max_completion_tokens=30,
+            seed=4,
+            stop="END",
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert parsed.settings == {
+        "temperature": 0,
+        "greedy": True,
+        "top_p": 0.9,
+        "max_tokens": 30,
+        "seed": 4,
+        "stop": ["END"],
+    }
+    assert parsed.stream and parsed.include_usage and parsed.id.startswith("chatcmpl-")
+    assert oa.parse_request(body(model=None, tool_choice="none", n=1)).settings == {}
+
+
+def test_messages_take_text_parts_and_developer_is_system():
+    parsed = oa.parse_request(
+        {
+            "model": "specem",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            ],
+        }
+    )
+    assert parsed.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "ab"}]
+
+
+@pytest.mark.parametrize(
+    ("request_body", "status", "param"),
+    [
+        ([1], 400, None),
+        (body(model="llama3"), 404, "model"),
+        (body(n=3), 400, "n"),
+        (body(logprobs=True), 400, "logprobs"),
+        (body(response_format={"type": "json_object"}), 400, "response_format"),
+        (body(frequency_penalty=0.5), 400, "frequency_penalty"),
+        (body(temperature="hot"), 400, "temperature"),
+        (body(top_p=0), 400, "top_p"),
+        (body(max_tokens=2.5), 400, "max_tokens"),
+        (body(stop=["a", ""]), 400, "stop"),
+        (body(stream="yes"), 400, "stream"),
+        ({"model": "specem", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages"),
+        ({"model": "specem", "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role"),
+        ({"model": "specem", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+    ],
+)
+def test_what_cannot_be_honoured_is_refused_naming_the_field(request_body, status, param):
+    with pytest.raises(oa.ApiError) as caught:
+        oa.parse_request(request_body)
+    assert caught.value.status == status and caught.value.param == param
+    assert caught.value.body()["error"]["message"]
+
+
+def events():
+    start = StartEvent(
+        models=("a", "b"),
+        drafters=("a", "b"),
+        weights={"a": 0.6, "b": 0.4},
+        prompt_tokens={"a": 12, "b": 15},
+        plain_generation=False,
+    )
+    candidate = Candidate(model="a", text="Hi", ended=False, scores={}, shares={}, combined=None)
+    round_event = RoundEvent(
+        index=1,
+        text="Hi",
+        author="a",
+        decision="vote",
+        candidates=(candidate,),
+        weights={"a": 0.6, "b": 0.4},
+        drafters=("a", "b"),
+        draft_seconds={},
+        draft_tokens={},
+        verify_seconds={},
+        seconds=0.1,
+        answer_tokens=1,
+    )
+    final = FinalEvent(
+        text="Hi",
+        finish_reason="context",
+        rounds=1,
+        tokens=1,
+        seconds=0.1,
+        first_segment_seconds=0.1,
+        wins={"a": 1},
+        drafters_per_round=2.0,
+        weights={"a": 0.6, "b": 0.4},
+        plain_generation=False,
+    )
+    return start, round_event, final
+
+
+def test_chunks_and_the_completion_follow_openais_shapes():
+    request = oa.parse_request(body(stream=True, stream_options={"include_usage": True}))
+    start, round_event, final = events()
+    chunk = oa.round_chunk(request, round_event, first=True)
+    assert chunk["object"] == "chat.completion.chunk" and chunk["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": "Hi",
+    }
+    assert chunk["x_specem"]["author"] == "a" and chunk["x_specem"]["candidates"] == 1
+    ending, usage = oa.final_chunks(request, start, final, first=False)
+    assert ending["choices"][0]["finish_reason"] == "length" and ending["choices"][0]["delta"] == {}
+    assert usage["choices"] == [] and usage["usage"] == {
+        "prompt_tokens": 15,
+        "completion_tokens": 1,
+        "total_tokens": 16,
+    }
+    whole = oa.completion(request, start, final)
+    assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["content"] == "Hi"
+    assert whole["id"] == chunk["id"] == ending["id"]
