@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import statistics
@@ -35,36 +36,31 @@ def rss_bytes(pid: int) -> int | None:
     return int(line.split()[1]) * 1024 if line else None
 
 
-def start_server(queue: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """``specem serve`` on a free loopback port; returns once it answers HTTP (any status: a
+    server with --api-key answers /health with 401)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specem_local.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--queue",
-            str(queue),
-            "--log-level",
-            "warning",
-            "--no-log",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "specem_local.cli", "serve", "--port", str(port), "--log-level", "warning", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C works even from a background job
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
+        if process.poll() is not None:
+            break
         try:
-            if httpx.get(url + "/health").status_code == 200:
-                return process, url
+            httpx.get(url + "/health")
+            return process, url
         except httpx.TransportError:
             time.sleep(0.2)
     process.kill()
-    raise SystemExit("the server did not start")
+    output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+    raise RuntimeError(f"specem serve did not start: {output[-2000:]}")
 
 
 def client(
@@ -154,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="an already running server (loopback)")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
-    process, url = (None, args.url) if args.url else start_server(args.queue)
+    process, url = (None, args.url) if args.url else start_server("--queue", str(args.queue), "--no-log")
     try:
         if process is not None:  # one warm-up answer, so "before" is the loaded server's memory
             httpx.post(

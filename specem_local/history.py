@@ -119,14 +119,12 @@ class History:
     # -- reading ---------------------------------------------------------------------------------
     def chats(self, limit: int | None = None, origin: str | None = None) -> list[ChatSummary]:
         """Chats, most recently updated first."""
-        with self._transaction() as db:
-            self._first_look(db)
-            rows = db.execute(
-                "SELECT c.id, c.title, c.origin, c.created, c.updated, COUNT(m.id) FROM chats c"
-                " LEFT JOIN messages m ON m.chat_id = c.id WHERE ? IS NULL OR c.origin = ?"
-                " GROUP BY c.id ORDER BY c.updated DESC LIMIT ?",
-                (origin, origin, -1 if limit is None else limit),
-            ).fetchall()
+        rows = self._read(
+            "SELECT c.id, c.title, c.origin, c.created, c.updated, COUNT(m.id) FROM chats c"
+            " LEFT JOIN messages m ON m.chat_id = c.id WHERE ? IS NULL OR c.origin = ?"
+            " GROUP BY c.id ORDER BY c.updated DESC LIMIT ?",
+            (origin, origin, -1 if limit is None else limit),
+        )
         return [ChatSummary(*row) for row in rows]
 
     def load(self, chat_id: str) -> Chat:
@@ -151,15 +149,18 @@ class History:
         terms = " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
         if not terms:
             raise SpecemError("the search is empty; give a word to look for")
+        rows = self._read(
+            "SELECT m.chat_id, c.title, m.role, snippet(messages_fts, 0, '[', ']', '…', 12), c.updated"
+            " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid JOIN chats c ON c.id = m.chat_id"
+            " WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
+            (terms, limit),
+        )
+        return [Match(*row) for row in rows]
+
+    def _read(self, query: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._transaction() as db:
             self._first_look(db)
-            rows = db.execute(
-                "SELECT m.chat_id, c.title, m.role, snippet(messages_fts, 0, '[', ']', '…', 12), c.updated"
-                " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid JOIN chats c ON c.id = m.chat_id"
-                " WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
-                (terms, limit),
-            ).fetchall()
-        return [Match(*row) for row in rows]
+            return db.execute(query, parameters).fetchall()
 
     def _first_look(self, db: sqlite3.Connection) -> None:
         """Once per process, before the first read: import chat files not yet imported, and

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,54 +14,18 @@ import httpx
 import openai
 import pytest
 
+from specem_research.load import start_server
 from tests.conftest import ROOT
 
 KEY = "test-key-123"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve-data")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specem_local.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--api-key",
-            KEY,
-            "--queue",
-            "1",
-            "--max-body-bytes",
-            "20000",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "SPECEM_DATA_DIR": str(data)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    process, base = start_server(
+        "--api-key", KEY, "--queue", "1", "--max-body-bytes", "20000", env={"SPECEM_DATA_DIR": str(data)}
     )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail(f"the server did not start: {process.stdout.read().decode()[-2000:]}")
     yield {"base": base, "data": data, "process": process}
     process.terminate()
     process.wait(timeout=30)
