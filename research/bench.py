@@ -147,13 +147,17 @@ def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, An
 
 def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
     """Ensemble tokens/s against each member alone and the lockstep ideal, every run the same
-    number of tokens long (end-of-generation tokens are resampled)."""
+    number of tokens long (end-of-generation tokens are resampled). The members are timed
+    before and after the ensemble runs and the ideal uses their mean, so a machine whose speed
+    drifts during the bench (a shared virtual machine) moves the ratio less; both are kept."""
     common = dict(max_tokens=plan.speed_tokens, temperature=0.8, seed=3, ignore_eos=True)
-    members = {}
-    for name in ensemble.model_names:
-        final = ensemble.generate(prompt, models=[name], **common)
-        members[name] = final.tokens_per_second
-    ideal = 1 / sum(1 / speed for speed in members.values() if speed > 0)
+
+    def members_alone() -> dict[str, float]:
+        return {
+            name: ensemble.generate(prompt, models=[name], **common).tokens_per_second for name in ensemble.model_names
+        }
+
+    before = members_alone()
     runs = {}
     for label, overrides in (
         ("round-robin", {"drafting": "round-robin", "model_exit": False}),
@@ -166,9 +170,19 @@ def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
             "tokens_per_second": final.tokens_per_second,
             "tokens": final.tokens,
             "drafters_per_round": final.drafters_per_round,
-            "ratio_to_ideal": final.tokens_per_second / ideal,
         }
-    return {"members_tokens_per_second": members, "lockstep_ideal_tokens_per_second": ideal, "ensemble": runs}
+    after = members_alone()
+    members = {name: (before[name] + after[name]) / 2 for name in before}
+    ideal = 1 / sum(1 / speed for speed in members.values() if speed > 0)
+    for run in runs.values():
+        run["ratio_to_ideal"] = run["tokens_per_second"] / ideal
+    return {
+        "members_tokens_per_second": members,
+        "members_tokens_per_second_before": before,
+        "members_tokens_per_second_after": after,
+        "lockstep_ideal_tokens_per_second": ideal,
+        "ensemble": runs,
+    }
 
 
 def first_segment(ensemble, prompt: str) -> dict[str, Any]:
@@ -250,9 +264,13 @@ def print_summary(report: dict[str, Any]) -> None:
     ratio = rounds["ratio_last_to_first"]
     print(f"\n2. Per-round time by answer length: {near}" + (f" (ratio {ratio:.2f})" if ratio else ""))
     speed = report["speed"]
+    before, after = speed.get("members_tokens_per_second_before"), speed.get("members_tokens_per_second_after")
     print(
         "\n3. Tokens/s: "
-        + ", ".join(f"{n} {v:.1f}" for n, v in speed["members_tokens_per_second"].items())
+        + ", ".join(
+            f"{n} {v:.1f}" + (f" ({before[n]:.1f} before, {after[n]:.1f} after)" if before and after else "")
+            for n, v in speed["members_tokens_per_second"].items()
+        )
         + f"; lockstep ideal {speed['lockstep_ideal_tokens_per_second']:.1f}"
     )
     print_table(

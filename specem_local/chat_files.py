@@ -8,7 +8,9 @@ that cannot be read is a ``ValueError`` with a reason.
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,10 @@ def chat_from_json(data: Any) -> Chat:
     if not isinstance(data.get("id"), str) or not isinstance(data.get("turns", []), list):
         raise ValueError("not a chat file (no id, or turns that are not a list)")
     created, updated = data.get("created", 0.0), data.get("updated", 0.0)
-    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (created, updated)):
+    if not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        for value in (created, updated)
+    ):
         raise ValueError("a chat's created and updated times must be numbers")
     turns = [turn_from_json(turn) for turn in data.get("turns", [])]
     return Chat(data["id"], str(data.get("title", "Chat")), created, updated, turns, "import")
@@ -159,7 +164,12 @@ def export_chat(chat: Chat, target: Path, format_name: str = "markdown") -> Path
         text = chat_markdown(chat)
     else:
         text = json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1)
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, target)  # whole or not at all; an old export's permissions go with it
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return target

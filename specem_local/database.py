@@ -1,12 +1,12 @@
 """The user's database: one SQLite file for everything specem-local keeps (weights, history).
 
-``specem.db`` in the user data dir (``$SPECEM_DATA_DIR`` moves it), user-only permissions, WAL
-so readers never wait on a writer. The schema's version is ``PRAGMA user_version``;
-``MIGRATIONS`` brings an older file up to date one step at a time, inside the first write
-transaction that sees it, so two processes cannot both upgrade. Every unit of work is one
-``BEGIN IMMEDIATE`` transaction: the CLI, the chat app, a server and scripts can write at the
-same time and nothing is lost. Any SQLite or file-system failure becomes a one-line
-``SpecemError`` naming the file.
+``specem.db`` in the user data dir (``$SPECEM_DATA_DIR`` moves it), user-only permissions,
+WAL. The schema's version is ``PRAGMA user_version``; ``MIGRATIONS`` brings an older file up
+to date one step at a time, inside the first write transaction that sees it, so two processes
+cannot both upgrade. Every unit of work is one ``BEGIN IMMEDIATE`` transaction, reads included
+(a history read may first import old chat files): the CLI, the chat app, a server and scripts
+can write at the same time and nothing is lost; each waits its turn (up to 30 s). Any SQLite
+or file-system failure becomes a one-line ``SpecemError`` naming the file.
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ class Database:
             migrate(db, self.path)
             yield db
             db.execute("COMMIT")
+        except UnicodeError as error:  # a lone surrogate in some text: SQLite cannot store it
+            _rollback(db)
+            raise SpecemError(f"{self.path}: cannot store text that is not valid Unicode ({error.reason})") from None
         except (sqlite3.Error, OSError) as error:
             _rollback(db)
             raise SpecemError(f"{self.path}: cannot use the {what} ({error}){_hint(error)}") from None

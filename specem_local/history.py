@@ -29,6 +29,7 @@ from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 
 FLUSH_SECONDS = 1.0
+STALE_SECONDS = 600  # an answer still "streaming" with no write for this long was interrupted
 _CHAT_OF_MESSAGE = "SELECT chat_id FROM messages WHERE id = ?"
 
 
@@ -133,8 +134,6 @@ class History:
             self._first_look(db)
             query = "SELECT id, title, created, updated, origin FROM chats WHERE id = ?"
             row = db.execute(query, (chat_id,)).fetchone()
-            if row is None:
-                raise SpecemError(f"no chat {chat_id!r} in the history; `specem history list` shows the ids")
             turns = [
                 _turn(db, *message)
                 for message in db.execute(
@@ -142,6 +141,9 @@ class History:
                     (chat_id,),
                 ).fetchall()
             ]
+        self._looked = True  # committed: the first look is done
+        if row is None:
+            raise SpecemError(f"no chat {chat_id!r} in the history; `specem history list` shows the ids")
         return Chat(row[0], row[1], row[2], row[3], turns, row[4])
 
     def search(self, query: str, limit: int = 20) -> list[Match]:
@@ -160,14 +162,15 @@ class History:
     def _read(self, query: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._transaction() as db:
             self._first_look(db)
-            return db.execute(query, parameters).fetchall()
+            rows = db.execute(query, parameters).fetchall()
+        self._looked = True  # committed: the first look is done
+        return rows
 
     def _first_look(self, db: sqlite3.Connection) -> None:
         """Once per process, before the first read: import chat files not yet imported, and
         mark interrupted the answers still streaming whose writer has died on this machine."""
         if self._looked:
             return
-        self._looked = True
         import_chat_files(db, self._chat_files or chats_dir())
         host = socket.gethostname()
         streaming = db.execute("SELECT id, writer, updated FROM messages WHERE state = 'streaming'").fetchall()
@@ -180,8 +183,8 @@ class History:
 
 def import_chat_files(db: sqlite3.Connection, directory: Path) -> int:
     """Copy each chat file in ``directory`` into the history once (the files stay where they
-    are; a file already imported, or a chat id already stored, is skipped; an unreadable one
-    is left for another time). Returns how many chats were imported."""
+    are; a file already imported, or a chat id already stored, is skipped; one that cannot be
+    read or stored is left out, and tried again another time). Returns how many were imported."""
     imported = 0
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         key = str(path.resolve())
@@ -189,12 +192,19 @@ def import_chat_files(db: sqlite3.Connection, directory: Path) -> int:
             continue
         try:
             chat = read_chat_file(path)
-        except (OSError, ValueError):
+            db.execute("SAVEPOINT import_file")
+            try:
+                if not db.execute("SELECT 1 FROM chats WHERE id = ?", (chat.id,)).fetchone():
+                    store_chat(db, chat)
+                    imported += 1
+                db.execute("INSERT INTO imported_files VALUES (?, ?, ?)", (key, chat.id, time.time()))
+            except (sqlite3.Error, ValueError):  # this file only (text SQLite cannot store, say)
+                db.execute("ROLLBACK TO import_file")
+                raise
+            finally:
+                db.execute("RELEASE import_file")
+        except (OSError, ValueError, sqlite3.Error):
             continue
-        if not db.execute("SELECT 1 FROM chats WHERE id = ?", (chat.id,)).fetchone():
-            store_chat(db, chat)
-            imported += 1
-        db.execute("INSERT INTO imported_files VALUES (?, ?, ?)", (key, chat.id, time.time()))
     return imported
 
 
@@ -316,18 +326,20 @@ def _writer() -> str:
 
 
 def _writer_alive(writer: Any, host: str, updated: float) -> bool:
-    """Whether the process that streams an answer may still be writing it. Another machine's
-    (a synced data dir) counts as alive for a day; on Windows, where there is no cheap probe,
-    ten minutes without a write means it died."""
+    """Whether the process that streams an answer may still be writing it. A writer flushes at
+    least every round, so ten minutes without a write means it died (whatever its process id
+    says: ids are reused, and another machine's cannot be asked); sooner, a process of this
+    machine that no longer exists."""
+    if time.time() - updated > STALE_SECONDS:
+        return False
     name, _, pid = str(writer).rpartition(":")
-    if name != host or not pid.isdigit():
-        return time.time() - updated < 86_400
-    if os.name != "posix":
-        return time.time() - updated < 600
+    if name != host or not pid.isdigit() or os.name != "posix":
+        return True
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return True
     return True

@@ -9,6 +9,7 @@ back in later turns.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     for name, what in UNSUPPORTED.items():
         if body.get(name) not in (None, False, [], {}) and not (name == "tool_choice" and body[name] == "none"):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
-    if body.get("n", 1) != 1:
+    if body.get("n") not in (None, 1):
         raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
     for name in ("presence_penalty", "frequency_penalty"):
         if body.get(name, 0) not in (0, 0.0, None):
@@ -98,10 +99,15 @@ def _number(
     body: dict[str, Any], name: str, low: float, high: float, *, whole: bool = False, low_open: bool = False
 ) -> float:
     value = body[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
-        raise ApiError(400, f"{name} must be {'an integer' if whole else 'a number'}, got {value!r}", name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or (whole and value != int(value))
+    ):
+        raise ApiError(400, f"{name} must be {'an integer' if whole else 'a number'}, got {str(value)[:40]}", name)
     if not (low < value if low_open else low <= value) or value > high:
-        raise ApiError(400, f"{name} must be between {low} and {high}, got {value!r}", name)
+        raise ApiError(400, f"{name} must be between {low} and {high}, got {str(value)[:40]}", name)
     return value
 
 
@@ -120,7 +126,8 @@ def _messages(value: Any) -> list[dict[str, str]]:
         where = f"messages[{index}]"
         if not isinstance(message, dict):
             raise ApiError(400, f"{where} must be an object", where)
-        role = {"developer": "system"}.get(message.get("role"), message.get("role"))
+        role = message.get("role")
+        role = {"developer": "system"}.get(role, role) if isinstance(role, str) else None
         if role not in ("system", "user", "assistant"):
             raise ApiError(400, f"{where}.role must be system, developer, user or assistant", f"{where}.role")
         if message.get("tool_calls"):
@@ -134,7 +141,7 @@ def _messages(value: Any) -> list[dict[str, str]]:
 def _text(content: Any, where: str) -> str:
     """A message's text: a string, or text parts (an image or audio part is a 400)."""
     if isinstance(content, str):
-        return content
+        return _unicode(content, where)
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -142,8 +149,17 @@ def _text(content: Any, where: str) -> str:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ApiError(400, f"{where}: only text parts are supported, not {kind!r}", where)
             texts.append(part["text"])
-        return "".join(texts)
+        return _unicode("".join(texts), where)
     raise ApiError(400, f"{where} must be a string or an array of text parts", where)
+
+
+def _unicode(text: str, where: str) -> str:
+    """JSON can carry half of a surrogate pair (a client that cut an emoji in two); no model can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, f"{where} is not valid Unicode (a lone surrogate, such as half an emoji)", where) from None
+    return text
 
 
 # -- responses -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -109,13 +110,20 @@ class EnsembleServer:
                 kind="rate_limit_error",
                 headers={"Retry-After": str(self._retry_after())},
             )
-        events = self._answer(parsed)
-        if parsed.stream:
-            return EventSourceResponse(self._chunks(parsed, events), ping=15, sep="\n")
+        place = _PlaceInLine(self)  # taken now, so requests arriving together are counted
+        events = self._answer(parsed, place)
+        if parsed.stream:  # the background task gives the place back if the stream never starts
+            return EventSourceResponse(
+                self._chunks(parsed, events), ping=15, sep="\n", background=BackgroundTask(place.give_back)
+            )
         try:
             start, final = await self._collect(events, request)
         except SpecemError as error:
             return _error(400, str(error))
+        except Exception as error:  # a fault of the server or llama.cpp, said the way OpenAI says it
+            return _error(500, f"the answer failed: {type(error).__name__}: {error}", kind="server_error")
+        finally:
+            place.give_back()
         if final is None:
             return _error(499, "the client went away")
         return JSONResponse(oa.completion(parsed, start, final))
@@ -129,45 +137,29 @@ class EnsembleServer:
         return _error(405, f"{request.method} is not allowed on {request.url.path}")
 
     # -- answers ---------------------------------------------------------------------------------
-    async def _answer(self, parsed: oa.Request) -> AsyncIterator[Event]:
+    async def _answer(self, parsed: oa.Request, place: _PlaceInLine) -> AsyncIterator[Event]:
         """The answer's events, in order, as the worker thread produces them. Ending early
         (the client went away) cancels the answer; the next one starts when it has stopped."""
         loop = asyncio.get_running_loop()
         if self._turn is None:
             self._turn = asyncio.Lock()
-        self.waiting += 1
         try:
             await self._turn.acquire()
         finally:
-            self.waiting -= 1
+            place.give_back()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         try:
             stream = self.ensemble.stream(parsed.messages, **parsed.settings)
+            self.answering = True
+            self._answer_started = time.monotonic()
+            worker = threading.Thread(
+                target=self._work, args=(parsed, stream, loop, queue), name="specem-answer", daemon=True
+            )
+            worker.start()
         except BaseException:
+            self.answering = False
             self._turn.release()
             raise
-        self.answering = True
-        self._answer_started = time.monotonic()
-        record = self._start_record(parsed)
-
-        def work() -> None:
-            finish = None
-            try:
-                for event in stream:
-                    if record is not None:
-                        record.event(event)
-                    if isinstance(event, FinalEvent):
-                        finish = event.finish_reason
-                    loop.call_soon_threadsafe(queue.put_nowait, event)
-            except BaseException as error:  # handed to the loop, which raises it there
-                if record is not None:
-                    record.fail(str(error))
-                loop.call_soon_threadsafe(queue.put_nowait, error)
-            finally:  # counted as cancelled only if it ended so, not if the stream was merely let go after its end
-                loop.call_soon_threadsafe(self._answer_ended, finish == "cancelled")
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
-
-        threading.Thread(target=work, name="specem-answer", daemon=True).start()
         try:
             while (item := await queue.get()) is not _END:
                 if isinstance(item, BaseException):
@@ -175,6 +167,24 @@ class EnsembleServer:
                 yield item
         finally:
             stream.cancel()  # a no-op once the answer has ended; else it stops at the next round
+
+    def _work(self, parsed: oa.Request, stream: Any, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+        """The worker thread: record the request, run the answer, hand each event (or the error)
+        to the loop. Whatever happens, the loop hears the end and the models are released."""
+        finish = None
+        try:
+            record = self._start_record(parsed)
+            for event in stream:
+                if record is not None and not record.error:
+                    record.event(event)
+                if isinstance(event, FinalEvent):
+                    finish = event.finish_reason
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+        except BaseException as error:  # handed to the loop, which raises it there
+            loop.call_soon_threadsafe(queue.put_nowait, error)
+        finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
+            loop.call_soon_threadsafe(self._answer_ended, finish == "cancelled")
+            loop.call_soon_threadsafe(queue.put_nowait, _END)
 
     def _retry_after(self) -> int:
         """Seconds until a place in line is likely: the answers ahead at the recent pace."""
@@ -202,8 +212,9 @@ class EnsembleServer:
                 elif isinstance(event, FinalEvent):
                     for chunk in oa.final_chunks(parsed, start, event, first):
                         yield json.dumps(chunk, ensure_ascii=False)
-        except SpecemError as error:  # after the stream began: say it the way OpenAI's servers do
-            yield json.dumps(_error_body(str(error), "server_error"))
+        except Exception as error:  # after the stream began: say it the way OpenAI's servers do
+            detail = str(error) if isinstance(error, SpecemError) else f"{type(error).__name__}: {error}"
+            yield json.dumps(_error_body(f"the answer failed: {detail}", "server_error"))
         yield "[DONE]"
 
     async def _collect(
@@ -230,7 +241,7 @@ class EnsembleServer:
             for message in parsed.messages:
                 self.history.add(chat, Turn(message["role"], message["content"]))
             return self.history.start_answer(chat, Turn("assistant", ""))
-        except SpecemError as error:
+        except Exception as error:
             print(f"specem serve: warning: not recorded in the history: {error}", flush=True)
             return None
 
@@ -264,6 +275,21 @@ class EnsembleServer:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise oa.ApiError(400, f"the request body is not valid JSON ({error})") from None
+
+
+class _PlaceInLine:
+    """A request's place in the queue for the models, given back exactly once: when its answer
+    starts, or when its response ends without the answer ever starting."""
+
+    def __init__(self, server: EnsembleServer) -> None:
+        self.server = server
+        self.held = True
+        server.waiting += 1
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.server.waiting -= 1
 
 
 def _error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:

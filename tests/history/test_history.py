@@ -196,3 +196,41 @@ def test_exports_are_user_only(tmp_path):
         path = export_chat(chat, tmp_path / name, fmt)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads((tmp_path / "c.json").read_text())["turns"][0]["content"] == "hi"
+
+
+def test_one_bad_chat_file_does_not_stop_the_others_or_the_history(tmp_path):
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    good = Chat(id="good", turns=[Turn("user", "hello")])
+    (chats / "good.json").write_text(json.dumps(chat_to_json(good)))
+    (chats / "nan.json").write_text('{"id": "nan", "created": NaN, "turns": []}')
+    (chats / "surrogate.json").write_text('{"id": "half", "turns": [{"role": "user", "content": "\\ud83d"}]}')
+    history = History(tmp_path / "specem.db", chat_files=chats)
+    with pytest.raises(SpecemError, match="no chat 'missing'"):
+        history.load("missing")  # the first look is kept even though this read found nothing
+    assert [c.id for c in history.chats()] == ["good"]
+    assert [c.id for c in History(tmp_path / "specem.db", chat_files=chats).chats()] == ["good"]
+
+
+def test_an_answer_whose_writer_went_quiet_is_interrupted_even_if_its_pid_is_reused(history):
+    chat = Chat()
+    history.add(chat, Turn("user", "q"))
+    record = history.start_answer(chat, Turn("assistant", "partial"))
+    with sqlite3.connect(history.path) as db:  # written by this (live) process 20 minutes ago
+        db.execute("UPDATE messages SET updated = updated - 1200 WHERE id = ?", (record.message_id,))
+    answer = History(history.path, chat_files=history._chat_files).load(chat.id).turns[-1]
+    assert answer.error == INTERRUPTED and answer.content == "partial"
+
+
+def test_text_sqlite_cannot_store_is_one_line(history):
+    with pytest.raises(SpecemError, match="not valid Unicode"):
+        history.add(Chat(), Turn("user", "half an emoji \ud83d"))
+
+
+def test_an_export_over_an_older_world_readable_file_is_user_only(tmp_path):
+    target = tmp_path / "chat.md"
+    target.write_text("old")
+    target.chmod(0o644)
+    export_chat(Chat(turns=[Turn("user", "hi")]), target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and "hi" in target.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.md"]  # no temporary file left

@@ -153,6 +153,30 @@ def test_one_answer_at_a_time_one_waits_and_the_next_is_told_to_retry(server, cl
     assert isinstance(results["first"], str) and isinstance(results["second"], str)
 
 
+def test_streamed_requests_arriving_together_are_counted_in_line(server):
+    def stream(results: list[int]) -> None:
+        with httpx.stream(
+            "POST",
+            f"{server['base']}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"model": "specem", "messages": ask("Tell me a story."), "stream": True, "max_tokens": 24},
+            timeout=300,
+        ) as response:
+            response.read()
+            results.append(response.status_code)
+
+    while health(server)["answering"] or health(server)["waiting"]:
+        time.sleep(0.05)
+    results: list[int] = []
+    threads = [threading.Thread(target=stream, args=(results,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [200, 200, 429, 429]  # one answering, one waiting (--queue 1)
+    assert health(server)["waiting"] == 0 and not health(server)["answering"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "param"),
     [

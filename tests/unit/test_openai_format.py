@@ -133,3 +133,23 @@ def test_chunks_and_the_completion_follow_openais_shapes():
     whole = oa.completion(request, start, final)
     assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["content"] == "Hi"
     assert whole["id"] == chunk["id"] == ending["id"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"max_tokens": float("inf")}, "max_tokens"),
+        ({"seed": float("nan")}, "seed"),
+        ({"seed": 10**400}, "seed"),
+        ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "half an emoji \ud83d"}]}, "messages[0].content"),
+    ],
+)
+def test_numbers_json_allows_and_text_no_model_can_take_are_400s(extra, param):
+    with pytest.raises(oa.ApiError) as caught:
+        oa.parse_request(body(**extra))
+    assert caught.value.status == 400 and caught.value.param == param and len(caught.value.message) < 200
+
+
+def test_a_null_field_means_absent():
+    assert oa.parse_request(body(n=None, temperature=None, stop=None)).settings == {}

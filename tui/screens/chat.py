@@ -214,8 +214,9 @@ class ChatScreen(Screen[None]):
         if self.asked is not None:
             self.asked.remove()
         self.query_one(PromptInput).text = user_turn.content
-        if self.record is not None and self.question_id is not None:
-            self.forget_question([self.question_id, self.record.message_id])
+        taken_back = [i for i in (self.question_id, self.record and self.record.message_id) if i is not None]
+        if taken_back:
+            self.forget_question(taken_back)
         self.answer = self.answering = self.asked = self.record = None
 
     def end_answer(self) -> None:
@@ -231,7 +232,7 @@ class ChatScreen(Screen[None]):
     # -- the history ---------------------------------------------------------------------------------
     def record_question(self, question: Turn, answer: Turn) -> None:
         """Save the question, and the answer as it streams; a failure is said, not fatal."""
-        self.record = None
+        self.record = self.question_id = None
         try:
             self.question_id = self.history.add(self.chat, question)
             self.record = self.history.start_answer(self.chat, answer)
