@@ -32,6 +32,11 @@ def small_context(tmp_path: Path, n_ctx: int, twice: bool = False) -> Path:
 
 def test_a_context_below_512_neither_aborts_nor_hides_why_it_stopped(tmp_path):
     config = small_context(tmp_path, 300)
+    # The tester's repro: 350 words (381 tokens) in one prompt chunk larger than the batch that
+    # llama.cpp capped at n_ctx = 300: GGML_ASSERT and SIGABRT (rc 134) before.
+    repro = specem("run", "--config", str(config), "-", stdin=" ".join(["word"] * 350))
+    assert repro.returncode == 0, repro.stderr
+    assert repro.stdout.strip() or "without writing anything" in repro.stderr
     long_prompt = "Summarise this text. " + " ".join(["sentence"] * 800)
     assert_clean_error(specem("run", "--config", str(config), "-", stdin=long_prompt), "leaves no room to answer")
     short = specem("run", "--config", str(config), "--max-tokens", "1000", "--ignore-eos", "Tell me a story.")
