@@ -24,16 +24,9 @@ from typing import Any
 
 import httpx
 
+from specem_local.ram import rss_bytes
+
 QUESTIONS = ("What is six times seven?", "Name a planet.", "Write one line about rain.", "What is 2 + 2?")
-
-
-def rss_bytes(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    line = next((line for line in status.splitlines() if line.startswith("VmRSS:")), None)
-    return int(line.split()[1]) * 1024 if line else None
 
 
 def start_server(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:

@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import random
-import resource
 import sqlite3
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from specem_local.chats import Chat, Turn, title_for
 from specem_local.config import load_config
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.history import History
+from specem_local.ram import peak_rss_bytes
 
 QUESTIONS = (
     "What is six times seven?",
@@ -34,11 +34,6 @@ QUESTIONS = (
     "What is the capital of France?",
     "Give me a word that rhymes with cat.",
 )
-
-
-def peak_rss_bytes() -> int:
-    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def one_answer(ensemble: Ensemble, history: History, rng: random.Random, max_tokens: int) -> dict[str, Any]:
@@ -50,8 +45,7 @@ def one_answer(ensemble: Ensemble, history: History, rng: random.Random, max_tok
         "seed": rng.randrange(1000),
     }
     chat = Chat(title=title_for(question), origin="api")
-    history.add(chat, Turn("user", question))
-    record = history.start_answer(chat, Turn("assistant", ""))
+    record = history.start_answer(chat, Turn("assistant", ""), asked=[Turn("user", question)])
     stream = ensemble.stream(question, **settings)
     cancel_after = rng.choice([None, None, None, 1, 2])  # a quarter of the answers are cancelled
     rounds = 0

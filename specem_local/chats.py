@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from specem_local.events import FinalEvent, RoundEvent
+from specem_local.events import Event, FinalEvent, RoundEvent
 
 EVENT_FORMAT = 2  # the version of the event records a chat holds (chat files of version 1 are upgraded)
 INTERRUPTED = "interrupted: the program ended before the answer was complete"
@@ -31,6 +31,16 @@ class Turn:
     def done(self) -> bool:
         """Finished, stopped or failed: nothing more will stream into it."""
         return self.final is not None or self.error is not None
+
+    def add(self, event: Event) -> None:
+        """Take one of the answer's events: a round adds its segment, the final record sets
+        the whole text (a stop string may have cut it); the start event changes nothing."""
+        if isinstance(event, RoundEvent):
+            self.rounds.append(event)
+            self.content += event.text
+        elif isinstance(event, FinalEvent):
+            self.final = event
+            self.content = event.text
 
 
 def new_chat_id() -> str:

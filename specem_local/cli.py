@@ -165,8 +165,7 @@ def start_record(prompt: str) -> AnswerRecord | None:
 
     history, chat = History(), Chat(title=title_for(prompt), origin="run")
     try:
-        history.add(chat, Turn("user", prompt))
-        return history.start_answer(chat, Turn("assistant", ""))
+        return history.start_answer(chat, Turn("assistant", ""), asked=[Turn("user", prompt)])
     except SpecemError as error:
         print(f"specem: warning: not recorded in the history: {error} (--no-log skips it)", file=sys.stderr)
         return None

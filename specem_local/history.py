@@ -18,6 +18,8 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,29 +64,33 @@ class History:
         self._chat_files = Path(chat_files) if chat_files else None
         self._looked = False
 
-    def _transaction(self):
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._database.transaction("chat history")
 
     # -- writing ---------------------------------------------------------------------------------
     def add(self, chat: Chat, turn: Turn) -> int:
         """Append a finished turn (a user message, or an answer as it stands) to the chat, which
         is created if it is new; returns the message's id."""
-        return self._insert(chat, turn, _state(turn))
+        [message_id] = self._insert(chat, [(turn, _state(turn))])
+        return message_id
 
-    def start_answer(self, chat: Chat, turn: Turn) -> AnswerRecord:
-        """Append an answer about to stream; the record writes it as it grows."""
-        return AnswerRecord(self, self._insert(chat, turn, "streaming"), turn)
+    def start_answer(self, chat: Chat, turn: Turn, asked: Sequence[Turn] = ()) -> AnswerRecord:
+        """Append the turns ``asked`` (the question, or a request's whole conversation), then
+        an answer about to stream, in one transaction; the record writes the answer as it grows."""
+        *asked_ids, answer_id = self._insert(chat, [*((t, _state(t)) for t in asked), (turn, "streaming")])
+        return AnswerRecord(self, answer_id, turn, asked_ids)
 
-    def _insert(self, chat: Chat, turn: Turn, state: str) -> int:
+    def _insert(self, chat: Chat, turns: list[tuple[Turn, str]]) -> list[int]:
+        """Append ``(turn, state)`` pairs to the chat (created if new); their message ids."""
         now = time.time()
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO chats VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET updated = excluded.updated",
                 (chat.id, chat.title, chat.origin, chat.created, now),
             )
-            message_id = _insert_message(db, chat.id, turn, state, _writer(), now)
+            ids = [_insert_message(db, chat.id, turn, state, _writer(), now) for turn, state in turns]
         chat.updated = now
-        return message_id
+        return ids
 
     def update(self, message_id: int, turn: Turn, rounds_saved: int) -> None:
         """Write an answer's text, state and the rounds after the first ``rounds_saved``."""
@@ -222,25 +228,21 @@ class AnswerRecord:
     most ``FLUSH_SECONDS`` behind, and everything at the final event. Writing failures are
     kept in ``error`` (the answer goes on; the front end says so once)."""
 
-    def __init__(self, history: History, message_id: int, turn: Turn) -> None:
+    def __init__(self, history: History, message_id: int, turn: Turn, asked_ids: Sequence[int] = ()) -> None:
         self.history = history
         self.message_id = message_id
+        self.asked_ids = list(asked_ids)  # the turns saved with it (to take back with it)
         self.turn = turn
         self.error: str | None = None
         self._saved_rounds = len(turn.rounds)
         self._last_write = time.monotonic()
 
     def event(self, event: Event) -> None:
-        """Take one engine event (the turn may already hold it: a front end may share it)."""
-        if isinstance(event, RoundEvent):
-            if not self.turn.rounds or self.turn.rounds[-1] is not event:
-                self.turn.rounds.append(event)
-                self.turn.content += event.text
-            if time.monotonic() - self._last_write >= FLUSH_SECONDS:
-                self.flush()
-        elif isinstance(event, FinalEvent):
-            self.turn.final = event
-            self.turn.content = event.text
+        """Add one engine event to the turn; write when a second has passed, or at the end."""
+        self.turn.add(event)
+        if isinstance(event, FinalEvent) or (
+            isinstance(event, RoundEvent) and time.monotonic() - self._last_write >= FLUSH_SECONDS
+        ):
             self.flush()
 
     def fail(self, error: str) -> None:

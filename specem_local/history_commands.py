@@ -5,23 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from specem_local.chat_files import chat_markdown, chat_to_json, export_chat
 from specem_local.errors import SpecemError
 from specem_local.history import History
-from specem_local.terminal import print_table
+from specem_local.terminal import print_table, when
 
 
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a count; give a whole number, 0 for all")
     return int(text)
-
-
-def _when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 def cmd_history_list(args: argparse.Namespace) -> int:
@@ -33,7 +28,7 @@ def cmd_history_list(args: argparse.Namespace) -> int:
     else:
         print_table(
             ["ID", "UPDATED", "FROM", "MESSAGES", "TITLE"],
-            [[c.id, _when(c.updated), c.origin, c.messages, c.title] for c in chats],
+            [[c.id, when(c.updated), c.origin, c.messages, c.title] for c in chats],
         )
     return 0
 
@@ -45,7 +40,7 @@ def cmd_history_search(args: argparse.Namespace) -> int:
     elif not found:
         print("No message has all of those words.", file=sys.stderr)
     else:
-        rows = [[m.chat_id, _when(m.updated), m.role, m.snippet] for m in found]
+        rows = [[m.chat_id, when(m.updated), m.role, m.snippet] for m in found]
         print_table(["ID", "UPDATED", "ROLE", "MATCH"], rows)
     return 0
 

@@ -87,7 +87,6 @@ class Member:
         self.prompt_format = prompt_format
         self.tokens: list[int] = []  # committed sequence 0
         self.last_row: np.ndarray | None = None
-        self.drafted = 0  # tokens this round's draft added to sequence 0 after ``tokens``
         self._draft: Draft | None = None  # this round's draft, while its tokens are in sequence 0
         self._prompt_cache: tuple[list[int], np.ndarray] | None = None
 
@@ -99,7 +98,6 @@ class Member:
     def start(self, prompt_tokens: list[int]) -> None:
         """Make sequence 0 hold exactly ``prompt_tokens``, reusing the cached common prefix
         (multi-turn chats do not re-decode their history) and dropping everything else."""
-        self.drafted = 0
         self._draft = None
         if self._prompt_cache is not None and self._prompt_cache[0] == prompt_tokens:
             self.model.seq_remove(-1, len(prompt_tokens), -1)
@@ -123,10 +121,14 @@ class Member:
         """Forget everything: an empty KV cache and no cached prompt."""
         self.model.clear()
         self.tokens = []
-        self.drafted = 0
         self._draft = None
         self.last_row = None
         self._prompt_cache = None
+
+    @property
+    def drafted(self) -> int:
+        """Tokens this round's draft added to sequence 0 after ``tokens``."""
+        return len(self._draft.tokens) if self._draft is not None else 0
 
     @property
     def room(self) -> int:
@@ -177,7 +179,6 @@ class Member:
             drafted.append(token)
             data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
-            self.drafted = len(drafted)
         decoded = list(drafted)
         while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
             ended = False
@@ -291,7 +292,6 @@ class Member:
         Own aligned draft: keep its cells. Scored in-line: adopt the winner's sequence (seq_rm
         our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it."""
         prefix = len(self.tokens)
-        self.drafted = 0
         self._draft = None
         if own is not None and own.text_tokens is not None:
             kept = len(own.text_tokens)

@@ -193,21 +193,28 @@ def round_chunk(request: Request, event: RoundEvent, first: bool) -> dict[str, A
     }
 
 
+def _finish_reason(final: FinalEvent) -> str:
+    return FINISH.get(final.finish_reason, "stop")
+
+
+def _summary(final: FinalEvent) -> dict[str, Any]:
+    """What the ensemble says of a whole answer, beside OpenAI's fields."""
+    return {
+        "wins": final.wins,
+        "weights": final.weights,
+        "rounds": final.rounds,
+        "specem_finish_reason": final.finish_reason,
+    }
+
+
 def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, first: bool) -> list[dict[str, Any]]:
     """The chunk that ends the answer (its finish reason), and the usage chunk if asked for."""
     delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
     chunks = [
         {
             **_base(request, "chat.completion.chunk"),
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": FINISH.get(final.finish_reason, "stop")}
-            ],
-            "x_specem": {
-                "wins": final.wins,
-                "weights": final.weights,
-                "rounds": final.rounds,
-                "specem_finish_reason": final.finish_reason,
-            },
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish_reason(final)}],
+            "x_specem": _summary(final),
         }
     ]
     if request.include_usage:
@@ -223,16 +230,11 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
                 "index": 0,
                 "message": {"role": "assistant", "content": final.text, "refusal": None},
                 "logprobs": None,
-                "finish_reason": FINISH.get(final.finish_reason, "stop"),
+                "finish_reason": _finish_reason(final),
             }
         ],
         "usage": usage(start, final),
-        "x_specem": {
-            "wins": final.wins,
-            "weights": final.weights,
-            "rounds": final.rounds,
-            "specem_finish_reason": final.finish_reason,
-        },
+        "x_specem": _summary(final),
     }
 
 

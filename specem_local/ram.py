@@ -1,4 +1,4 @@
-"""Host memory (RAM) for warnings and benchmarks: what is free now, this process's peak RSS."""
+"""Host memory (RAM) for warnings and benchmarks: what is free now, a process's RSS and peak RSS."""
 
 from __future__ import annotations
 
@@ -41,3 +41,13 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set size."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def rss_bytes(pid: int) -> int | None:
+    """A process's resident set size now (Linux ``/proc``; None where that cannot be read)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    line = next((line for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return int(line.split()[1]) * 1024 if line else None

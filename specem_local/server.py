@@ -237,10 +237,9 @@ class EnsembleServer:
         if self.history is None:
             return None
         chat = Chat(title=title_for(parsed.messages[-1]["content"]), origin="serve")
+        asked = [Turn(message["role"], message["content"]) for message in parsed.messages]
         try:
-            for message in parsed.messages:
-                self.history.add(chat, Turn(message["role"], message["content"]))
-            return self.history.start_answer(chat, Turn("assistant", ""))
+            return self.history.start_answer(chat, Turn("assistant", ""), asked=asked)
         except Exception as error:
             print(f"specem serve: warning: not recorded in the history: {error}", flush=True)
             return None

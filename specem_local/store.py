@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +43,8 @@ class WeightStore:
         self._database = Database(path)
         self.path = self._database.path
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._database.transaction("weights database") as db:
-            yield db
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._database.transaction("weights database")
 
     def get(self, key: str) -> StoredWeights | None:
         with self._transaction() as db:

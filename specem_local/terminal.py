@@ -8,6 +8,7 @@ help and limits.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,3 +77,8 @@ def human_count(count: int | None) -> str:
     if count is None:
         return "-"
     return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+
+
+def when(seconds: float) -> str:
+    """A moment as the history lists show it: ``2026-11-23 05:04``, local time."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))

@@ -14,13 +14,10 @@ import pytest
 
 from specem_local.backend import LlamaModel
 from specem_local.demo_models import DEMO_MODELS, assemble_demo
+from specem_local.ram import rss_bytes
+from specem_research.faults import AT_A_TERMINAL
 from tests.conftest import ROOT
 from tests.models.test_cli import assert_clean_error, specem
-
-AT_A_TERMINAL = (  # SIGINT as at a terminal, even when the tests run in the background
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'specem_local.cli', *sys.argv[1:]])"
-)
 
 
 def small_context(tmp_path: Path, n_ctx: int, twice: bool = False) -> Path:
@@ -62,15 +59,6 @@ def test_ctrl_c_in_a_callback_from_llama_cpp_stops_the_load():
     LlamaModel(path, n_ctx=512, n_seq_max=2, n_threads=2).close()  # nothing left half-done
 
 
-def rss_bytes(pid: int) -> int:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    line = next((line for line in status.splitlines() if line.startswith("VmRSS:")), "VmRSS: 0 kB")
-    return int(line.split()[1]) * 1024
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's memory from /proc")
 def test_ctrl_c_while_the_models_load_stops_with_130():
     process = subprocess.Popen(
@@ -80,7 +68,7 @@ def test_ctrl_c_while_the_models_load_stops_with_130():
         cwd=ROOT,
     )
     deadline = time.monotonic() + 60
-    while rss_bytes(process.pid) < 250 * 2**20 and time.monotonic() < deadline:  # weights coming in
+    while (rss_bytes(process.pid) or 0) < 250 * 2**20 and time.monotonic() < deadline:  # weights coming in
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
     output, errors = process.communicate(timeout=60)

@@ -76,7 +76,6 @@ class ChatScreen(Screen[None]):
         self.chat = chat or Chat()
         self.history = history or History()
         self.record: AnswerRecord | None = None  # the answer being written, as the history keeps it
-        self.question_id: int | None = None  # the question it answers, in the history
         self.settings, self.settings_problem = remembered_settings(ensemble.settings, ensemble.model_names)
         self.answer: AnswerStream | None = None  # the answer being written
         self.answering: AnswerView | None = None  # where it is shown
@@ -181,17 +180,17 @@ class ChatScreen(Screen[None]):
             return
         if isinstance(event, StartEvent):
             self.query_one(WeightsPanel).reset(event.weights, event.models, event.weights_origin)
-        elif isinstance(event, RoundEvent):
-            view.add_round(event)
+            return
+        if self.record is not None:  # it adds the event to the turn, and saves it
+            self.record.event(event)
+            self.say_if_not_saved()
+        else:
+            view.turn.add(event)
+        if isinstance(event, RoundEvent):
+            view.refresh_segments()
             self.query_one(WeightsPanel).add_round(event)
             self.query_one("#conversation", VerticalScroll).scroll_end(animate=False)
         elif isinstance(event, FinalEvent):
-            view.turn.content = event.text
-            view.turn.final = event
-        if self.record is not None:
-            self.record.event(event)
-            self.say_if_not_saved()
-        if isinstance(event, FinalEvent):
             self.end_answer()
 
     def on_answer_failed(self, message: AnswerFailed) -> None:
@@ -214,9 +213,8 @@ class ChatScreen(Screen[None]):
         if self.asked is not None:
             self.asked.remove()
         self.query_one(PromptInput).text = user_turn.content
-        taken_back = [i for i in (self.question_id, self.record and self.record.message_id) if i is not None]
-        if taken_back:
-            self.forget_question(taken_back)
+        if self.record is not None:
+            self.forget_question([*self.record.asked_ids, self.record.message_id])
         self.answer = self.answering = self.asked = self.record = None
 
     def end_answer(self) -> None:
@@ -232,10 +230,9 @@ class ChatScreen(Screen[None]):
     # -- the history ---------------------------------------------------------------------------------
     def record_question(self, question: Turn, answer: Turn) -> None:
         """Save the question, and the answer as it streams; a failure is said, not fatal."""
-        self.record = self.question_id = None
+        self.record = None
         try:
-            self.question_id = self.history.add(self.chat, question)
-            self.record = self.history.start_answer(self.chat, answer)
+            self.record = self.history.start_answer(self.chat, answer, asked=[question])
         except SpecemError as error:
             self.notify(f"This chat is not being saved: {error}", severity="error", timeout=10)
 

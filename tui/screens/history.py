@@ -3,8 +3,6 @@ one (Down moves into the list), Ctrl+D twice deletes one."""
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,10 +13,12 @@ from textual.widgets.option_list import Option
 
 from specem_local.errors import SpecemError
 from specem_local.history import History
+from specem_local.terminal import when
 
 
-def _when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+def chat_id_of(option: Option) -> str:
+    """The chat an option stands for (search results carry ``id<TAB>n``: one chat may match twice)."""
+    return str(option.id).split("\t")[0]
 
 
 class HistoryScreen(ModalScreen[str | None]):
@@ -54,13 +54,13 @@ class HistoryScreen(ModalScreen[str | None]):
             if query.strip():
                 found = self.history.search(query, limit=50)
                 options.add_options(
-                    Option(Text(f"{_when(m.updated)}  {m.title} — {m.role}: {m.snippet}"), id=f"{m.chat_id}\t{i}")
+                    Option(Text(f"{when(m.updated)}  {m.title} — {m.role}: {m.snippet}"), id=f"{m.chat_id}\t{i}")
                     for i, m in enumerate(found)
                 )
             else:
                 chats = self.history.chats(limit=500)
                 options.add_options(
-                    Option(Text(f"{_when(c.updated)}  {c.title}  ({c.messages})"), id=c.id) for c in chats
+                    Option(Text(f"{when(c.updated)}  {c.title}  ({c.messages})"), id=c.id) for c in chats
                 )
         except SpecemError as error:
             self.notify(str(error), severity="error", timeout=10)
@@ -74,7 +74,7 @@ class HistoryScreen(ModalScreen[str | None]):
         options = self.query_one(OptionList)
         if options.option_count:
             index = options.highlighted or 0
-            self.dismiss(str(options.get_option_at_index(index).id).split("\t")[0])
+            self.dismiss(chat_id_of(options.get_option_at_index(index)))
 
     def action_focus_list(self) -> None:
         options = self.query_one(OptionList)
@@ -83,7 +83,7 @@ class HistoryScreen(ModalScreen[str | None]):
             options.highlighted = options.highlighted or 0
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(str(event.option.id).split("\t")[0])
+        self.dismiss(chat_id_of(event.option))
 
     def action_delete(self) -> None:
         """Ctrl+D twice on the same chat deletes it (the first press asks)."""
@@ -91,7 +91,7 @@ class HistoryScreen(ModalScreen[str | None]):
         if options.highlighted is None:
             self.notify("Choose a chat first (Down, then arrows).")
             return
-        chat_id = str(options.get_option_at_index(options.highlighted).id).split("\t")[0]
+        chat_id = chat_id_of(options.get_option_at_index(options.highlighted))
         if chat_id == self.current:
             self.notify("That chat is open; start a new one (Ctrl+N) to delete it.", severity="warning")
             return

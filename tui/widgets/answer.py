@@ -12,7 +12,7 @@ from textual.style import Style
 from textual.widgets import Markdown, Static
 
 from specem_local.chats import Turn
-from specem_local.events import RoundEvent, finish_note
+from specem_local.events import finish_note
 
 
 class UserMessage(Static):
@@ -92,11 +92,6 @@ class AnswerView(Vertical, can_focus=True):
 
     def refresh_segments(self) -> None:
         self.query_one(SegmentText).update(self.segments_content())
-
-    def add_round(self, event: RoundEvent) -> None:
-        self.turn.rounds.append(event)
-        self.turn.content += event.text
-        self.refresh_segments()
 
     def finish(self) -> None:
         """The answer is complete, stopped or failed: show the summary and the Markdown view."""
