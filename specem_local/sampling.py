@@ -14,6 +14,22 @@ from specem_local.config import EnsembleSettings
 
 Sampler = Callable[[np.ndarray], int]
 
+THRESHOLD_SAMPLE = 4096  # logits read to find a value that at least k logits reach
+
+
+def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the ``k`` largest logits, in no particular order. The k-th largest of a
+    strided sample is a value at least k logits reach, so only the few logits that reach it
+    are partitioned, not the whole vocabulary: drafting samples once per token, and a full
+    partition of Gemma's 262,144 logits took 2.2-2.8 ms, a seventh of a drafting step on a
+    CPU and much of the 2 ms a whole token took on an H100."""
+    stride = logits.size // THRESHOLD_SAMPLE
+    if stride < 2 or k > THRESHOLD_SAMPLE:
+        return np.argpartition(logits, -k)[-k:]
+    threshold = np.partition(logits[::stride], -k)[-k]
+    ids = np.flatnonzero(logits >= threshold)
+    return ids[np.argpartition(logits[ids], -k)[-k:]] if ids.size > k else ids
+
 
 def greedy_sampler() -> Sampler:
     return lambda logits: int(np.argmax(logits))
@@ -24,7 +40,7 @@ def filtered_probabilities(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Token ids kept by top-k, then top-p, then min-p, and their renormalised probabilities."""
     if 0 < top_k < logits.size:
-        ids = np.argpartition(logits, -top_k)[-top_k:]
+        ids = top_k_ids(logits, top_k)
     else:
         ids = np.arange(logits.size)
     scaled = logits[ids].astype(np.float64) / temperature

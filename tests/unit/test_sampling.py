@@ -1,6 +1,8 @@
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specem_local.sampling import filtered_probabilities, make_sampler
+from specem_local.sampling import filtered_probabilities, make_sampler, top_k_ids
 from specem_local.settings import EnsembleSettings
 
 
@@ -28,3 +30,29 @@ def test_same_seed_same_samples():
     sampler_b = make_sampler(settings, np.random.default_rng(7))
     assert [sampler_a(logits) for _ in range(20)] == [sampler_b(logits) for _ in range(20)]
     assert first[0] == make_sampler(settings, np.random.default_rng(7))(logits)
+
+
+@given(
+    vocabulary=st.integers(1, 60_000),
+    k=st.integers(1, 120),
+    seed=st.integers(0, 2**32 - 1),
+    levels=st.sampled_from([0, 3, 50]),  # 0: continuous logits; else that many distinct values (ties)
+    masked=st.floats(0.0, 0.99),
+)
+@settings(max_examples=150, deadline=None)
+def test_top_k_ids_are_the_k_largest(vocabulary, k, seed, levels, masked):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=vocabulary).astype(np.float32) * 4
+    if levels:
+        logits = rng.integers(0, levels, vocabulary).astype(np.float32)
+    logits[rng.random(vocabulary) < masked] = -np.inf  # resampling masks end-of-generation tokens
+    k = min(k, vocabulary)
+    ids = top_k_ids(logits, k)
+    assert len(ids) == len(set(ids.tolist())) == k
+    np.testing.assert_array_equal(np.sort(logits[ids]), np.sort(logits)[-k:])
+
+
+def test_top_k_ids_on_a_large_vocabulary_read_a_sample_first():
+    logits = np.random.default_rng(3).normal(size=262_144).astype(np.float32)
+    ids = top_k_ids(logits, 40)
+    assert set(ids.tolist()) == set(np.argsort(logits)[-40:].tolist())
