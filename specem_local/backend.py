@@ -245,6 +245,7 @@ class LlamaModel:
             raise SpecemError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}: {reason}")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = n_batch
+        self.n_threads = n_threads
         self.n_seq_max = n_seq_max
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
         layers = int(llama_cpp.llama_model_n_layer(self._model)) + 1  # the repeating layers and the output
@@ -389,3 +390,9 @@ class LlamaModel:
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
+
+    def set_threads(self, threads: int) -> None:
+        """Decode with ``threads`` CPU threads from the next call on (a context parameter)."""
+        if threads != self.n_threads:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.n_threads = threads

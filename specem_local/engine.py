@@ -81,8 +81,7 @@ class Ensemble:
         self._state = threading.Lock()  # guards _open and _closed
         self._open: weakref.ref[AnswerStream] | None = None  # a dropped stream frees the ensemble
         self._closed = False
-        self._stepping: int | None = None  # the thread running a step
-        self._warned_threads = False
+        self._in_step = threading.local()  # .active: this thread runs a step (or a part of one)
 
     @classmethod
     def from_config(
@@ -116,7 +115,7 @@ class Ensemble:
 
     def close(self) -> None:
         """Free the models. Cancels the open answer and waits for its step in flight first."""
-        if self._stepping == threading.get_ident():
+        if getattr(self._in_step, "active", False):
             raise SpecemError("close() was called from inside an answer's step; close the ensemble after it")
         self.cancel()
         with self._running, self._state:
@@ -181,7 +180,6 @@ class Ensemble:
         settings = with_overrides(self.settings, **overrides)
         messages = as_messages(prompt, settings.system_prompt)
         members = self._select(models)
-        self._check_threads(settings, len(members))
         return AnswerStream(self, members, settings, messages)
 
     def check_settings(self, **overrides: object) -> EnsembleSettings:
@@ -210,18 +208,6 @@ class Ensemble:
         if not can_draft_and_verify(chosen):
             raise SpecemError("the chosen models cannot both draft and verify; pick at least one that does each")
         return chosen
-
-    def _check_threads(self, settings: EnsembleSettings, models: int) -> None:
-        """Warn once when threaded drafting asks for more llama.cpp threads than there are cores."""
-        cores = os.cpu_count() or 1
-        threads = self.threads_per_model
-        if settings.drafting != "threads" or threads is None or threads * models <= cores or self._warned_threads:
-            return
-        self._warned_threads = True
-        self._warn(
-            f"warning: drafting in threads runs {models} models x {threads} threads on {cores} cores; "
-            f"set threads_per_model = {max(1, cores // models)} in models.toml or use round-robin drafting"
-        )
 
     def _open_answer(self, answer: AnswerStream) -> None:
         with self._state:
@@ -267,23 +253,53 @@ class Ensemble:
         with self._running:
             if self._closed:
                 raise SpecemError("this ensemble was closed during the answer")
-            self._stepping = threading.get_ident()
+            self._in_step.active = True
             try:
                 return next(steps)
             finally:
-                self._stepping = None
+                self._in_step.active = False
 
     def _threaded(self, settings: EnsembleSettings) -> bool:
-        """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU, where
-        they were 1.1-1.8x round-robin (docs/performance.md); on CPU cores they are level."""
+        """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU, where they
+        were 1.1-1.8x round-robin; on 2 CPU cores they are level (docs/performance.md)."""
         if settings.drafting == "auto":
             return any(m.model.placement.startswith("GPU") for m in self.members)
         return settings.drafting == "threads"
 
     def _map(self, settings: EnsembleSettings, function: Callable, items: list) -> list:
-        if self._threaded(settings) and len(items) > 1 and self._executor is not None:
-            return list(self._executor.map(function, items))
+        threaded = self._threaded(settings) and len(items) > 1 and self._executor is not None
+        self._share_cores(len(items) if threaded else 1)
+        if threaded:
+            return list(self._executor.map(self._part_of_step(function), items))
         return [function(item) for item in items]
+
+    def _part_of_step(self, function: Callable) -> Callable:
+        """``function`` run in a worker thread as part of the step (close() from it is an error)."""
+
+        def part(item: object) -> object:
+            self._in_step.active = True
+            try:
+                return function(item)
+            finally:
+                self._in_step.active = False
+
+        return part
+
+    def _share_cores(self, at_once: int) -> None:
+        """Give the models that decode at once a share of the cores each, at most
+        ``threads_per_model``: more llama.cpp threads than cores only wait on each other."""
+        if self.threads_per_model is None:  # models made by the caller: their threads are theirs
+            return
+        threads = max(1, min(self.threads_per_model, available_cores() // at_once))
+        for member in self.members:
+            member.model.set_threads(threads)
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class AnswerStream(Iterator[Event]):

@@ -100,6 +100,11 @@ class LanguageModel(Protocol):
         """Empty the KV memory."""
         ...
 
+    def set_threads(self, threads: int) -> None:
+        """The CPU threads the next decodes use (the engine shares the cores among models
+        that decode at once)."""
+        ...
+
     def close(self) -> None:
         """Free the model; no call may follow."""
         ...

@@ -101,8 +101,7 @@ class Answer:
         )
         finish = ""
         if not self.cancel.is_set():
-            for i in self.following:
-                self.members[i].start(prompts[i])
+            self.map(lambda i: self.members[i].start(prompts[i]), self.following)
         while not finish:
             if self.cancel.is_set():
                 finish = "cancelled"

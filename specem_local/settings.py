@@ -110,7 +110,7 @@ class EnsembleSettings:
     drafting: str = setting(
         "auto",
         "speed",
-        "draft one model after another, or in threads (auto: threads when models run on a GPU)",
+        "draft one model after another, or at once in threads sharing the cores (auto: threads on a GPU)",
         choices=("auto", "round-robin", "threads"),
     )
     model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")
@@ -137,7 +137,9 @@ class EnsembleSettings:
 class LoadSettings:
     """Read once when the models load (models.toml ``[ensemble]``, ``Ensemble.from_config``)."""
 
-    threads_per_model: int = setting(2, "load", "llama.cpp CPU threads per model", low=1)
+    threads_per_model: int = setting(
+        2, "load", "llama.cpp CPU threads per model (models decoding at once share the cores)", low=1
+    )
     gpu_layers: int = setting(
         -1, "load", "layers on the GPU for models that do not set n_gpu_layers (-1 = all; GPU builds only)", low=-1
     )

@@ -68,6 +68,7 @@ class FakeModel:
         self.decoded_rows = 0
         self.violations: list[str] = []
         self.closed = False
+        self.threads = 1
         self._decoding = False
 
     # -- vocabulary ----------------------------------------------------------------------------
@@ -177,6 +178,10 @@ class FakeModel:
     def clear(self) -> None:
         self._check_open("clear")
         self.cells = []
+
+    def set_threads(self, threads: int) -> None:
+        assert not self._decoding, "threads changed during a decode"
+        self.threads = threads
 
     def close(self) -> None:
         if self._decoding:

@@ -3,11 +3,11 @@ never frees a model under a running decode."""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 
+from specem_local import engine
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
@@ -127,15 +127,22 @@ def test_cancel_from_another_thread_between_rounds():
     assert events[-1].finish_reason == "cancelled" and events[-1].rounds == 2
 
 
-def test_threaded_drafting_warns_when_threads_outnumber_the_cores():
-    members = list(pair())
-    cores = os.cpu_count() or 1
-    ensemble = Ensemble(members, EnsembleSettings(greedy=True), loaded=Loaded(members, threads_per_model=cores))
-    with pytest.warns(UserWarning, match=r"2 models x \d+ threads"):
-        ensemble.generate(QUESTION, drafting="threads")
-    assert len(ensemble.warnings) == 1
-    ensemble.generate(QUESTION, drafting="threads")  # once is enough
-    assert len(ensemble.warnings) == 1
+def test_models_that_decode_at_once_share_the_cores(monkeypatch):
+    monkeypatch.setattr(engine, "available_cores", lambda: 4)
+    members = [fake_member(name, TEXT) for name in "abc"]
+    ensemble = Ensemble(members, EnsembleSettings(greedy=True), loaded=Loaded(members, threads_per_model=3))
+    seen: dict[str, set[int]] = {"threads": set(), "round-robin": set()}
+
+    def threads_now(drafting: str):
+        return lambda _item: seen[drafting].update(m.model.threads for m in members)
+
+    for drafting in seen:
+        settings = ensemble.check_settings(drafting=drafting)
+        ensemble._map(settings, threads_now(drafting), [0, 1, 2])  # three at once: 4 // 3 cores each
+    assert seen == {"threads": {1}, "round-robin": {3}}  # one at a time: threads_per_model
+    ensemble._map(ensemble.check_settings(drafting="threads"), threads_now("threads"), [0, 1])
+    assert seen["threads"] == {1, 2}
+    assert ensemble.generate(QUESTION, drafting="threads").text == TEXT
 
 
 def test_a_closed_stream_yields_nothing_more():
@@ -175,7 +182,8 @@ def test_an_answer_broken_off_by_an_exception_ends_as_cancelled():
     assert ensemble.generate(QUESTION).text == TEXT
 
 
-def test_close_from_inside_a_step_is_an_error_not_a_deadlock():
+@pytest.mark.parametrize("drafting", ["round-robin", "threads"])  # threads: close() from a worker thread
+def test_close_from_inside_a_step_is_an_error_not_a_deadlock(drafting):
     errors = []
 
     def close_now(model, rows):
@@ -186,7 +194,7 @@ def test_close_from_inside_a_step_is_an_error_not_a_deadlock():
                 errors.append(str(error))
 
     ensemble = fake_ensemble(*pair(on_decode=close_now))
-    assert ensemble.generate(QUESTION).text == TEXT
+    assert ensemble.generate(QUESTION, drafting=drafting).text == TEXT
     assert errors and "from inside an answer's step" in errors[0]
 
 
