@@ -145,19 +145,28 @@ def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, An
     }
 
 
+def speed_settings(tokens: int) -> dict[str, Any]:
+    """Every speed run: the same length (end-of-generation tokens resampled), sampling and seed."""
+    return dict(max_tokens=tokens, temperature=0.8, seed=3, ignore_eos=True)
+
+
+def members_alone(ensemble, prompt: str, common: dict[str, Any]) -> dict[str, float]:
+    """Each member's tokens/s answering alone."""
+    return {name: ensemble.generate(prompt, models=[name], **common).tokens_per_second for name in ensemble.model_names}
+
+
+def lockstep_ideal(members: dict[str, float]) -> float:
+    """Tokens/s if every member generated every token and nothing else cost: 1 / Σ 1/speed."""
+    return 1 / sum(1 / speed for speed in members.values() if speed > 0)
+
+
 def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
     """Ensemble tokens/s against each member alone and the lockstep ideal, every run the same
     number of tokens long (end-of-generation tokens are resampled). The members are timed
     before and after the ensemble runs and the ideal uses their mean, so a machine whose speed
     drifts during the bench (a shared virtual machine) moves the ratio less; both are kept."""
-    common = dict(max_tokens=plan.speed_tokens, temperature=0.8, seed=3, ignore_eos=True)
-
-    def members_alone() -> dict[str, float]:
-        return {
-            name: ensemble.generate(prompt, models=[name], **common).tokens_per_second for name in ensemble.model_names
-        }
-
-    before = members_alone()
+    common = speed_settings(plan.speed_tokens)
+    before = members_alone(ensemble, prompt, common)
     runs = {}
     for label, overrides in (
         ("round-robin", {"drafting": "round-robin", "model_exit": False}),
@@ -171,9 +180,9 @@ def speeds(ensemble, prompt: str, plan: BenchPlan) -> dict[str, Any]:
             "tokens": final.tokens,
             "drafters_per_round": final.drafters_per_round,
         }
-    after = members_alone()
+    after = members_alone(ensemble, prompt, common)
     members = {name: (before[name] + after[name]) / 2 for name in before}
-    ideal = 1 / sum(1 / speed for speed in members.values() if speed > 0)
+    ideal = lockstep_ideal(members)
     for run in runs.values():
         run["ratio_to_ideal"] = run["tokens_per_second"] / ideal
     return {

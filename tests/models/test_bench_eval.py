@@ -75,3 +75,24 @@ def test_eval_bad_tasks_file(tmp_path):
     tasks.write_text('{"question": "no answer"}\n')
     result = specem("eval", str(tasks), "--output", str(tmp_path / "out"))
     assert result.returncode == 1 and "tasks.jsonl:1: not a task line" in result.stderr
+
+
+def test_decode_cost_measures_every_member(trio):
+    from specem_research.decode_cost import measure, print_report
+
+    report = measure(trio, tokens=20, repeats=1)
+    assert report["models"] == trio.model_names
+    assert all(c["draft_step_ms"] > 0 and c["batch_rows"] == 20 and c["row_ms"] > 0 for c in report["costs"])
+    assert 0 < report["ceiling"] < report["ceiling_with_shared_starts"] < 1
+    answer = report["answer"]
+    assert answer["tokens"] >= 20 and answer["drafting_seconds"] > 0 and answer["verification_seconds"] > 0
+    print_report(report)
+
+
+def test_drafting_comparison_alternates_every_mode(trio):
+    from specem_research.drafting import MODES, compare
+
+    report = compare(trio, repeats=1, tokens=12)
+    assert set(report["median_ratio"]) == set(MODES)
+    [run] = report["runs"]
+    assert run["ideal"] > 0 and all(ratio > 0 for ratio in run["ratio"].values())
