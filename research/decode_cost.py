@@ -10,7 +10,8 @@ So even with nothing else to pay, the ratio to the ideal is at most
 with d_m a drafting step's time and v_m a batch row's time (the batch's time / its rows).
 This script measures d_m and v_m per member, alternating them so a machine whose speed drifts
 moves both, and prints that ceiling; then it runs one no-exit answer and splits its time into
-drafting, verification and the rest, to check the model against the real loop.
+drafting, verification and the rest, to check the model against the real loop. It assumes
+every member drafts and verifies (the demo trio's roles).
 
     python -m specem_research.decode_cost [--threads N] [--config models.toml] [--output decode_cost.json]
 """
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from specem_local.config import load_config
+from specem_local.engine import Ensemble, available_cores
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.member import Member
 from specem_local.model import BatchRow
@@ -87,8 +89,8 @@ def ceiling(costs: list[dict[str, Any]], foreign: int, shared: float = 0.0) -> f
 
 
 def answer_split(ensemble, tokens: int) -> dict[str, float]:
-    """One no-exit, round-robin answer: seconds reading the prompt (before the first round),
-    drafting, verifying, and everything else in the rounds (vote, commit, events)."""
+    """One no-exit, round-robin answer: seconds drafting, verifying, everything else in the
+    rounds (vote, commit), and outside the rounds (reading the prompt, handing events over)."""
     stream = ensemble.stream(
         bench_prompts()["story"],
         max_tokens=tokens,
@@ -113,7 +115,7 @@ def answer_split(ensemble, tokens: int) -> dict[str, float]:
         "seconds": final.seconds,
         "drafting_seconds": drafting,
         "verification_seconds": verifying,
-        "prompt_seconds": final.seconds - rounds,
+        "outside_rounds_seconds": final.seconds - rounds,
         "other_seconds": rounds - drafting - verifying,
         "verification_to_drafting": verifying / drafting,
     }
@@ -123,6 +125,9 @@ def measure(ensemble, tokens: int, repeats: int = REPEATS) -> dict[str, Any]:
     """Step costs, the ceiling they allow, and one answer's split, on a loaded ensemble."""
     settings = ensemble.settings
     foreign = len(ensemble.members) - 1
+    threads = min(ensemble.threads_per_model or 1, available_cores())
+    for member in ensemble.members:  # as a model decoding alone in an answer
+        member.model.set_threads(threads)
     costs = [step_costs(m, foreign, settings.segment_tokens, settings, repeats) for m in ensemble.members]
     for member in ensemble.members:
         member.reset()
@@ -149,13 +154,13 @@ def print_report(report: dict[str, Any]) -> None:
         )
     print(
         f"no-exit ceiling: {report['ceiling']:.2f}x the lockstep ideal "
-        f"({report['ceiling_with_shared_starts']:.2f}x if 17% of foreign tokens are shared starts)"
+        f"(at most {report['ceiling_with_shared_starts']:.2f}x: 17% of foreign tokens shared starts, the most seen)"
     )
     a = report["answer"]
     print(
         f"one no-exit answer ({a['tokens']} tokens, {a['seconds']:.1f} s): drafting {a['drafting_seconds']:.1f} s, "
         f"verification {a['verification_seconds']:.1f} s ({a['verification_to_drafting']:.2f} of drafting), "
-        f"other {a['other_seconds']:.2f} s, reading the prompt {a['prompt_seconds']:.2f} s"
+        f"other {a['other_seconds']:.2f} s, outside the rounds (mostly the prompt) {a['outside_rounds_seconds']:.2f} s"
     )
 
 
@@ -167,8 +172,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS, help="measurements per cost (the median is kept)")
     parser.add_argument("--threads", type=int, help="llama.cpp threads per model (default: threads_per_model)")
     args = parser.parse_args()
-    from specem_local.engine import Ensemble
-
     overrides = {"threads_per_model": args.threads} if args.threads else {}
     with Ensemble.from_config(load_config(args.config), **overrides) as ensemble:
         ensemble.weight_store = None  # every answer from the prior: the runs must not teach each other

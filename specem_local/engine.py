@@ -14,6 +14,7 @@ is open is a ``SpecemError`` (never a hang). Each answer has its own cancel toke
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import warnings
@@ -261,7 +262,8 @@ class Ensemble:
 
     def _threaded(self, settings: EnsembleSettings) -> bool:
         """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU, where they
-        were 1.1-1.8x round-robin; on 2 CPU cores they are level (docs/performance.md)."""
+        were 1.1-1.8x round-robin; on 2 CPU cores they are level without model exit and within
+        about 10% either way with it (docs/performance.md)."""
         if settings.drafting == "auto":
             return any(m.model.placement.startswith("GPU") for m in self.members)
         return settings.drafting == "threads"
@@ -270,8 +272,21 @@ class Ensemble:
         threaded = self._threaded(settings) and len(items) > 1 and self._executor is not None
         self._share_cores(len(items) if threaded else 1)
         if threaded:
-            return list(self._executor.map(self._part_of_step(function), items))
+            return self._in_workers(function, items)
         return [function(item) for item in items]
+
+    def _in_workers(self, function: Callable, items: list) -> list:
+        """``function`` over ``items`` in the worker threads. Returns or raises only when every
+        worker has stopped: after an error or Ctrl-C in one, the others would otherwise go on
+        decoding while the next step uses the same models."""
+        assert self._executor is not None
+        futures = [self._executor.submit(self._part_of_step(function), item) for item in items]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
+            concurrent.futures.wait(futures)
 
     def _part_of_step(self, function: Callable) -> Callable:
         """``function`` run in a worker thread as part of the step (close() from it is an error)."""

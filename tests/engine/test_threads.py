@@ -4,6 +4,7 @@ never frees a model under a running decode."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -143,6 +144,23 @@ def test_models_that_decode_at_once_share_the_cores(monkeypatch):
     ensemble._map(ensemble.check_settings(drafting="threads"), threads_now("threads"), [0, 1])
     assert seen["threads"] == {1, 2}
     assert ensemble.generate(QUESTION, drafting="threads").text == TEXT
+
+
+def test_an_error_in_one_worker_waits_for_the_others():
+    ensemble = fake_ensemble(*pair())
+    started, finished = threading.Event(), []
+
+    def work(item: int) -> None:
+        if item == 0:
+            started.wait(5)
+            raise RuntimeError("boom")
+        started.set()
+        time.sleep(0.2)  # still decoding when the other has failed
+        finished.append(item)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        ensemble._map(ensemble.check_settings(drafting="threads"), work, [0, 1])
+    assert finished == [1]  # the step ended only when no worker was left using a model
 
 
 def test_a_closed_stream_yields_nothing_more():

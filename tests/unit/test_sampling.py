@@ -56,3 +56,9 @@ def test_top_k_ids_on_a_large_vocabulary_read_a_sample_first():
     logits = np.random.default_rng(3).normal(size=262_144).astype(np.float32)
     ids = top_k_ids(logits, 40)
     assert set(ids.tolist()) == set(np.argsort(logits)[-40:].tolist())
+
+
+def test_top_k_ids_with_nan_logits_fall_back_to_a_whole_partition():
+    logits = np.random.default_rng(4).normal(size=262_144).astype(np.float32)
+    logits[::64] = np.nan  # every sampled logit: no threshold holds
+    assert len(top_k_ids(logits, 40)) == 40
