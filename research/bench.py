@@ -155,6 +155,12 @@ def members_alone(ensemble, prompt: str, common: dict[str, Any]) -> dict[str, fl
     return {name: ensemble.generate(prompt, models=[name], **common).tokens_per_second for name in ensemble.model_names}
 
 
+def rotated(labels: list[str], repeat: int) -> list[str]:
+    """``labels`` starting at ``repeat``: each repeat of an A/B runs first a different one."""
+    shift = repeat % len(labels)
+    return labels[shift:] + labels[:shift]
+
+
 def lockstep_ideal(members: dict[str, float]) -> float:
     """Tokens/s if every member generated every token and nothing else cost: 1 / Σ 1/speed."""
     return 1 / sum(1 / speed for speed in members.values() if speed > 0)

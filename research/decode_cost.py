@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from specem_local.config import load_config
-from specem_local.engine import Ensemble, available_cores
+from specem_local.engine import Ensemble, threads_each
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.member import Member
 from specem_local.model import BatchRow
 from specem_local.sampling import make_sampler
 from specem_local.scoring import KEEP
-from specem_research.bench import bench_prompts
+from specem_research.bench import bench_prompts, speed_settings
 
 PREFIX_TOKENS = 100
 REPEATS = 9
@@ -44,9 +44,9 @@ def step_costs(member: Member, foreign: int, segment: int, settings, repeats: in
     """Median seconds of one drafting step and of one verification batch (``foreign``
     candidates of ``segment`` tokens, each in its own sequence), measured alternately."""
     model = member.model
-    text = bench_prompts()["summary"]
-    prefix = (model.tokenize(text) * (1 + PREFIX_TOKENS // 20))[:PREFIX_TOKENS]
-    candidate = (model.tokenize(bench_prompts()["story"]) * (1 + segment))[:segment]
+    prompts = bench_prompts()
+    prefix = (model.tokenize(prompts["summary"]) * (1 + PREFIX_TOKENS // 20))[:PREFIX_TOKENS]
+    candidate = (model.tokenize(prompts["story"]) * (1 + segment))[:segment]
     sampler = make_sampler(settings, np.random.default_rng(0))
     draft_times, batch_times = [], []
     for _ in range(repeats):
@@ -92,13 +92,7 @@ def answer_split(ensemble, tokens: int) -> dict[str, float]:
     """One no-exit, round-robin answer: seconds drafting, verifying, everything else in the
     rounds (vote, commit), and outside the rounds (reading the prompt, handing events over)."""
     stream = ensemble.stream(
-        bench_prompts()["story"],
-        max_tokens=tokens,
-        temperature=0.8,
-        seed=3,
-        ignore_eos=True,
-        drafting="round-robin",
-        model_exit=False,
+        bench_prompts()["story"], **speed_settings(tokens), drafting="round-robin", model_exit=False
     )
     drafting = verifying = rounds = 0.0
     final = None
@@ -125,7 +119,7 @@ def measure(ensemble, tokens: int, repeats: int = REPEATS) -> dict[str, Any]:
     """Step costs, the ceiling they allow, and one answer's split, on a loaded ensemble."""
     settings = ensemble.settings
     foreign = len(ensemble.members) - 1
-    threads = min(ensemble.threads_per_model or 1, available_cores())
+    threads = threads_each(ensemble.threads_per_model or 1, at_once=1)
     for member in ensemble.members:  # as a model decoding alone in an answer
         member.model.set_threads(threads)
     costs = [step_costs(m, foreign, settings.segment_tokens, settings, repeats) for m in ensemble.members]

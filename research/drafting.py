@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.config import load_config
-from specem_research.bench import bench_prompts, lockstep_ideal, members_alone, speed_settings
+from specem_local.engine import Ensemble
+from specem_research.bench import bench_prompts, lockstep_ideal, members_alone, rotated, speed_settings
 
 MODES = {
     "round-robin": {"drafting": "round-robin", "model_exit": False},
@@ -29,9 +30,8 @@ def compare(ensemble, repeats: int, tokens: int) -> dict[str, Any]:
     common = speed_settings(tokens)
     before = members_alone(ensemble, prompt, common)
     runs: list[dict[str, Any]] = []
-    labels = list(MODES)
     for repeat in range(repeats):
-        order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
+        order = rotated(list(MODES), repeat)
         speeds = {label: ensemble.generate(prompt, **common, **MODES[label]).tokens_per_second for label in order}
         after = members_alone(ensemble, prompt, common)
         ideal = lockstep_ideal({name: (before[name] + after[name]) / 2 for name in before})
@@ -39,7 +39,7 @@ def compare(ensemble, repeats: int, tokens: int) -> dict[str, Any]:
         ratios = ", ".join(f"{k} {v / ideal:.2f}x" for k, v in speeds.items())
         print(f"repeat {repeat + 1}: ideal {ideal:.1f} tok/s; {ratios}", flush=True)
         before = after
-    medians = {label: statistics.median(run["ratio"][label] for run in runs) for label in labels}
+    medians = {label: statistics.median(run["ratio"][label] for run in runs) for label in MODES}
     return {
         "models": ensemble.model_names,
         "threads_per_model": ensemble.threads_per_model,
@@ -56,8 +56,6 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=160)
     parser.add_argument("--output", default="drafting.json")
     args = parser.parse_args()
-    from specem_local.engine import Ensemble
-
     with Ensemble.from_config(load_config(args.config)) as ensemble:
         ensemble.weight_store = None  # every answer from the prior: the runs must not teach each other
         report = compare(ensemble, args.repeats, args.tokens)

@@ -71,12 +71,12 @@ def sampling_ms(top_k_ids, row: np.ndarray, repeats: int = 200) -> float:
         sampling.top_k_ids = original
 
 
-def members_alone(repeats: int = 4) -> None:
+def members_alone_before_after(repeats: int = 4) -> None:
     """Each demo member answering alone (160 tokens, the bench's story prompt), the old and
     the new top-k alternated in one process; medians."""
     from specem_local.config import load_config
     from specem_local.engine import Ensemble
-    from specem_research.bench import bench_prompts, speed_settings
+    from specem_research.bench import bench_prompts, members_alone, rotated, speed_settings
 
     prompt, common = bench_prompts()["story"], speed_settings(160)
     ways = {"whole vocabulary": whole_vocabulary_top_k, "sampled threshold": sampling.top_k_ids}
@@ -84,11 +84,10 @@ def members_alone(repeats: int = 4) -> None:
     with Ensemble.from_config(load_config(None)) as ensemble:
         ensemble.weight_store = None
         for repeat in range(repeats):
-            for way in list(ways)[repeat % 2 :] + list(ways)[: repeat % 2]:
+            for way in rotated(list(ways), repeat):
                 sampling.top_k_ids = ways[way]
-                for name in ensemble.model_names:
-                    final = ensemble.generate(prompt, models=[name], **common)
-                    speeds[way].setdefault(name, []).append(final.tokens_per_second)
+                for name, speed in members_alone(ensemble, prompt, common).items():
+                    speeds[way].setdefault(name, []).append(speed)
     sampling.top_k_ids = ways["sampled threshold"]
     for name in speeds["whole vocabulary"]:
         old, new = (statistics.median(speeds[way][name]) for way in ways)
@@ -115,7 +114,7 @@ def main() -> None:
         print(f"{name:20} {vocabulary:>8} {old:>17.2f} {new:>18.2f} {old / new:>5.1f}x")
     if args.members:
         print()
-        members_alone()
+        members_alone_before_after()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local import Ensemble
-from specem_local.chats import Chat, Turn, title_for
+from specem_local.chats import Turn
 from specem_local.config import load_config
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.history import History
@@ -44,8 +44,7 @@ def one_answer(ensemble: Ensemble, history: History, rng: random.Random, max_tok
         "segment_tokens": rng.choice([4, 6, 10]),
         "seed": rng.randrange(1000),
     }
-    chat = Chat(title=title_for(question), origin="api")
-    record = history.start_answer(chat, Turn("assistant", ""), asked=[Turn("user", question)])
+    record = history.start_new_chat("api", [Turn("user", question)])
     stream = ensemble.stream(question, **settings)
     cancel_after = rng.choice([None, None, None, 1, 2])  # a quarter of the answers are cancelled
     rounds = 0
@@ -60,7 +59,7 @@ def one_answer(ensemble: Ensemble, history: History, rng: random.Random, max_tok
         record.event(final)
     assert isinstance(final, FinalEvent)
     return {
-        "chat": chat.id,
+        "chat": record.chat_id,
         "text": final.text,
         "finish": final.finish_reason,
         "rounds": len(record.turn.rounds),

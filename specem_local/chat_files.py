@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specem_local.chats import EVENT_FORMAT, Chat, Turn
-from specem_local.dirs import data_dir
+from specem_local.dirs import data_dir, replace_file
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
 
 FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
@@ -150,7 +148,7 @@ def chat_markdown(chat: Chat) -> str:
         if turn.role == "user":
             lines += ["## You", "", turn.content, ""]
             continue
-        note = " *(stopped)*" if turn.stopped else f" *(failed: {turn.error})*" if turn.error else ""
+        note = f" *({turn.ending})*" if turn.ending else ""
         lines += ["## Ensemble", "", turn.content + note, ""]
         if turn.final:
             wins = ", ".join(f"{name}: {count}" for name, count in turn.final.wins.items())
@@ -164,12 +162,5 @@ def export_chat(chat: Chat, target: Path, format_name: str = "markdown") -> Path
         text = chat_markdown(chat)
     else:
         text = json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1)
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, target)  # whole or not at all; an old export's permissions go with it
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    replace_file(target, text, mode=0o600)  # whole or not at all, user-only even over an old export
     return target

@@ -28,6 +28,13 @@ class Turn:
         return self.final is not None and self.final.finish_reason == "cancelled"
 
     @property
+    def ending(self) -> str | None:
+        """Why the answer ended early, in words ("stopped", "failed: ..."); None otherwise."""
+        if self.stopped:
+            return "stopped"
+        return f"failed: {self.error}" if self.error else None
+
+    @property
     def done(self) -> bool:
         """Finished, stopped or failed: nothing more will stream into it."""
         return self.final is not None or self.error is not None

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from specem_local import history_commands, model_commands
 from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
-from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides
+from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides, when
 
 if TYPE_CHECKING:
     from specem_local.history import AnswerRecord
@@ -58,8 +57,9 @@ def cmd_weights_list(args: argparse.Namespace) -> int:
     for record in records:
         origin = f"calibrated on {record.calibrated_items} items, then " if record.calibrated_items else ""
         answers = f"{record.answers} answer{'s' if record.answers != 1 else ''}"
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated))
-        print(f"{' + '.join(names_in(record.key))}: {weights_text(record)}  ({origin}{answers}; {when})")
+        print(
+            f"{' + '.join(names_in(record.key))}: {weights_text(record)}  ({origin}{answers}; {when(record.updated)})"
+        )
     for record in built_in_calibrations().values():
         items = record.calibrated_items
         print(f"built in: {' + '.join(names_in(record.key))}: {weights_text(record)}  (calibrated on {items} items)")
@@ -160,12 +160,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def start_record(prompt: str) -> AnswerRecord | None:
     """Record this answer in the history (as it streams); a history that cannot be written is
     said once and the answer goes on."""
-    from specem_local.chats import Chat, Turn, title_for
+    from specem_local.chats import Turn
     from specem_local.history import History
 
-    history, chat = History(), Chat(title=title_for(prompt), origin="run")
     try:
-        return history.start_answer(chat, Turn("assistant", ""), asked=[Turn("user", prompt)])
+        return History().start_new_chat("run", [Turn("user", prompt)])
     except SpecemError as error:
         print(f"specem: warning: not recorded in the history: {error} (--no-log skips it)", file=sys.stderr)
         return None

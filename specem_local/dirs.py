@@ -7,6 +7,7 @@ from a developer's own files.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -33,3 +34,20 @@ def data_dir() -> Path:
     """Where chats are saved; ``$SPECEM_DATA_DIR`` overrides it."""
     override = os.environ.get(DATA_ENV)
     return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def replace_file(path: Path, text: str, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` in one step: a reader sees the old file or the new one, and a
+    failure leaves the old one. ``mode``: the new file's permissions (default: the old file's,
+    else 0644)."""
+    if mode is None:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

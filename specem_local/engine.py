@@ -305,9 +305,14 @@ class Ensemble:
         ``threads_per_model``: more llama.cpp threads than cores only wait on each other."""
         if self.threads_per_model is None:  # models made by the caller: their threads are theirs
             return
-        threads = max(1, min(self.threads_per_model, available_cores() // at_once))
+        threads = threads_each(self.threads_per_model, at_once)
         for member in self.members:
             member.model.set_threads(threads)
+
+
+def threads_each(threads_per_model: int, at_once: int) -> int:
+    """llama.cpp threads for each of ``at_once`` models decoding together."""
+    return max(1, min(threads_per_model, available_cores() // at_once))
 
 
 def available_cores() -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.chat_files import chats_dir, read_chat_file
-from specem_local.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn
+from specem_local.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn, title_for
 from specem_local.database import Database
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
@@ -78,7 +78,13 @@ class History:
         """Append the turns ``asked`` (the question, or a request's whole conversation), then
         an answer about to stream, in one transaction; the record writes the answer as it grows."""
         *asked_ids, answer_id = self._insert(chat, [*((t, _state(t)) for t in asked), (turn, "streaming")])
-        return AnswerRecord(self, answer_id, turn, asked_ids)
+        return AnswerRecord(self, chat.id, answer_id, turn, asked_ids)
+
+    def start_new_chat(self, origin: str, asked: Sequence[Turn]) -> AnswerRecord:
+        """A new chat of ``asked`` (titled from the last of them) and an answer about to stream:
+        what a one-shot answer (``specem run``, a server request) records."""
+        chat = Chat(title=title_for(asked[-1].content), origin=origin)
+        return self.start_answer(chat, Turn("assistant", ""), asked=asked)
 
     def _insert(self, chat: Chat, turns: list[tuple[Turn, str]]) -> list[int]:
         """Append ``(turn, state)`` pairs to the chat (created if new); their message ids."""
@@ -228,8 +234,11 @@ class AnswerRecord:
     most ``FLUSH_SECONDS`` behind, and everything at the final event. Writing failures are
     kept in ``error`` (the answer goes on; the front end says so once)."""
 
-    def __init__(self, history: History, message_id: int, turn: Turn, asked_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self, history: History, chat_id: str, message_id: int, turn: Turn, asked_ids: Sequence[int] = ()
+    ) -> None:
         self.history = history
+        self.chat_id = chat_id
         self.message_id = message_id
         self.asked_ids = list(asked_ids)  # the turns saved with it (to take back with it)
         self.turn = turn
@@ -251,6 +260,8 @@ class AnswerRecord:
         self.flush()
 
     def flush(self) -> None:
+        if self.error is not None:  # a record that failed once stays stopped (the answer goes on)
+            return
         try:
             self.history.update(self.message_id, self.turn, self._saved_rounds)
         except SpecemError as error:
@@ -341,7 +352,6 @@ def _writer_alive(writer: Any, host: str, updated: float) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # someone else's process: alive
         return True
-    return True
     return True

@@ -5,13 +5,11 @@ result must load before it replaces the file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 from specem_local.config import bundled_config_text, find_config_path, parse_config
-from specem_local.dirs import user_config_path
+from specem_local.dirs import replace_file, user_config_path
 from specem_local.errors import SpecemError
 from specem_local.sources import GLOB_CHARACTERS, SOURCE_KINDS
 
@@ -89,20 +87,6 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     models.append(table)
     new_text = tomlkit.dumps(document)
     parse_config(new_text, str(path), path.parent)  # a broken entry never lands in the file
-    _replace(path, new_text)
-    return created
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` in one step (a reader sees the old file or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    replace_file(path, new_text)
+    return created

@@ -42,7 +42,14 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
+        return error_body(self.message, self.kind, self.param)
+
+
+def error_body(
+    message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An error as OpenAI's API writes it."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 @dataclass(frozen=True)

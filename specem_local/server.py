@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specem_local import openai_format as oa
-from specem_local.chats import Chat, Turn, title_for
+from specem_local.chats import Turn
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
@@ -175,7 +175,7 @@ class EnsembleServer:
         try:
             record = self._start_record(parsed)
             for event in stream:
-                if record is not None and not record.error:
+                if record is not None:
                     record.event(event)
                 if isinstance(event, FinalEvent):
                     finish = event.finish_reason
@@ -214,7 +214,7 @@ class EnsembleServer:
                         yield json.dumps(chunk, ensure_ascii=False)
         except Exception as error:  # after the stream began: say it the way OpenAI's servers do
             detail = str(error) if isinstance(error, SpecemError) else f"{type(error).__name__}: {error}"
-            yield json.dumps(_error_body(f"the answer failed: {detail}", "server_error"))
+            yield json.dumps(oa.error_body(f"the answer failed: {detail}", "server_error"))
         yield "[DONE]"
 
     async def _collect(
@@ -236,10 +236,9 @@ class EnsembleServer:
         written costs the record, not the answer."""
         if self.history is None:
             return None
-        chat = Chat(title=title_for(parsed.messages[-1]["content"]), origin="serve")
         asked = [Turn(message["role"], message["content"]) for message in parsed.messages]
         try:
-            return self.history.start_answer(chat, Turn("assistant", ""), asked=asked)
+            return self.history.start_new_chat("serve", asked)
         except Exception as error:
             print(f"specem serve: warning: not recorded in the history: {error}", flush=True)
             return None
@@ -291,10 +290,6 @@ class _PlaceInLine:
             self.server.waiting -= 1
 
 
-def _error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
 def _error(
     status: int,
     message: str,
@@ -303,7 +298,7 @@ def _error(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(_error_body(message, kind, code), status_code=status, headers=headers)
+    return JSONResponse(oa.error_body(message, kind, code=code), status_code=status, headers=headers)
 
 
 def check_binding(host: str, api_key: str | None) -> None:

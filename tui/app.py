@@ -49,12 +49,19 @@ class SpecemChatApp(App[None]):
     CSS_PATH = "specem_chat.tcss"
     TITLE = "specem-chat"
 
-    def __init__(self, config: Config, chat: Chat | None = None, *, load: Loader = Ensemble.from_config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        chat: Chat | None = None,
+        *,
+        load: Loader = Ensemble.from_config,
+        history: History | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.colours = model_colours(config)
         self.initial_chat = chat
-        self.history = History()
+        self.history = history or History()
         self.loader = load
         self.ensemble: Ensemble | None = None
         self.loaded: Ensemble | None = None  # loaded, not yet in use (freed if we quit first)
@@ -165,11 +172,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, args.ensemble)
-        chat = History().load(args.chat) if args.chat else None
+        history = History()
+        chat = history.load(args.chat) if args.chat else None
     except SpecemError as error:
         print(f"specem-chat: error: {error}", file=sys.stderr)
         return 1
-    SpecemChatApp(config, chat).run()
+    SpecemChatApp(config, chat, history=history).run()
     return 0
 
 

@@ -59,6 +59,24 @@ def test_a_streamed_answer_is_saved_as_it_goes_and_whole_at_the_end(history, mon
     assert stat.S_IMODE(history.path.stat().st_mode) == 0o600
 
 
+def test_a_one_shot_answer_gets_a_new_chat_and_a_failed_record_writes_no_more(history, monkeypatch):
+    monkeypatch.setattr(history_module, "FLUSH_SECONDS", 0.0)
+    record = history.start_new_chat("run", [Turn("user", QUESTION)])
+    saved = history.load(record.chat_id)
+    assert (saved.origin, saved.title, [t.role for t in saved.turns]) == ("run", QUESTION, ["user", "assistant"])
+    history.rename(record.chat_id, "renamed")
+    assert history.load(record.chat_id).title == "renamed"
+    writes = []
+    monkeypatch.setattr(
+        history, "update", lambda *args: writes.append(args) or (_ for _ in ()).throw(SpecemError("disk full"))
+    )
+    events = answer_events()
+    for event in events:
+        record.event(event)
+    assert record.error == "disk full" and len(writes) == 1  # said once, never retried
+    assert record.turn.content == events[-1].text  # the turn still follows the answer
+
+
 def test_two_windows_on_one_chat_both_keep_their_turns(history):
     first = Chat()
     history.add(first, Turn("user", "from window one"))

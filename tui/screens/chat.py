@@ -201,10 +201,11 @@ class ChatScreen(Screen[None]):
             return
         self.notify(message.error, severity="error", timeout=10)
         if view.turn.rounds:
-            view.turn.error = message.error
             if self.record is not None:
-                self.record.fail(message.error)
+                self.record.fail(message.error)  # sets the turn's error and writes it
                 self.say_if_not_saved()
+            else:
+                view.turn.error = message.error
             self.end_answer()
             return
         user_turn = self.chat.turns[-2]

@@ -100,17 +100,8 @@ class AnswerView(Vertical, can_focus=True):
             wins = "  ".join(f"{name} {count}" for name, count in final.wins.items() if count)
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
             self.border_subtitle = " · ".join(part for part in parts if part)
-        why = finish_note(final) if final is not None else None
-        note = (
-            "\n\n*(stopped)*"
-            if self.turn.stopped
-            else f"\n\n*(failed: {self.turn.error})*"
-            if self.turn.error
-            else f"\n\n*({why})*"
-            if why
-            else ""
-        )
-        self.query_one(Markdown).update(self.turn.content + note)
+        why = self.turn.ending or (finish_note(final) if final is not None else None)
+        self.query_one(Markdown).update(self.turn.content + (f"\n\n*({why})*" if why else ""))
         self.refresh_segments()
         self.show_markdown = True
 
