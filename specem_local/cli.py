@@ -11,12 +11,12 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from specem_local import history_commands, model_commands
 from specem_local.config import builtin_ensembles, model_colours
-from specem_local.errors import SpecemError
+from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
 from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides, when
 
@@ -185,11 +185,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from specem_local.engine import Ensemble
-    from specem_local.server import EnsembleServer, ServerOptions, check_binding
+    from specem_local.server import EnsembleServer, GateRules, ServerOptions, check_binding
+    from specem_local.server.gate import split_origins
 
     api_key = args.api_key or os.environ.get("SPECEM_API_KEY") or None
     check_binding(args.host, api_key)
-    options = ServerOptions(api_key, args.queue, args.max_body_bytes, not args.no_log)
+    origins = split_origins([*args.allow_origin, os.environ.get("SPECEM_ORIGINS", "")])
+    gate = GateRules(args.host, tuple(args.allowed_host), origins)
+    options = ServerOptions(api_key, args.queue, args.max_body_bytes, not args.no_log, gate)
     with Ensemble.from_config(config_from_args(args), **settings_overrides(args)) as ensemble:
         server = EnsembleServer(ensemble, options)
         where = f"http://{args.host}:{args.port}/v1"
@@ -215,6 +218,21 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origi
 
 
 # -- wiring ----------------------------------------------------------------------------------------
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high], else a usage error (exit 2) that says so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in [{low}, {high}]")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specem", description="Several local LLMs answer together (SpecEM).")
     parser.add_argument("--version", action="version", version="specem-local 0.1.0")
@@ -255,10 +273,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", parents=[common], help="an OpenAI-compatible endpoint on this machine")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument("--port", type=whole_number(1, 65535), default=8080, help="port (default 8080)")
     serve.add_argument("--api-key", help="require Authorization: Bearer KEY on every route (or SPECEM_API_KEY)")
-    serve.add_argument("--queue", type=int, default=4, help="requests that may wait for the models (default 4)")
-    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
+    serve.add_argument(
+        "--queue", type=whole_number(0, 10_000), default=4, help="requests that may wait for the models (default 4)"
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=whole_number(1024, 1 << 30),
+        default=1 << 20,
+        help="largest request body (default 1 MiB)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name besides localhost and IP addresses that clients may use to reach this server "
+        "(repeatable; * for any)",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web page origin that may use the models, e.g. http://myapp.example:3000, * as a wildcard "
+        "(repeatable; also SPECEM_ORIGINS, comma-separated); loopback pages are always allowed",
+    )
     serve.add_argument("--no-log", action="store_true", help="do not record the answers in the history")
     serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     add_settings_flags(serve)
@@ -282,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except SpecemError as error:
         print(f"specem: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, SettingError) else 1  # a bad setting is a usage error, as argparse's
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:  # before an answer streams (loading, calibrating, ...): stop at once

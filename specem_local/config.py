@@ -136,9 +136,10 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
                 raise SpecemError(f"{source}: [[models]] entry {index} has no name")
             where = f"{source} [[models]] {table['name']!r}"
             models.append(ModelSpec(**checked_values(ModelSpec, table, where)))
-    except SpecemError as error:
-        message = str(error)
-        raise SpecemError(message if message.startswith(source) else f"{source}: {message}") from None
+    except SpecemError as error:  # the same error (a SettingError stays one), naming the file
+        if not str(error).startswith(source):
+            error.args = (f"{source}: {error}",)
+        raise error from None
     names = [model.name for model in models]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

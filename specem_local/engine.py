@@ -350,15 +350,15 @@ class AnswerStream(Iterator[Event]):
             raise StopIteration
         if self._steps is None:
             self._ensemble._open_answer(self)
-            try:
+            try:  # whatever setting up raises, the ensemble is free for the next answer
                 start = self._ensemble._starting_weights(self._members, self._settings)
+                self._answer = Answer(
+                    self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start
+                )
+                self._steps = self._answer.run()
             except BaseException:
                 self.close()
                 raise
-            self._answer = Answer(
-                self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start
-            )
-            self._steps = self._answer.run()
         try:
             event = self._ensemble._step(self._steps)
         except BaseException:  # the end, an error, or Ctrl-C inside a step: the answer is over

@@ -7,3 +7,13 @@ class SpecemError(Exception):
     Front ends print ``str(error)`` on one line and exit non-zero; they never show a
     traceback for this type.
     """
+
+
+class SettingError(SpecemError):
+    """A setting with a value it cannot take (models.toml, a flag, an API argument, a request
+    field). ``field`` names the setting, so a server can point at the request field and the
+    command line can exit 2, as for any other usage error."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field

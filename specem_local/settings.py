@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.errors import SpecemError
+from specem_local.errors import SettingError, SpecemError
 
 GROUPS: dict[str, str] = {
     "sampling": "sampling",
@@ -45,12 +46,13 @@ class Limits:
     def describe(self) -> str:
         if self.choices:
             return f"one of {', '.join(self.choices)}"
+        low, high = _number_text(self.low), _number_text(self.high)
         if self.low is not None and self.high is not None:
-            return f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+            return f"in {'(' if self.open_low else '['}{low}, {high}{')' if self.open_high else ']'}"
         if self.low is not None:
-            return f"{'above' if self.open_low else 'at least'} {self.low:g}"
+            return f"{'above' if self.open_low else 'at least'} {low}"
         if self.high is not None:
-            return f"{'below' if self.open_high else 'at most'} {self.high:g}"
+            return f"{'below' if self.open_high else 'at most'} {high}"
         return ""
 
     def allows(self, value: Any) -> bool:
@@ -71,19 +73,21 @@ class EnsembleSettings:
     """How one answer is made. Every field can be set in models.toml ``[ensemble]``, as a
     ``specem`` flag, per answer in the Python API, and (most) in the chat app's settings."""
 
-    temperature: float = setting(0.7, "sampling", "sampling temperature (0 = greedy)", low=0)
+    temperature: float = setting(0.7, "sampling", "sampling temperature (0 = greedy)", low=0, high=100)
     top_p: float = setting(
         0.95, "sampling", "keep the most likely tokens up to this probability", low=0, high=1, open_low=True
     )
-    top_k: int = setting(40, "sampling", "keep the k most likely tokens (0 = all)", low=0)
+    top_k: int = setting(40, "sampling", "keep the k most likely tokens (0 = all)", low=0, high=1 << 31, open_high=True)
     min_p: float = setting(
         0.05, "sampling", "drop tokens below this share of the best one", low=0, high=1, open_high=True
     )
-    seed: int = setting(0, "sampling", "same seed and settings = same answer")
+    seed: int = setting(
+        0, "sampling", "same seed and settings = same answer", low=0, high=1 << 64, open_high=True
+    )  # numpy's SeedSequence takes any non-negative integer; 2^64 keeps it a uint64, as llama.cpp's
     greedy: bool = setting(False, "sampling", "always take the most likely token")
 
-    segment_tokens: int = setting(10, "answer", "L: tokens per drafted segment", low=1)
-    max_tokens: int = setting(256, "answer", "answer length limit, in the authors' tokens", low=1)
+    segment_tokens: int = setting(10, "answer", "L: tokens per drafted segment", low=1, high=4096)
+    max_tokens: int = setting(256, "answer", "answer length limit, in the authors' tokens", low=1, high=1_000_000)
     stop: tuple[str, ...] = setting((), "answer", "stop strings (the answer ends before them)")
     ignore_eos: bool = setting(False, "answer", "go on past end-of-generation (fixed-length benchmarks)")
     system_prompt: str = setting("", "answer", "a system message put before the conversation")
@@ -101,7 +105,7 @@ class EnsembleSettings:
         "size", "vote", "starting weights: by parameter count, or equal (the paper)", choices=("uniform", "size")
     )
     feedback: bool = setting(True, "vote", "learn the weights during the answer (Hedge)")
-    learning_rate: float = setting(1.0, "vote", "eta_0; round k uses eta_0 / sqrt(K * k)", low=0)
+    learning_rate: float = setting(1.0, "vote", "eta_0; round k uses eta_0 / sqrt(K * k)", low=0, high=100)
     fresh_weights: bool = setting(
         False, "vote", "start from the prior, not from a calibration or weights carried over (left as they are)"
     )
@@ -114,7 +118,7 @@ class EnsembleSettings:
         choices=("auto", "round-robin", "threads"),
     )
     model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")
-    exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0)
+    exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0, high=1_000_000)
     exit_share: float = setting(0.8, "speed", "model exit: leave below this share of the vote / K", low=0, high=1)
 
     loop_guard: bool = setting(False, "experimental", "discount candidates that repeat a 12-word run of the answer")
@@ -127,7 +131,9 @@ class EnsembleSettings:
     carry_weights: bool = setting(
         False, "experimental", "each answer hands on what it learned to the next (drifts; docs/quality.md)"
     )
-    weight_memory: float = setting(20.0, "experimental", "carried weights remember about this many answers", low=1)
+    weight_memory: float = setting(
+        20.0, "experimental", "carried weights remember about this many answers", low=1, high=1_000_000
+    )
 
     def __post_init__(self) -> None:
         checked(self, "[ensemble]")
@@ -138,10 +144,14 @@ class LoadSettings:
     """Read once when the models load (models.toml ``[ensemble]``, ``Ensemble.from_config``)."""
 
     threads_per_model: int = setting(
-        2, "load", "llama.cpp CPU threads per model (models decoding at once share the cores)", low=1
+        2, "load", "llama.cpp CPU threads per model (models decoding at once share the cores)", low=1, high=1024
     )
     gpu_layers: int = setting(
-        -1, "load", "layers on the GPU for models that do not set n_gpu_layers (-1 = all; GPU builds only)", low=-1
+        -1,
+        "load",
+        "layers on the GPU for models that do not set n_gpu_layers (-1 = all; GPU builds only)",
+        low=-1,
+        high=1_000_000,
     )
 
     def __post_init__(self) -> None:
@@ -197,14 +207,61 @@ class Setting:
             "strings": isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
         }[self.kind]
         if not ok:
-            raise SpecemError(f"{_prefix(where)}{self.name} must be {wanted}, got {_type_name(value)} {value!r}")
-        value = float(value) if self.kind == "float" else tuple(value) if self.kind == "strings" else value
+            raise self.error(where, f"must be {wanted}, got {_type_name(value)} {_shown(value)}")
+        if self.kind == "float":
+            value = self._finite(value, where)
+        elif self.kind in ("str", "strings"):
+            for text in (value,) if self.kind == "str" else value:
+                self._check_text(text, where, empty_ok=self.kind == "str")
+            value = tuple(value) if self.kind == "strings" else value
         self.check(value, where)
         return value
 
     def check(self, value: Any, where: str) -> None:
         if value is not None and not self.limits.allows(value):
-            raise SpecemError(f"{_prefix(where)}{self.name} must be {self.limits.describe()}; got {value!r}")
+            raise self.error(where, f"must be {self.limits.describe()}; got {_shown(value)}")
+
+    def error(self, where: str, problem: str) -> SettingError:
+        return SettingError(f"{_prefix(where)}{self.name} {problem}", self.name)
+
+    def _finite(self, value: int | float, where: str) -> float:
+        """A number as a finite float. NaN passes every comparison with a range, so it is refused
+        here, with infinity and integers too large for a float (TOML and JSON have all three)."""
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            described = self.limits.describe()
+            raise self.error(
+                where, f"must be a finite number{f' {described}' if described else ''}; got {_shown(value)}"
+            )
+        return number
+
+    def _check_text(self, text: str, where: str, *, empty_ok: bool) -> None:
+        """Text no model can take: half of a surrogate pair (JSON and Python can hold one), or
+        an empty string in a list (an empty stop string would end every answer at once)."""
+        if not text and not empty_ok:
+            raise self.error(where, "cannot hold an empty string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.error(where, "is not valid Unicode (a lone surrogate, such as half an emoji)") from None
+
+
+def _shown(value: Any) -> str:
+    """A value for a one-line message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number_text(number: float | None) -> str:
+    """A limit as people write it: 2^64 rather than 1.84467e+19."""
+    if number is None:
+        return ""
+    if isinstance(number, int) and number >= 1 << 16 and number & (number - 1) == 0:
+        return f"2^{number.bit_length() - 1}"
+    return f"{number:g}" if isinstance(number, float) else str(number)
 
 
 @functools.cache

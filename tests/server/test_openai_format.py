@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specem_local import openai_format as oa
+from specem_local.errors import SettingError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
+from specem_local.server import openai_format as oa
+from specem_local.settings import EnsembleSettings, with_overrides
 
 
 def body(**fields):
@@ -59,9 +61,6 @@ def test_messages_take_text_parts_and_developer_is_system():
         (body(logprobs=True), 400, "logprobs"),
         (body(response_format={"type": "json_object"}), 400, "response_format"),
         (body(frequency_penalty=0.5), 400, "frequency_penalty"),
-        (body(temperature="hot"), 400, "temperature"),
-        (body(top_p=0), 400, "top_p"),
-        (body(max_tokens=2.5), 400, "max_tokens"),
         (body(stop=["a", ""]), 400, "stop"),
         (body(stream="yes"), 400, "stream"),
         ({"model": "specem", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages"),
@@ -138,14 +137,11 @@ def test_chunks_and_the_completion_follow_openais_shapes():
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"max_tokens": float("inf")}, "max_tokens"),
-        ({"seed": float("nan")}, "seed"),
-        ({"seed": 10**400}, "seed"),
         ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": "half an emoji \ud83d"}]}, "messages[0].content"),
     ],
 )
-def test_numbers_json_allows_and_text_no_model_can_take_are_400s(extra, param):
+def test_text_no_model_can_take_is_a_400(extra, param):
     with pytest.raises(oa.ApiError) as caught:
         oa.parse_request(body(**extra))
     assert caught.value.status == 400 and caught.value.param == param and len(caught.value.message) < 200
@@ -153,3 +149,24 @@ def test_numbers_json_allows_and_text_no_model_can_take_are_400s(extra, param):
 
 def test_a_null_field_means_absent():
     assert oa.parse_request(body(n=None, temperature=None, stop=None)).settings == {}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"max_completion_tokens": float("inf")}, "max_tokens"),
+        ({"seed": float("nan")}, "seed"),
+        ({"seed": 10**400}, "seed"),
+        ({"seed": -5}, "seed"),
+    ],
+)
+def test_numbers_are_checked_where_every_setting_is(extra, field):
+    """The request's values reach the settings as they came; the settings refuse them, naming
+    the field (the server turns that into a 400 with ``param``)."""
+    settings = oa.parse_request(body(**extra)).settings
+    with pytest.raises(SettingError) as caught:
+        with_overrides(EnsembleSettings(), **settings)
+    assert caught.value.field == field and len(str(caught.value)) < 200

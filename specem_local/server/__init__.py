@@ -1,0 +1,27 @@
+"""``specem serve``: the ensemble as a local endpoint that speaks OpenAI's API (``/v1``) and
+Ollama's (``/api``), for Open WebUI, editor plugins, scripts and desktop apps.
+
+``app.py`` has the routes, ``answers.py`` the line of answers on the shared models,
+``gate.py`` what every request passes first (Host, Origin, CORS, Content-Type, the fault
+barrier), and ``openai_format.py`` / ``ollama_format.py`` the two APIs' shapes, as plain
+functions.
+"""
+
+from __future__ import annotations
+
+from specem_local.errors import SpecemError
+from specem_local.server.app import EnsembleServer, ServerOptions
+from specem_local.server.gate import GateRules
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+__all__ = ["LOOPBACK", "EnsembleServer", "GateRules", "ServerOptions", "check_binding"]
+
+
+def check_binding(host: str, api_key: str | None) -> None:
+    """Refuse to put the models on the network without a key."""
+    if host not in LOOPBACK and not api_key:
+        raise SpecemError(
+            f"--host {host} would let other machines use these models with no key; give --api-key "
+            "(or set SPECEM_API_KEY), or keep the default --host 127.0.0.1"
+        )

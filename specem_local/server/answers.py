@@ -1,0 +1,146 @@
+"""The models' line: one answer at a time on the shared ensemble, a bounded queue before it,
+and the bridge from the worker thread that runs an answer to the event loop that serves it.
+
+llama.cpp blocks, so an answer runs in a worker thread and its events cross to the loop
+through an asyncio queue; the loop never waits on a model. Whatever an answer does (ends,
+fails, is cancelled because its client went away) its stream is closed and the next request
+in line starts: no error can hold the ensemble.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from specem_local.chats import Turn
+from specem_local.engine import AnswerStream, Ensemble
+from specem_local.events import Event, FinalEvent
+from specem_local.history import AnswerRecord, History
+
+_END = object()
+
+
+class AnswerLine:
+    """The ensemble's answers, one at a time, with at most ``queue`` requests waiting."""
+
+    def __init__(self, ensemble: Ensemble, queue: int, record: bool) -> None:
+        self.ensemble = ensemble
+        self.queue = queue
+        self.history = History() if record else None
+        self.answering = False
+        self.waiting = 0  # requests in line for the models
+        self.answered = 0
+        self.cancelled = 0  # answers stopped early because their client went away
+        self._answer_started = 0.0
+        self._answer_seconds = 5.0  # a moving average of answer times, for Retry-After
+        self._turn: asyncio.Lock | None = None
+
+    def place(self) -> PlaceInLine | None:
+        """A place in line, taken now (so requests arriving together are counted), or None
+        when the line is full."""
+        if self.answering + self.waiting > self.queue:
+            return None
+        return PlaceInLine(self)
+
+    def retry_after(self) -> int:
+        """Seconds until a place in line is likely: the answers ahead at the recent pace."""
+        return max(1, math.ceil(self._answer_seconds * (self.waiting + 1)))
+
+    async def events(
+        self, messages: list[dict[str, str]], settings: dict[str, Any], place: PlaceInLine
+    ) -> AsyncIterator[Event]:
+        """The answer's events, in order, as the worker thread produces them. Ending early
+        (the client went away) cancels the answer; the next one starts when it has stopped."""
+        loop = asyncio.get_running_loop()
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        try:
+            await self._turn.acquire()
+        finally:
+            place.give_back()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        try:
+            stream = self.ensemble.stream(messages, **settings)
+            self.answering = True
+            self._answer_started = time.monotonic()
+            worker = threading.Thread(
+                target=self._work, args=(messages, stream, loop, queue), name="specem-answer", daemon=True
+            )
+            worker.start()
+        except BaseException:
+            self.answering = False
+            self._turn.release()
+            raise
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stream.cancel()  # a no-op once the answer has ended; else it stops at the next round
+
+    def _work(
+        self,
+        messages: list[dict[str, str]],
+        stream: AnswerStream,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue,
+    ) -> None:
+        """The worker thread: record the request, run the answer, hand each event (or the error)
+        to the loop. Whatever happens, the stream is closed, the loop hears the end and the
+        models are released."""
+        finish = None
+        try:
+            record = self._start_record(messages)
+            for event in stream:
+                if record is not None:
+                    record.event(event)
+                if isinstance(event, FinalEvent):
+                    finish = event.finish_reason
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+        except BaseException as error:  # handed to the loop, which raises it there
+            loop.call_soon_threadsafe(queue.put_nowait, error)
+        finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
+            stream.close()
+            loop.call_soon_threadsafe(self._answer_ended, finish == "cancelled")
+            loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+    def _answer_ended(self, cancelled: bool) -> None:
+        assert self._turn is not None
+        took = time.monotonic() - self._answer_started
+        self._answer_seconds = 0.7 * self._answer_seconds + 0.3 * took  # a moving average
+        self.answering = False
+        self.answered += 1
+        self.cancelled += cancelled
+        self._turn.release()
+
+    def _start_record(self, messages: list[dict[str, str]]) -> AnswerRecord | None:
+        """The request's conversation and its answer in the history; a history that cannot be
+        written costs the record, not the answer."""
+        if self.history is None:
+            return None
+        try:
+            return self.history.start_new_chat("serve", [Turn(m["role"], m["content"]) for m in messages])
+        except Exception as error:
+            print(f"specem serve: warning: not recorded in the history: {error}", file=sys.stderr, flush=True)
+            return None
+
+
+class PlaceInLine:
+    """A request's place in the queue for the models, given back exactly once: when its answer
+    starts, or when its response ends without the answer ever starting."""
+
+    def __init__(self, line: AnswerLine) -> None:
+        self.line = line
+        self.held = True
+        line.waiting += 1
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.line.waiting -= 1

@@ -1,0 +1,323 @@
+"""The routes of ``specem serve``: OpenAI's ``/v1`` and Ollama's ``/api``, over one loaded
+ensemble and one line of answers (``answers.py``), behind the gate (``gate.py``).
+
+Every route refuses what it cannot do in its API's own error shape: a bad field is a 400
+naming it, an unknown route a 404, a wrong method a 405, a full line a 429 with
+``Retry-After``. A fault while answering is a 500 (or, once a stream has begun, an error in
+the stream) and one log line; the next request is served as usual.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from specem_local.engine import Ensemble
+from specem_local.errors import SettingError, SpecemError
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.server import ollama_format as ol
+from specem_local.server import openai_format as oa
+from specem_local.server.answers import AnswerLine, PlaceInLine
+from specem_local.server.gate import Gate, GateRules, error_payload
+
+MAX_JSON_DEPTH = 64  # far deeper than any request; a body nested deeper is refused before it is parsed
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    api_key: str | None = None
+    queue: int = 4  # requests that may wait while one is answered
+    max_body_bytes: int = 1 << 20
+    record: bool = True
+    gate: GateRules = field(default_factory=GateRules)
+
+
+class EnsembleServer:
+    """The routes, over one loaded ensemble. ``app`` is the ASGI application to serve."""
+
+    def __init__(self, ensemble: Ensemble, options: ServerOptions) -> None:
+        self.ensemble = ensemble
+        self.options = options
+        self.line = AnswerLine(ensemble, options.queue, options.record)
+        self.created = int(time.time())
+        self.modified = ol.now()
+        self.size = sum(member.model.n_params for member in ensemble.members)  # for Ollama's "size"
+        routes = [
+            Route("/", self.root, methods=["GET", "HEAD"]),
+            Route("/health", self.health),
+            Route("/v1/models", self.models),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/api/version", self.ollama_version),
+            Route("/api/tags", self.ollama_tags),
+            Route("/api/ps", self.ollama_running),
+            Route("/api/show", self.ollama_show, methods=["POST"]),
+            Route("/api/chat", self.ollama_chat, methods=["POST"]),
+            Route("/api/generate", self.ollama_generate, methods=["POST"]),
+        ]
+        app = Starlette(routes=routes, exception_handlers={404: self.not_found, 405: self.not_allowed})
+        self.app = Gate(app, options.gate)
+
+    # -- plain routes ----------------------------------------------------------------------------
+    async def root(self, _request: HttpRequest) -> Response:
+        return PlainTextResponse("specem is running: OpenAI's API at /v1, Ollama's at /api\n")
+
+    async def health(self, request: HttpRequest) -> Response:
+        if (refused := self._refuse_unauthorised(request)) is not None:
+            return refused
+        line = self.line
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": oa.MODEL_ID,
+                "members": self.ensemble.model_names,
+                "answering": line.answering,
+                "waiting": line.waiting,
+                "answered": line.answered,
+                "cancelled": line.cancelled,
+            }
+        )
+
+    async def models(self, request: HttpRequest) -> Response:
+        return self._refuse_unauthorised(request) or JSONResponse(
+            oa.models_list(self.ensemble.model_names, self.created)
+        )
+
+    async def ollama_version(self, request: HttpRequest) -> Response:
+        return self._refuse_unauthorised(request) or JSONResponse({"version": ol.OLLAMA_VERSION})
+
+    async def ollama_tags(self, request: HttpRequest) -> Response:
+        return self._refuse_unauthorised(request) or JSONResponse(
+            ol.tags(self.ensemble.model_names, self.size, self.modified)
+        )
+
+    async def ollama_running(self, request: HttpRequest) -> Response:
+        return self._refuse_unauthorised(request) or JSONResponse(ol.running(self.ensemble.model_names, self.size))
+
+    async def ollama_show(self, request: HttpRequest) -> Response:
+        try:
+            if (refused := self._refuse_unauthorised(request)) is not None:
+                return refused
+            ol.show_request(await self._json_body(request))
+        except oa.ApiError as error:
+            return _error(request, error.status, error.message, param=error.param)
+        return JSONResponse(ol.show(self.ensemble.model_names, self.modified))
+
+    async def not_found(self, request: HttpRequest, _exc: Exception) -> Response:
+        api = "Ollama's API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"
+        if not request.url.path.startswith("/api/"):
+            api = "OpenAI's API: /v1/chat/completions, /v1/models (and /health)"
+        return _error(request, 404, f"no route {request.url.path[:80]!r}; this server has {api}", "not_found_error")
+
+    async def not_allowed(self, request: HttpRequest, _exc: Exception) -> Response:
+        return _error(request, 405, f"{request.method} is not allowed on {request.url.path[:80]}")
+
+    # -- answers ---------------------------------------------------------------------------------
+    async def chat_completions(self, request: HttpRequest) -> Response:
+        started = await self._start(request, oa.parse_request)
+        if isinstance(started, Response):
+            return started
+        parsed, place = started
+        events = self.line.events(parsed.messages, parsed.settings, place)
+        if parsed.stream:  # the background task gives the place back if the stream never starts
+            return EventSourceResponse(
+                self._sse_chunks(parsed, events), ping=15, sep="\n", background=BackgroundTask(place.give_back)
+            )
+        return await self._whole(
+            request, events, place, lambda start, final: JSONResponse(oa.completion(parsed, start, final))
+        )
+
+    async def ollama_chat(self, request: HttpRequest) -> Response:
+        return await self._ollama_answer(request, ol.parse_chat, chat=True)
+
+    async def ollama_generate(self, request: HttpRequest) -> Response:
+        return await self._ollama_answer(request, ol.parse_generate, chat=False)
+
+    async def _ollama_answer(self, request: HttpRequest, parse: Callable[[Any], ol.Request], chat: bool) -> Response:
+        started = await self._start(request, parse)
+        if isinstance(started, Response):
+            return started
+        parsed, place = started
+        if parsed.load_only:
+            place.give_back()
+            return JSONResponse(ol.load_line(chat))
+        events = self.line.events(parsed.messages, parsed.settings, place)
+        if parsed.stream:
+            return StreamingResponse(
+                self._ndjson_lines(parsed, events, chat),
+                media_type="application/x-ndjson",
+                background=BackgroundTask(place.give_back),
+            )
+        return await self._whole(
+            request,
+            events,
+            place,
+            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, final.text)),
+        )
+
+    async def _start(self, request: HttpRequest, parse: Callable[[Any], Any]) -> Response | tuple[Any, PlaceInLine]:
+        """Check the key, parse the body, check its settings, take a place in line; or the
+        response that refuses the request."""
+        try:
+            if (refused := self._refuse_unauthorised(request)) is not None:
+                return refused
+            parsed = parse(await self._json_body(request))
+            if not getattr(parsed, "load_only", False):
+                self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
+        except oa.ApiError as error:
+            return _error(request, error.status, error.message, param=error.param)
+        except SettingError as error:
+            return _error(request, 400, str(error), param=error.field)
+        except SpecemError as error:
+            return _error(request, 400, str(error))
+        place = self.line.place()
+        if place is None:
+            return _error(
+                request,
+                429,
+                f"busy: one answer at a time and {self.line.queue} waiting; try again shortly",
+                "rate_limit_error",
+                headers={"Retry-After": str(self.line.retry_after())},
+            )
+        return parsed, place
+
+    async def _whole(
+        self,
+        request: HttpRequest,
+        events: AsyncIterator[Event],
+        place: PlaceInLine,
+        respond: Callable[[StartEvent | None, FinalEvent], Response],
+    ) -> Response:
+        """A whole answer as one response, or the error that ended it."""
+        try:
+            start, final = await self._collect(events, request)
+        except SpecemError as error:
+            return _error(request, 400, str(error))
+        except Exception as error:  # a fault of the server or llama.cpp: one log line and a 500
+            return _error(request, 500, _failure(error), "server_error")
+        finally:
+            place.give_back()
+        if final is None:
+            return _error(request, 499, "the client went away")
+        return respond(start, final)
+
+    async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        start: StartEvent | None = None
+        first = True
+        try:
+            async for event in events:
+                if isinstance(event, StartEvent):
+                    start = event
+                elif isinstance(event, RoundEvent) and event.text:
+                    yield json.dumps(oa.round_chunk(parsed, event, first), ensure_ascii=False)
+                    first = False
+                elif isinstance(event, FinalEvent):
+                    for chunk in oa.final_chunks(parsed, start, event, first):
+                        yield json.dumps(chunk, ensure_ascii=False)
+        except Exception as error:  # after the stream began: say it the way OpenAI's servers do
+            yield json.dumps(oa.error_body(_failure(error), "server_error"))
+        yield "[DONE]"
+
+    async def _ndjson_lines(self, parsed: ol.Request, events: AsyncIterator[Event], chat: bool) -> AsyncIterator[str]:
+        start: StartEvent | None = None
+        try:
+            async for event in events:
+                if isinstance(event, StartEvent):
+                    start = event
+                elif isinstance(event, RoundEvent) and event.text:
+                    yield json.dumps(ol.round_line(chat, event), ensure_ascii=False) + "\n"
+                elif isinstance(event, FinalEvent):
+                    yield json.dumps(ol.final_line(chat, parsed, start, event, ""), ensure_ascii=False) + "\n"
+        except Exception as error:  # Ollama ends a broken stream with an error line
+            yield json.dumps({"error": _failure(error)}) + "\n"
+
+    async def _collect(
+        self, events: AsyncIterator[Event], request: HttpRequest
+    ) -> tuple[StartEvent | None, FinalEvent | None]:
+        start = None
+        async for event in events:
+            if isinstance(event, StartEvent):
+                start = event
+            elif isinstance(event, FinalEvent):
+                return start, event
+            if await request.is_disconnected():
+                await events.aclose()  # type: ignore[attr-defined]
+                return start, None
+        return start, None
+
+    # -- the request -----------------------------------------------------------------------------
+    def _refuse_unauthorised(self, request: HttpRequest) -> Response | None:
+        key = self.options.api_key
+        if key is None:
+            return None
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+            return None
+        return _error(request, 401, "a valid API key is needed: send Authorization: Bearer KEY", code="invalid_api_key")
+
+    async def _json_body(self, request: HttpRequest) -> Any:
+        limit = self.options.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+        if json_depth(body) > MAX_JSON_DEPTH:
+            raise oa.ApiError(400, f"the request body is nested more than {MAX_JSON_DEPTH} levels deep")
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise oa.ApiError(400, f"the request body is not valid JSON ({error})") from None
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a string, or an unterminated one to the end
+
+
+def json_depth(body: bytes | bytearray) -> int:
+    """How deep a JSON text nests its arrays and objects, counted without parsing it (brackets
+    inside strings are skipped), so a body built to exhaust the parser's stack is refused
+    first. Linear in the body, in C: a regex drops the strings, numpy counts the brackets."""
+    brackets = np.frombuffer(_JSON_STRING.sub(b"", bytes(body)), dtype=np.uint8)
+    steps = np.isin(brackets, (0x5B, 0x7B)).astype(np.int64) - np.isin(brackets, (0x5D, 0x7D))
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _failure(error: Exception) -> str:
+    """What the answer's failure is said as, in the response and in one log line."""
+    detail = str(error) if isinstance(error, SpecemError) else f"{type(error).__name__}: {error}"
+    message = f"the answer failed: {detail}"[:400]
+    print(f"specem serve: error: {message}", file=sys.stderr, flush=True)
+    return message
+
+
+def _error(
+    request: HttpRequest,
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = error_payload(request.url.path, message, kind, param)
+    if code is not None and "error" in body and isinstance(body["error"], dict):
+        body["error"]["code"] = code
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,243 @@
+"""What every request passes before a route, as one ASGI middleware: the browser checks that
+keep web pages from using the models (``Host``, ``Origin``, CORS, ``Content-Type``), and a
+barrier that turns any fault into one log line and a 500 in the API's own error shape.
+
+Why each check (Ollama made the same choices after the same reports):
+
+- **Host**: a page on ``evil.example`` whose name is re-pointed at 127.0.0.1 (DNS rebinding)
+  sends ``Host: evil.example`` and may read the answers as its own origin. Only names that
+  cannot be rebound are taken: IP addresses of this machine's loopback, the bound host,
+  ``localhost`` (and ``*.localhost``, which browsers resolve to loopback themselves), and names
+  the user allows.
+- **Origin**: a page may send a POST to any address without asking (``text/plain``, a form);
+  the browser then says where it came from. Only loopback pages, desktop-app and editor
+  webviews, and origins the user allows may use the models; the rest are 403 before anything
+  runs, and allowed origins get proper CORS answers, preflight included.
+- **Content-Type**: a POST that is not ``application/json`` is refused (415), so no form or
+  text body a page can send unasked ever reaches a route.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from specem_local.server.openai_format import error_body
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LOOPBACK_NAMES = ("localhost",)
+# Origins of pages that run on this machine: loopback sites on any port, desktop apps and
+# editor webviews (Ollama allows the same by default).
+DEFAULT_ORIGINS = (
+    "http://localhost",
+    "https://localhost",
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1",
+    "https://127.0.0.1",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]",
+    "https://[::1]",
+    "http://[::1]:*",
+    "https://[::1]:*",
+    "app://*",
+    "file://*",
+    "tauri://*",
+    "vscode-webview://*",
+    "vscode-file://*",
+)
+ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
+WILDCARD_BINDS = ("0.0.0.0", "::", "")
+
+
+@dataclass(frozen=True)
+class GateRules:
+    """Who may use the server: the address it is bound to, extra Host names, extra origins."""
+
+    bound_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()  # "*" lets any Host in
+    allowed_origins: tuple[str, ...] = ()  # patterns with "*", or "*" for any
+
+    def host_allowed(self, header: str) -> bool:
+        """Whether a ``Host`` header names this server in a way no DNS rebinding can."""
+        host = host_name(header)
+        if host is None:
+            return False
+        if "*" in self.allowed_hosts or host in (h.lower() for h in self.allowed_hosts):
+            return True
+        if host in LOOPBACK_NAMES or host.endswith(".localhost") or host == self.bound_host.lower():
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        # An address literal is what the client dialled, never a name a page could re-point;
+        # bound to every interface, any of the machine's addresses may be dialled.
+        return address.is_loopback or self.bound_host in WILDCARD_BINDS
+
+    def origin_allowed(self, origin: str, host_header: str) -> bool:
+        """Whether a page from ``origin`` may use the server: a local page, an allowed one, or
+        the server's own origin."""
+        origin = origin.strip().lower().rstrip("/")
+        if origin == "null" or not origin:  # sandboxed frames and local files with no origin of their own
+            return "*" in self.allowed_origins
+        parts = urlsplit(origin)
+        if parts.scheme in ("http", "https") and parts.netloc == host_header.strip().lower():
+            return True  # a page served from this very address (same origin)
+        patterns = (*DEFAULT_ORIGINS, *(pattern.lower().rstrip("/") for pattern in self.allowed_origins))
+        return any(_glob(pattern).fullmatch(origin) for pattern in patterns)
+
+
+def host_name(header: str) -> str | None:
+    """The host of a ``Host`` header, lower case, without port or brackets; None if malformed."""
+    header = header.strip().lower()
+    if not header:
+        return None
+    if header.startswith("["):  # [::1]:8080
+        host, closed, rest = header[1:].partition("]")
+        if not closed or (rest and not (rest.startswith(":") and _is_port(rest[1:]))):
+            return None
+        return host
+    name, colon, port = header.partition(":")
+    if colon and not _is_port(port):
+        return None
+    return name or None
+
+
+@functools.cache
+def _glob(pattern: str) -> re.Pattern[str]:
+    """An origin pattern whose only wildcard is ``*`` (``[::1]`` is an address, not a set)."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
+
+
+def split_origins(values: Iterable[str]) -> tuple[str, ...]:
+    """Origins from flags and ``SPECEM_ORIGINS`` (comma-separated), without blanks."""
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+class Gate:
+    """The middleware: checks, CORS, and the fault barrier, around the whole app."""
+
+    def __init__(self, app: App, rules: GateRules) -> None:
+        self.app = app
+        self.rules = rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        path, method = scope.get("path", "/"), scope.get("method", "GET")
+        host = headers.get("host", "")
+        if not self.rules.host_allowed(host):
+            await _respond(
+                send, path, 403, f"the Host header {host[:80]!r} is not this server's; add it with --allowed-host"
+            )
+            return
+        origin = headers.get("origin")
+        if origin is not None and not self.rules.origin_allowed(origin, host):
+            await _respond(
+                send,
+                path,
+                403,
+                f"requests from the web page at {origin[:80]!r} are not allowed; allow its origin with "
+                "--allow-origin (or SPECEM_ORIGINS)",
+            )
+            return
+        cors = _cors_headers(origin) if origin is not None else []
+        if method == "OPTIONS":  # a preflight (or a client asking what is allowed): answered here
+            asked = headers.get("access-control-request-headers", "")
+            extra = [(b"access-control-allow-headers", asked.encode("latin-1"))] if asked else []
+            await _send_headers(send, 204, [*cors, *extra, (b"allow", ALLOWED_METHODS.encode())])
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if method == "POST" and not _is_json(headers.get("content-type", "")):
+            await _respond(
+                send,
+                path,
+                415,
+                "send the body as JSON with Content-Type: application/json",
+                extra=cors,
+            )
+            return
+        await self._guarded(scope, receive, send, cors)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]) -> None:
+        """The app, with CORS headers added and any fault turned into a 500 and one log line."""
+        started = False
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if cors:
+                    message = {**message, "headers": [*message.get("headers", []), *cors]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as error:
+            detail = f"{type(error).__name__}: {error}"[:300]
+            print(
+                f"specem serve: error: {scope.get('method')} {scope.get('path')}: {detail}", file=sys.stderr, flush=True
+            )
+            if not started:
+                await _respond(send, scope.get("path", "/"), 500, f"the server failed: {detail}", kind="server_error")
+
+
+def error_payload(path: str, message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
+    """An error in the shape the route's clients read: Ollama's ``{"error": "..."}`` under
+    ``/api/``, OpenAI's everywhere else."""
+    if path.startswith("/api/"):
+        return {"error": message}
+    return error_body(message, kind, param)
+
+
+def _is_json(content_type: str) -> bool:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", ALLOWED_METHODS.encode()),
+        (b"access-control-allow-headers", b"Authorization, Content-Type"),
+        (b"access-control-max-age", b"600"),
+        (b"vary", b"Origin"),
+    ]
+
+
+async def _send_headers(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _respond(
+    send: Send,
+    path: str,
+    status: int,
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(error_payload(path, message, kind)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    await _send_headers(send, status, headers)
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,277 @@
+"""Ollama's API, both ways, as plain functions: ``/api/chat`` and ``/api/generate`` bodies
+become the ensemble's messages and settings (or an ``ApiError`` naming the field), and the
+engine's events become Ollama's NDJSON lines with their final statistics. The other routes'
+payloads (``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``) are here too.
+
+The ensemble is one model, ``specem`` (``specem:latest`` to clients that add the tag); who
+wrote each segment rides along in ``x_specem``, which Ollama's clients ignore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.server.openai_format import ApiError, message_text
+
+MODEL_NAME = "specem"
+TAGGED = f"{MODEL_NAME}:latest"
+OLLAMA_VERSION = "0.9.0"  # the API these routes follow; clients check it before using /api/chat
+# Options honoured, as [ensemble] settings.
+OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed"}
+# Options about loading or running a model, not the answer: the models are already loaded
+# with their own; accepted and left alone, as Ollama does for a loaded model.
+LOAD_OPTIONS = frozenset(
+    {
+        "num_ctx",
+        "num_batch",
+        "num_gpu",
+        "main_gpu",
+        "num_thread",
+        "num_keep",
+        "use_mmap",
+        "use_mlock",
+        "numa",
+        "low_vram",
+        "vocab_only",
+    }
+)
+# Options that change the answer in a way the ensemble cannot: refused unless neutral.
+NEUTRAL = {
+    "repeat_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "mirostat": 0,
+    "typical_p": 1.0,
+    "tfs_z": 1.0,
+    "penalize_newline": False,
+}
+IGNORED_WHEN_NEUTRAL = frozenset({"repeat_last_n", "mirostat_tau", "mirostat_eta"})
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: list[dict[str, str]]
+    settings: dict[str, Any]
+    stream: bool  # Ollama streams unless told not to
+    started: float  # time.monotonic() when it arrived, for total_duration
+    load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
+
+
+def served(name: Any) -> bool:
+    return isinstance(name, str) and name.strip().lower() in (MODEL_NAME, TAGGED)
+
+
+def _model(body: dict[str, Any]) -> None:
+    name = body.get("model", body.get("name"))
+    if name is None:
+        raise ApiError(400, "model is required: this server serves 'specem'", "model")
+    if not served(name):
+        raise ApiError(404, f"model {str(name)[:80]!r} not found; this server serves 'specem'", "model")
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name, what in (("format", "structured output (format)"), ("tools", "tools"), ("images", "images")):
+        if body.get(name) not in (None, "", [], {}):
+            raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
+    if body.get("think") not in (None, False):
+        raise ApiError(400, "think is not supported by the specem ensemble; remove 'think'", "think")
+
+
+def _settings(body: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as [ensemble] settings; their values are checked where every setting is."""
+    options = body.get("options")
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "options must be an object", "options")
+    settings: dict[str, Any] = {}
+    for name, value in options.items():
+        if value is None or name in LOAD_OPTIONS or name in IGNORED_WHEN_NEUTRAL:
+            continue
+        if name in OPTIONS:
+            settings[OPTIONS[name]] = value
+        elif name == "num_predict":
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                continue  # -1 (no limit) and -2 (fill the context): the ensemble's own limit
+            settings["max_tokens"] = value
+        elif name == "stop":
+            settings["stop"] = [value] if isinstance(value, str) else value
+        elif name in NEUTRAL:
+            if value != NEUTRAL[name]:
+                raise ApiError(400, f"options.{name} is not supported by the specem ensemble; remove it", name)
+        else:
+            raise ApiError(400, f"options.{name[:40]} is not an option this server knows; remove it", name[:40])
+    if settings.get("temperature") == 0:
+        settings["greedy"] = True
+    return settings
+
+
+def _stream(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", True)
+    if stream is None:
+        return True
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream must be true or false", "stream")
+    return stream
+
+
+def parse_chat(body: Any) -> Request:
+    """An ``/api/chat`` body."""
+    body = _object(body)
+    _model(body)
+    _refuse_unsupported(body)
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, "messages must be a non-empty array", "messages")
+    messages = []
+    for index, message in enumerate(raw):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"{where} must be an object", where)
+        role = message.get("role")
+        if role not in ("system", "user", "assistant"):
+            raise ApiError(400, f"{where}.role must be system, user or assistant", f"{where}.role")
+        for name in ("images", "tool_calls"):
+            if message.get(name):
+                raise ApiError(400, f"{where}.{name} is not supported by the specem ensemble", f"{where}.{name}")
+        messages.append({"role": role, "content": message_text(message.get("content", ""), f"{where}.content")})
+    if messages[-1]["role"] != "user":
+        raise ApiError(400, "the last message must be the user's", "messages")
+    return Request(messages, _settings(body), _stream(body), time.monotonic())
+
+
+def parse_generate(body: Any) -> Request:
+    """An ``/api/generate`` body: the prompt (and system) as a one-turn conversation, each
+    model in its own template. ``raw`` prompts, ``suffix`` (fill-in-the-middle) and
+    ``context`` are refused: the ensemble continues conversations, not token lists."""
+    body = _object(body)
+    _model(body)
+    _refuse_unsupported(body)
+    for name in ("raw", "suffix", "context", "template"):
+        if body.get(name) not in (None, False, "", []):
+            raise ApiError(400, f"{name} is not supported by the specem ensemble; remove {name!r}", name)
+    prompt = message_text(body.get("prompt", ""), "prompt")
+    system = message_text(body.get("system", ""), "system")
+    stream = _stream(body)
+    settings = _settings(body)
+    if not prompt:
+        return Request([], settings, stream, time.monotonic(), load_only=True)
+    messages = [{"role": "system", "content": system}] if system else []
+    return Request([*messages, {"role": "user", "content": prompt}], settings, stream, time.monotonic())
+
+
+# -- responses -----------------------------------------------------------------------------------
+DONE_REASON = {"length": "length", "context": "length"}
+
+
+def now() -> str:
+    """Ollama's ``created_at``: RFC 3339 in UTC."""
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _text_field(chat: bool, text: str) -> dict[str, Any]:
+    return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+
+
+def round_line(chat: bool, event: RoundEvent) -> dict[str, Any]:
+    return {
+        "model": TAGGED,
+        "created_at": now(),
+        **_text_field(chat, event.text),
+        "done": False,
+        "x_specem": {"round": event.index, "author": event.author, "candidates": len(event.candidates)},
+    }
+
+
+def final_line(chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, text: str) -> dict[str, Any]:
+    """The line that ends an answer (``text`` is the whole answer when not streamed, else
+    empty), with Ollama's statistics: durations in nanoseconds; prompt reading is part of
+    ``eval_duration``, since the ensemble reads prompts as part of its first round."""
+    prompt_tokens = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
+    return {
+        "model": TAGGED,
+        "created_at": now(),
+        **_text_field(chat, text),
+        "done": True,
+        "done_reason": DONE_REASON.get(final.finish_reason, "stop"),
+        "total_duration": int((time.monotonic() - request.started) * 1e9),
+        "load_duration": 0,
+        "prompt_eval_count": prompt_tokens,
+        "eval_count": final.tokens,
+        "eval_duration": int(final.seconds * 1e9),
+        "x_specem": {"wins": final.wins, "weights": final.weights, "rounds": final.rounds},
+    }
+
+
+def load_line(chat: bool) -> dict[str, Any]:
+    """The answer to a request that only asks for the model to be loaded (it is)."""
+    return {"model": TAGGED, "created_at": now(), **_text_field(chat, ""), "done": True, "done_reason": "load"}
+
+
+def _details(members: list[str]) -> dict[str, Any]:
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": "specem",
+        "families": ["specem"],
+        "parameter_size": f"{len(members)} models",
+        "quantization_level": "",
+    }
+
+
+def _digest(members: list[str]) -> str:
+    return hashlib.sha256("\n".join(members).encode()).hexdigest()
+
+
+def tags(members: list[str], size: int, modified: str) -> dict[str, Any]:
+    entry = {
+        "name": TAGGED,
+        "model": TAGGED,
+        "modified_at": modified,
+        "size": size,
+        "digest": _digest(members),
+        "details": _details(members),
+    }
+    return {"models": [entry]}
+
+
+def running(members: list[str], size: int) -> dict[str, Any]:
+    """``/api/ps``: the ensemble, loaded until the server stops."""
+    entry = {
+        "name": TAGGED,
+        "model": TAGGED,
+        "size": size,
+        "digest": _digest(members),
+        "details": _details(members),
+        "expires_at": "0001-01-01T00:00:00Z",
+        "size_vram": 0,
+    }
+    return {"models": [entry]}
+
+
+def show(members: list[str], modified: str) -> dict[str, Any]:
+    return {
+        "modelfile": f"# specem ensemble of {', '.join(members)}\n",
+        "parameters": "",
+        "template": "",
+        "details": _details(members),
+        "model_info": {"general.architecture": "specem", "specem.members": members},
+        "capabilities": ["completion"],
+        "modified_at": modified,
+    }
+
+
+def show_request(body: Any) -> None:
+    """An ``/api/show`` body names the served model (``model``, or ``name`` in older clients)."""
+    _model(_object(body))
