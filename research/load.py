@@ -29,15 +29,18 @@ from specem_local.ram import rss_bytes
 QUESTIONS = ("What is six times seven?", "Name a planet.", "Write one line about rain.", "What is 2 + 2?")
 
 
-def start_server(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    *options: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """``specem serve`` on a free loopback port; returns once it answers HTTP (any status: a
-    server with --api-key answers /health with 401)."""
+    server with --api-key answers /health with 401). ``log``: a file for its output (else a
+    pipe, for servers that say little)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
         [sys.executable, "-m", "specem_local.cli", "serve", "--port", str(port), "--log-level", "warning", *options],
-        stdout=subprocess.PIPE,
+        stdout=log.open("wb") if log is not None else subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C works even from a background job
@@ -52,7 +55,7 @@ def start_server(*options: str, env: dict[str, str] | None = None) -> tuple[subp
         except httpx.TransportError:
             time.sleep(0.2)
     process.kill()
-    output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+    output = process.stdout.read().decode(errors="replace") if process.stdout else log.read_text() if log else ""
     raise RuntimeError(f"specem serve did not start: {output[-2000:]}")
 
 

@@ -10,6 +10,7 @@ in line starts: no error can hold the ensemble.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
 import threading
@@ -102,13 +103,13 @@ class AnswerLine:
                     record.event(event)
                 if isinstance(event, FinalEvent):
                     finish = event.finish_reason
-                loop.call_soon_threadsafe(queue.put_nowait, event)
+                _tell(loop, queue.put_nowait, event)
         except BaseException as error:  # handed to the loop, which raises it there
-            loop.call_soon_threadsafe(queue.put_nowait, error)
+            _tell(loop, queue.put_nowait, error)
         finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
             stream.close()
-            loop.call_soon_threadsafe(self._answer_ended, finish == "cancelled")
-            loop.call_soon_threadsafe(queue.put_nowait, _END)
+            _tell(loop, self._answer_ended, finish == "cancelled")
+            _tell(loop, queue.put_nowait, _END)
 
     def _answer_ended(self, cancelled: bool) -> None:
         assert self._turn is not None
@@ -129,6 +130,13 @@ class AnswerLine:
         except Exception as error:
             print(f"specem serve: warning: not recorded in the history: {error}", file=sys.stderr, flush=True)
             return None
+
+
+def _tell(loop: asyncio.AbstractEventLoop, callback: Any, argument: object) -> None:
+    """Run ``callback(argument)`` on the loop, unless the loop has closed (the server is
+    shutting down): then nobody is left to tell."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, argument)
 
 
 class PlaceInLine:

@@ -68,7 +68,8 @@ class EnsembleServer:
             Route("/api/chat", self.ollama_chat, methods=["POST"]),
             Route("/api/generate", self.ollama_generate, methods=["POST"]),
         ]
-        app = Starlette(routes=routes, exception_handlers={404: self.not_found, 405: self.not_allowed})
+        handlers = {404: self.not_found, 405: self.not_allowed, Exception: self.failed}
+        app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
         self.app = Gate(app, options.gate)
 
     # -- plain routes ----------------------------------------------------------------------------
@@ -124,6 +125,10 @@ class EnsembleServer:
 
     async def not_allowed(self, request: HttpRequest, _exc: Exception) -> Response:
         return _error(request, 405, f"{request.method} is not allowed on {request.url.path[:80]}")
+
+    async def failed(self, request: HttpRequest, error: Exception) -> Response:
+        """A fault in a route: a 500 in the API's shape (the gate logs it, in one line)."""
+        return _error(request, 500, f"the server failed: {type(error).__name__}: {error}"[:300], "server_error")
 
     # -- answers ---------------------------------------------------------------------------------
     async def chat_completions(self, request: HttpRequest) -> Response:

@@ -163,8 +163,10 @@ class Gate:
         cors = _cors_headers(origin) if origin is not None else []
         if method == "OPTIONS":  # a preflight (or a client asking what is allowed): answered here
             asked = headers.get("access-control-request-headers", "")
-            extra = [(b"access-control-allow-headers", asked.encode("latin-1"))] if asked else []
-            await _send_headers(send, 204, [*cors, *extra, (b"allow", ALLOWED_METHODS.encode())])
+            if asked:  # whatever headers the page asks to send: the origin is allowed already
+                cors = [(k, v) for k, v in cors if k != b"access-control-allow-headers"]
+                cors.append((b"access-control-allow-headers", asked.encode("latin-1")))
+            await _send_headers(send, 204, [*cors, (b"allow", ALLOWED_METHODS.encode())])
             await send({"type": "http.response.body", "body": b""})
             return
         if method == "POST" and not _is_json(headers.get("content-type", "")):

@@ -205,7 +205,7 @@ def test_streamed_requests_arriving_together_are_counted_in_line(server):
             "messages[0].content",
         ),
         ({"model": "specem", "messages": []}, 400, "messages"),
-        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "temperature": 9}, 400, "temperature"),
+        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature"),
     ],
 )
 def test_what_the_ensemble_cannot_do_is_an_openai_error_naming_the_field(server, body, status, param):
