@@ -19,7 +19,7 @@ with contextlib.suppress(ImportError, OSError, RuntimeError):  # no usable llama
     from specem_local import backend as _backend  # noqa: F401
 
 from specem_local.config import Config, ModelSpec, load_config
-from specem_local.errors import SpecemError
+from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings, LoadSettings
 
@@ -34,6 +34,7 @@ __all__ = [
     "Message",
     "ModelSpec",
     "RoundEvent",
+    "SettingError",
     "SpecemError",
     "StartEvent",
     "load_config",

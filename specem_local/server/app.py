@@ -61,6 +61,7 @@ class EnsembleServer:
             Route("/health", self.health),
             Route("/v1/models", self.models),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.text_completions, methods=["GET", "POST"]),
             Route("/api/version", self.ollama_version),
             Route("/api/tags", self.ollama_tags),
             Route("/api/ps", self.ollama_running),
@@ -116,6 +117,17 @@ class EnsembleServer:
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         return JSONResponse(ol.show(self.ensemble.model_names, self.modified))
+
+    async def text_completions(self, request: HttpRequest) -> Response:
+        """Legacy text completions continue raw text; the ensemble's rounds answer conversations,
+        each member in its own chat template, so it says where to go instead of guessing."""
+        return _error(
+            request,
+            404,
+            "legacy text completions are not served: the ensemble answers conversations; "
+            "use /v1/chat/completions with the prompt as a user message",
+            "not_found_error",
+        )
 
     async def not_found(self, request: HttpRequest, _exc: Exception) -> Response:
         api = "Ollama's API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"
