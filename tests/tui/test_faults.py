@@ -89,6 +89,27 @@ async def test_settings_open_on_a_field_are_kept_for_the_next_start_and_errors_k
         assert again.screen.settings.ensemble.segment_tokens == 7
 
 
+async def test_the_settings_form_refuses_what_models_toml_and_the_flags_refuse():
+    """Issue 24: F2 took temperature 1e999 and kept inf; now the same one line as everywhere."""
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        for field, bad, says in (
+            ("temperature", "1e999", "temperature must be a finite number"),
+            ("seed", "-1", "seed must be in [0, 2^64)"),
+        ):
+            app.screen.query_one(f"#setting-{field}").value = bad
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda says=says: any(says in toast for toast in toasts(app)), 5)
+            assert isinstance(app.screen, SettingsScreen)
+            app.screen.query_one(f"#setting-{field}").value = "1"
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        assert app.screen.settings.ensemble.temperature == 1.0 and app.screen.settings.ensemble.seed == 1
+
+
 async def test_export_works_from_the_input_box_and_tab_goes_somewhere_visible(tmp_path):
     app = app_with(*pair())
     async with app.run_test(size=(80, 24)) as pilot:
