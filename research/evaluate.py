@@ -23,7 +23,7 @@ from typing import Any
 from specem_local.config import Config, tomllib
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
-from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
 from specem_research.grading import extract_choice, extract_number, numbers_equal
 from specem_research.stats import mcnemar_exact_p, wilson_interval
 
@@ -204,6 +204,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if name not in names:
             raise SpecemError(f"--member {name}: not a model of this ensemble ({', '.join(names)})")
     output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise SpecemError(f"--output {output}: not a folder; eval writes items.jsonl and report.json into a folder")
     items_path = output / "items.jsonl"
     done = read_records(items_path)
     if args.report_only:
@@ -326,7 +328,7 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser = commands.add_parser("eval", parents=[common], help="accuracy of the ensemble vs each member")
     parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
     parser.add_argument("--output", default="eval-results", help="folder for items.jsonl and report.json")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N items")
+    parser.add_argument("--limit", type=whole_number(1, 10**9), default=None, help="only the first N items")
     parser.add_argument("--sampled", action="store_true", help="sample (with --seed) instead of greedy decoding")
     parser.add_argument(
         "--variant",

@@ -11,14 +11,21 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from specem_local import history_commands, model_commands
 from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
-from specem_local.terminal import add_settings_flags, config_from_args, settings_overrides, when
+from specem_local.terminal import (
+    add_settings_flags,
+    config_from_args,
+    printable,
+    settings_overrides,
+    when,
+    whole_number,
+)
 
 if TYPE_CHECKING:
     from specem_local.history import AnswerRecord
@@ -131,11 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 elif isinstance(event, RoundEvent):
                     if args.authors and colour:
                         code = ANSI_COLOURS.get(colours.get(event.author, ""), 0)
-                        sys.stdout.write(f"\x1b[{code}m{event.text}\x1b[0m")
+                        sys.stdout.write(f"\x1b[{code}m{printable(event.text)}\x1b[0m")
                     elif args.authors and event.author != previous_author:
-                        sys.stdout.write(f"«{event.author}»{event.text}")
+                        sys.stdout.write(f"«{printable(event.author)}»{printable(event.text)}")
                     else:
-                        sys.stdout.write(event.text)
+                        sys.stdout.write(printable(event.text))
                     previous_author = event.author
                     sys.stdout.flush()
                 elif isinstance(event, FinalEvent):
@@ -207,7 +214,7 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origi
         code = ANSI_COLOURS.get(colours.get(name, ""), 0)
         weight = final.weights.get(name)
         weight_text = f", weight {weight:.2f}" if weight is not None else ""
-        label = f"\x1b[{code}m■ {name}\x1b[0m" if colour else f"«{name}»"
+        label = f"\x1b[{code}m■ {printable(name)}\x1b[0m" if colour else f"«{printable(name)}»"
         parts.append(f"{label} ({wins} segments{weight_text})")
     print("  ".join(parts))
     print(
@@ -218,21 +225,6 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origi
 
 
 # -- wiring ----------------------------------------------------------------------------------------
-def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: an integer in [low, high], else a usage error (exit 2) that says so."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not in [{low}, {high}]")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specem", description="Several local LLMs answer together (SpecEM).")
     parser.add_argument("--version", action="version", version="specem-local 0.1.0")

@@ -7,10 +7,13 @@ from a developer's own files.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 import platformdirs
+
+from specem_local.errors import SpecemError
 
 APP_NAME = "specem-local"
 CONFIG_ENV = "SPECEM_CONFIG"  # a models.toml file
@@ -37,11 +40,30 @@ def data_dir() -> Path:
 
 
 def replace_file(path: Path, text: str, mode: int | None = None) -> None:
-    """Write ``text`` to ``path`` in one step: a reader sees the old file or the new one, and a
-    failure leaves the old one. ``mode``: the new file's permissions (default: the old file's,
-    else 0644)."""
-    if mode is None:
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    """Write ``text`` to ``path``, a file of ours or one the user named, without harming what
+    the path points at. A regular file (or none yet) is replaced in one step: a reader sees the
+    old file or the new one, and a failure leaves the old one. A symlink is followed (a dotfiles
+    link to models.toml stays a link; its target is written). A device or a pipe (``/dev/null``,
+    ``/dev/stdout``, a FIFO) is written in place: replacing it would destroy it. A write that
+    fails (a full disk, ``/dev/full``, a folder) is a one-line ``SpecemError``. ``mode``: a
+    replaced file's permissions (default: the old file's, else 0644)."""
+    target = Path(os.path.realpath(path))
+    try:
+        info = target.stat() if os.path.lexists(target) else None
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise SpecemError(f"cannot write {path}: it is a folder; give a file name")
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            with open(target, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        if mode is None:
+            mode = info.st_mode & 0o777 if info is not None else 0o644
+        _replace_regular(target, text, mode)
+    except OSError as error:
+        raise SpecemError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _replace_regular(path: Path, text: str, mode: int) -> None:
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:

@@ -10,13 +10,9 @@ from pathlib import Path
 from specem_local.chat_files import chat_markdown, chat_to_json, export_chat
 from specem_local.errors import SpecemError
 from specem_local.history import History
-from specem_local.terminal import print_table, when
+from specem_local.terminal import print_table, printable, when, whole_number
 
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count; give a whole number, 0 for all")
-    return int(text)
+MAX_COUNT = 1_000_000_000  # SQLite's LIMIT takes a 64-bit integer; no history holds more chats
 
 
 def cmd_history_list(args: argparse.Namespace) -> int:
@@ -47,7 +43,7 @@ def cmd_history_search(args: argparse.Namespace) -> int:
 
 def cmd_history_show(args: argparse.Namespace) -> int:
     chat = History().load(args.id)
-    print(json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1) if args.json else chat_markdown(chat))
+    print(json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1) if args.json else printable(chat_markdown(chat)))
     return 0
 
 
@@ -55,10 +51,7 @@ def cmd_history_export(args: argparse.Namespace) -> int:
     chat = History().load(args.id)
     suffix = "md" if args.format == "markdown" else "json"
     target = Path(args.output) if args.output else Path.cwd() / f"specem-chat-{chat.id}.{suffix}"
-    try:
-        export_chat(chat, target, args.format)
-    except OSError as error:
-        raise SpecemError(f"cannot write {target}: {error.strerror or error}") from None
+    export_chat(chat, target, args.format)  # a failed write is a SpecemError, never "Exported"
     print(f"Exported to {target}", file=sys.stderr)
     return 0
 
@@ -75,7 +68,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     history.set_defaults(handler=cmd_history_list, count=20, origin=None, json=False)
     actions = history.add_subparsers(dest="history_command", metavar="ACTION")
     listing = actions.add_parser("list", help="the most recent chats (the default action)")
-    listing.add_argument("-n", "--count", type=_count, default=20, help="how many (default 20; 0 = all)")
+    listing.add_argument(
+        "-n", "--count", type=whole_number(0, MAX_COUNT), default=20, help="how many (default 20; 0 = all)"
+    )
     listing.add_argument(
         "--origin", choices=("chat", "run", "serve", "api", "import"), help="only those from one front end"
     )
@@ -83,7 +78,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     listing.set_defaults(handler=cmd_history_list)
     search = actions.add_parser("search", help="messages with all of these words (full text)")
     search.add_argument("words", nargs="+", help="words to look for, in any order")
-    search.add_argument("-n", "--count", type=_count, default=20, help="how many matches (default 20; 0 = all)")
+    search.add_argument(
+        "-n", "--count", type=whole_number(0, MAX_COUNT), default=20, help="how many matches (default 20; 0 = all)"
+    )
     search.add_argument("--json", action="store_true", help="as JSON")
     search.set_defaults(handler=cmd_history_search)
     show = actions.add_parser("show", help="one chat, as Markdown (or --json with every round)")

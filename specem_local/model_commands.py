@@ -12,7 +12,7 @@ from typing import Any
 
 from specem_local.config import Config
 from specem_local.errors import SpecemError
-from specem_local.terminal import config_from_args, human_count, print_table
+from specem_local.terminal import config_from_args, human_count, print_table, printable
 
 
 def _human_size(size: int | None) -> str:
@@ -128,7 +128,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     )
     for row in rows:
         if row["status"] != "ready":
-            print(f"{row['name']}: {row['detail']}", file=sys.stderr)
+            print(printable(f"{row['name']}: {row['detail']}"), file=sys.stderr)
     return 0
 
 
@@ -150,8 +150,8 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
                 f"configured: {', '.join(configured)}; demo models: {', '.join(DEMO_MODELS)}"
             )
     for name, source in sources:
-        print(f"{name}: pulling {source.describe()}", file=sys.stderr)
-        print(f"{name}: ready at {source.pull()}")
+        print(printable(f"{name}: pulling {source.describe()}"), file=sys.stderr)
+        print(printable(f"{name}: ready at {source.pull()}"))
     return 0
 
 
@@ -160,7 +160,7 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
     bad = 0
     for row in model_rows(config, checksum=True):
         detail = f" ({row['detail']})" if row["detail"] else ""
-        print(f"{row['name']}: {row['status']}{detail}")
+        print(printable(f"{row['name']}: {row['status']}{detail}"))
         bad += row["status"] != "ready"
     return 1 if bad else 0
 

@@ -8,8 +8,9 @@ help and limits.
 from __future__ import annotations
 
 import argparse
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specem_local.config import Config, load_config, with_load_overrides
@@ -19,6 +20,7 @@ _CONVERTERS = {"int": int, "float": float, "str": str}
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    rows = [[printable(str(cell)) for cell in row] for row in rows]  # names and titles come from files and users
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
     for line in (headers, *rows):
         print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
@@ -82,3 +84,29 @@ def human_count(count: int | None) -> str:
 def when(seconds: float) -> str:
     """A moment as the history lists show it: ``2026-11-23 05:04``, local time."""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high], else a usage error (exit 2) that says so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in [{low}, {high}]")
+        return value
+
+    return parse
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text as it may reach a terminal: control characters other than newline and tab (escape
+    sequences, BEL, carriage return) shown as ``\\x1b`` and so on, so a prompt, a model's echo
+    of it or a model name cannot retitle, clear or recolour the user's terminal. JSON output
+    and the database keep the text as it is."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
