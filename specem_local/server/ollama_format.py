@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.server.openai_format import ApiError, message_text
+from specem_local.server.openai_format import ApiError, message_text, parse_messages
 
 MODEL_NAME = "specem"
 TAGGED = f"{MODEL_NAME}:latest"
@@ -131,23 +131,8 @@ def parse_chat(body: Any) -> Request:
     body = _object(body)
     _model(body)
     _refuse_unsupported(body)
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise ApiError(400, "messages must be a non-empty array", "messages")
-    messages = []
-    for index, message in enumerate(raw):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise ApiError(400, f"{where} must be an object", where)
-        role = message.get("role")
-        if role not in ("system", "user", "assistant"):
-            raise ApiError(400, f"{where}.role must be system, user or assistant", f"{where}.role")
-        for name in ("images", "tool_calls"):
-            if message.get(name):
-                raise ApiError(400, f"{where}.{name} is not supported by the specem ensemble", f"{where}.{name}")
-        messages.append({"role": role, "content": message_text(message.get("content", ""), f"{where}.content")})
-    if messages[-1]["role"] != "user":
-        raise ApiError(400, "the last message must be the user's", "messages")
+    roles = {"system": "system", "user": "user", "assistant": "assistant"}
+    messages = parse_messages(body.get("messages"), roles=roles, refused=("images", "tool_calls"), missing_content="")
     return Request(messages, _settings(body), _stream(body), time.monotonic())
 
 

@@ -100,7 +100,9 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", "stream")
-    return Request(_messages(body.get("messages")), settings, stream, bool(options.get("include_usage")))
+    roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+    messages = parse_messages(body.get("messages"), roles=roles, refused=("tool_calls",))
+    return Request(messages, settings, stream, bool(options.get("include_usage")))
 
 
 def _stops(value: Any) -> list[str]:
@@ -110,7 +112,12 @@ def _stops(value: Any) -> list[str]:
     return stops
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def parse_messages(
+    value: Any, *, roles: dict[str, str], refused: tuple[str, ...], missing_content: Any = None
+) -> list[dict[str, str]]:
+    """A request's ``messages`` as the ensemble's: ``roles`` maps each role the API takes to
+    ours, a message carrying any of ``refused`` (tool calls, images) is a 400 naming it, and
+    the last message must be the user's. Shared by OpenAI's and Ollama's routes."""
     if not isinstance(value, list) or not value:
         raise ApiError(400, "messages must be a non-empty array", "messages")
     messages = []
@@ -119,12 +126,14 @@ def _messages(value: Any) -> list[dict[str, str]]:
         if not isinstance(message, dict):
             raise ApiError(400, f"{where} must be an object", where)
         role = message.get("role")
-        role = {"developer": "system"}.get(role, role) if isinstance(role, str) else None
-        if role not in ("system", "user", "assistant"):
-            raise ApiError(400, f"{where}.role must be system, developer, user or assistant", f"{where}.role")
-        if message.get("tool_calls"):
-            raise ApiError(400, "tool calls are not supported by the specem ensemble", f"{where}.tool_calls")
-        messages.append({"role": role, "content": message_text(message.get("content"), f"{where}.content")})
+        role = roles.get(role) if isinstance(role, str) else None
+        if role is None:
+            raise ApiError(400, f"{where}.role must be {', '.join(roles)}", f"{where}.role")
+        for name in refused:
+            if message.get(name):
+                raise ApiError(400, f"{where}.{name} is not supported by the specem ensemble", f"{where}.{name}")
+        content = message_text(message.get("content", missing_content), f"{where}.content")
+        messages.append({"role": role, "content": content})
     if messages[-1]["role"] != "user":
         raise ApiError(400, "the last message must be the user's", "messages")
     return messages
