@@ -10,6 +10,7 @@ the server's memory (RSS) before and after. Starts its own server on a free port
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -38,13 +39,15 @@ def start_server(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specem_local.cli", "serve", "--port", str(port), "--log-level", "warning", *options],
-        stdout=log.open("wb") if log is not None else subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C works even from a background job
-    )
+    with log.open("wb") if log is not None else contextlib.nullcontext(subprocess.PIPE) as output:
+        command = [sys.executable, "-m", "specem_local.cli", "serve", "--port", str(port), "--log-level", "warning"]
+        process = subprocess.Popen(
+            [*command, *options],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C even from a background job
+        )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if process.poll() is not None:

@@ -198,8 +198,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("SPECEM_API_KEY") or None
     check_binding(args.host, api_key)
     origins = split_origins([*args.allow_origin, os.environ.get("SPECEM_ORIGINS", "")])
-    gate = GateRules(args.host, tuple(args.allowed_host), origins)
-    options = ServerOptions(api_key, args.queue, args.max_body_bytes, not args.no_log, gate)
+    gate = GateRules(args.host, tuple(args.allowed_host), origins, api_key)
+    options = ServerOptions(args.queue, args.max_body_bytes, not args.no_log, gate)
     with Ensemble.from_config(config_from_args(args), **settings_overrides(args)) as ensemble:
         server = EnsembleServer(ensemble, options)
         where = f"http://{args.host}:{args.port}/v1"

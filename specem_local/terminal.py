@@ -20,10 +20,10 @@ _CONVERTERS = {"int": int, "float": float, "str": str}
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    rows = [[printable(str(cell)) for cell in row] for row in rows]  # names and titles come from files and users
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    for line in (headers, *rows):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
+    cells = [list(headers), *([printable(str(cell)) for cell in row] for row in rows)]  # text from files and users
+    widths = [max(len(cell) for cell in column) for column in zip(*cells)]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, *, load: bool = True) -> None:

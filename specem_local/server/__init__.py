@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from specem_local.errors import SpecemError
 from specem_local.server.app import EnsembleServer, ServerOptions
-from specem_local.server.gate import GateRules
+from specem_local.server.gate import GateRules, is_loopback
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-__all__ = ["LOOPBACK", "EnsembleServer", "GateRules", "ServerOptions", "check_binding"]
+__all__ = ["EnsembleServer", "GateRules", "ServerOptions", "check_binding"]
 
 
 def check_binding(host: str, api_key: str | None) -> None:
     """Refuse to put the models on the network without a key."""
-    if host not in LOOPBACK and not api_key:
+    if not is_loopback(host) and not api_key:
         raise SpecemError(
             f"--host {host} would let other machines use these models with no key; give --api-key "
             "(or set SPECEM_API_KEY), or keep the default --host 127.0.0.1"

@@ -93,8 +93,8 @@ class AnswerLine:
         queue: asyncio.Queue,
     ) -> None:
         """The worker thread: record the request, run the answer, hand each event (or the error)
-        to the loop. Whatever happens, the stream is closed, the loop hears the end and the
-        models are released."""
+        to the loop. Whatever happens (the stream closes itself on any error), the loop hears
+        the end and the models are released."""
         finish = None
         try:
             record = self._start_record(messages)
@@ -107,7 +107,6 @@ class AnswerLine:
         except BaseException as error:  # handed to the loop, which raises it there
             _tell(loop, queue.put_nowait, error)
         finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
-            stream.close()
             _tell(loop, self._answer_ended, finish == "cancelled")
             _tell(loop, queue.put_nowait, _END)
 

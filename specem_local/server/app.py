@@ -9,7 +9,6 @@ the stream) and one log line; the next request is served as usual.
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 import sys
@@ -39,7 +38,6 @@ MAX_JSON_DEPTH = 64  # far deeper than any request; a body nested deeper is refu
 
 @dataclass(frozen=True)
 class ServerOptions:
-    api_key: str | None = None
     queue: int = 4  # requests that may wait while one is answered
     max_body_bytes: int = 1 << 20
     record: bool = True
@@ -77,9 +75,7 @@ class EnsembleServer:
     async def root(self, _request: HttpRequest) -> Response:
         return PlainTextResponse("specem is running: OpenAI's API at /v1, Ollama's at /api\n")
 
-    async def health(self, request: HttpRequest) -> Response:
-        if (refused := self._refuse_unauthorised(request)) is not None:
-            return refused
+    async def health(self, _request: HttpRequest) -> Response:
         line = self.line
         return JSONResponse(
             {
@@ -93,26 +89,20 @@ class EnsembleServer:
             }
         )
 
-    async def models(self, request: HttpRequest) -> Response:
-        return self._refuse_unauthorised(request) or JSONResponse(
-            oa.models_list(self.ensemble.model_names, self.created)
-        )
+    async def models(self, _request: HttpRequest) -> Response:
+        return JSONResponse(oa.models_list(self.ensemble.model_names, self.created))
 
-    async def ollama_version(self, request: HttpRequest) -> Response:
-        return self._refuse_unauthorised(request) or JSONResponse({"version": ol.OLLAMA_VERSION})
+    async def ollama_version(self, _request: HttpRequest) -> Response:
+        return JSONResponse({"version": ol.OLLAMA_VERSION})
 
-    async def ollama_tags(self, request: HttpRequest) -> Response:
-        return self._refuse_unauthorised(request) or JSONResponse(
-            ol.tags(self.ensemble.model_names, self.size, self.modified)
-        )
+    async def ollama_tags(self, _request: HttpRequest) -> Response:
+        return JSONResponse(ol.tags(self.ensemble.model_names, self.size, self.modified))
 
-    async def ollama_running(self, request: HttpRequest) -> Response:
-        return self._refuse_unauthorised(request) or JSONResponse(ol.running(self.ensemble.model_names, self.size))
+    async def ollama_running(self, _request: HttpRequest) -> Response:
+        return JSONResponse(ol.running(self.ensemble.model_names, self.size))
 
     async def ollama_show(self, request: HttpRequest) -> Response:
         try:
-            if (refused := self._refuse_unauthorised(request)) is not None:
-                return refused
             ol.show_request(await self._json_body(request))
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
@@ -186,14 +176,11 @@ class EnsembleServer:
         )
 
     async def _start(self, request: HttpRequest, parse: Callable[[Any], Any]) -> Response | tuple[Any, PlaceInLine]:
-        """Check the key, parse the body, check its settings, take a place in line; or the
-        response that refuses the request."""
+        """Parse the body, check its settings, take a place in line; or the response that
+        refuses the request (the gate has checked the key)."""
         try:
-            if (refused := self._refuse_unauthorised(request)) is not None:
-                return refused
             parsed = parse(await self._json_body(request))
-            if not getattr(parsed, "load_only", False):
-                self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
+            self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         except SettingError as error:
@@ -276,16 +263,6 @@ class EnsembleServer:
         return start, None
 
     # -- the request -----------------------------------------------------------------------------
-    def _refuse_unauthorised(self, request: HttpRequest) -> Response | None:
-        key = self.options.api_key
-        if key is None:
-            return None
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
-            return None
-        return _error(request, 401, "a valid API key is needed: send Authorization: Bearer KEY", code="invalid_api_key")
-
     async def _json_body(self, request: HttpRequest) -> Any:
         limit = self.options.max_body_bytes
         declared = request.headers.get("content-length", "")
@@ -331,10 +308,6 @@ def _error(
     kind: str = "invalid_request_error",
     *,
     param: str | None = None,
-    code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    body = error_payload(request.url.path, message, kind, param)
-    if code is not None and "error" in body and isinstance(body["error"], dict):
-        body["error"]["code"] = code
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_payload(request.url.path, message, kind, param), status_code=status, headers=headers)

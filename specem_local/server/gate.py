@@ -1,6 +1,7 @@
 """What every request passes before a route, as one ASGI middleware: the browser checks that
-keep web pages from using the models (``Host``, ``Origin``, CORS, ``Content-Type``), and a
-barrier that turns any fault into one log line and a 500 in the API's own error shape.
+keep web pages from using the models (``Host``, ``Origin``, CORS, ``Content-Type``), the API
+key when one is set, and a barrier that turns any fault into one log line and a 500 in the
+API's own error shape.
 
 Why each check (Ollama made the same choices after the same reports):
 
@@ -20,6 +21,7 @@ Why each check (Ollama made the same choices after the same reports):
 from __future__ import annotations
 
 import functools
+import hmac
 import ipaddress
 import json
 import re
@@ -36,7 +38,6 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-LOOPBACK_NAMES = ("localhost",)
 # Origins of pages that run on this machine: loopback sites on any port, desktop apps and
 # editor webviews (Ollama allows the same by default).
 DEFAULT_ORIGINS = (
@@ -64,11 +65,20 @@ WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
 @dataclass(frozen=True)
 class GateRules:
-    """Who may use the server: the address it is bound to, extra Host names, extra origins."""
+    """Who may use the server: the address it is bound to, extra Host names, extra origins,
+    and the key every request must carry (None: no key)."""
 
     bound_host: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()  # "*" lets any Host in
     allowed_origins: tuple[str, ...] = ()  # patterns with "*", or "*" for any
+    api_key: str | None = None
+
+    def key_given(self, authorization: str) -> bool:
+        """Whether an ``Authorization`` header carries the key (always, when there is none)."""
+        if self.api_key is None:
+            return True
+        scheme, _, token = authorization.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     def host_allowed(self, header: str) -> bool:
         """Whether a ``Host`` header names this server in a way no DNS rebinding can."""
@@ -77,15 +87,11 @@ class GateRules:
             return False
         if "*" in self.allowed_hosts or host in (h.lower() for h in self.allowed_hosts):
             return True
-        if host in LOOPBACK_NAMES or host.endswith(".localhost") or host == self.bound_host.lower():
+        if is_loopback(host) or host == self.bound_host.lower():
             return True
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return False
         # An address literal is what the client dialled, never a name a page could re-point;
         # bound to every interface, any of the machine's addresses may be dialled.
-        return address.is_loopback or self.bound_host in WILDCARD_BINDS
+        return self.bound_host in WILDCARD_BINDS and _is_address(host)
 
     def origin_allowed(self, origin: str, host_header: str) -> bool:
         """Whether a page from ``origin`` may use the server: a local page, an allowed one, or
@@ -98,6 +104,23 @@ class GateRules:
             return True  # a page served from this very address (same origin)
         patterns = (*DEFAULT_ORIGINS, *(pattern.lower().rstrip("/") for pattern in self.allowed_origins))
         return any(_glob(pattern).fullmatch(origin) for pattern in patterns)
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost``, a ``*.localhost`` name (browsers resolve those to loopback themselves),
+    or a loopback address."""
+    host = host.lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    return _is_address(host) and ipaddress.ip_address(host).is_loopback
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def host_name(header: str) -> str | None:
@@ -169,6 +192,10 @@ class Gate:
             await _send_headers(send, 204, [*cors, (b"allow", ALLOWED_METHODS.encode())])
             await send({"type": "http.response.body", "body": b""})
             return
+        if not self.rules.key_given(headers.get("authorization", "")):
+            message = "a valid API key is needed: send Authorization: Bearer KEY"
+            await _respond(send, path, 401, message, code="invalid_api_key", extra=cors)
+            return
         if method == "POST" and not _is_json(headers.get("content-type", "")):
             await _respond(
                 send,
@@ -203,12 +230,14 @@ class Gate:
                 await _respond(send, scope.get("path", "/"), 500, f"the server failed: {detail}", kind="server_error")
 
 
-def error_payload(path: str, message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
+def error_payload(
+    path: str, message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     """An error in the shape the route's clients read: Ollama's ``{"error": "..."}`` under
     ``/api/``, OpenAI's everywhere else."""
     if path.startswith("/api/"):
         return {"error": message}
-    return error_body(message, kind, param)
+    return error_body(message, kind, param, code)
 
 
 def _is_json(content_type: str) -> bool:
@@ -237,9 +266,10 @@ async def _respond(
     message: str,
     *,
     kind: str = "invalid_request_error",
+    code: str | None = None,
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    body = json.dumps(error_payload(path, message, kind)).encode()
+    body = json.dumps(error_payload(path, message, kind, code=code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
     await _send_headers(send, status, headers)
     await send({"type": "http.response.body", "body": body})

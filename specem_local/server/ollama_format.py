@@ -62,15 +62,11 @@ class Request:
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
 
 
-def served(name: Any) -> bool:
-    return isinstance(name, str) and name.strip().lower() in (MODEL_NAME, TAGGED)
-
-
 def _model(body: dict[str, Any]) -> None:
     name = body.get("model", body.get("name"))
     if name is None:
         raise ApiError(400, "model is required: this server serves 'specem'", "model")
-    if not served(name):
+    if not isinstance(name, str) or name.strip().lower() not in (MODEL_NAME, TAGGED):
         raise ApiError(404, f"model {str(name)[:80]!r} not found; this server serves 'specem'", "model")
 
 
@@ -219,30 +215,17 @@ def _digest(members: list[str]) -> str:
     return hashlib.sha256("\n".join(members).encode()).hexdigest()
 
 
+def _entry(members: list[str], size: int) -> dict[str, Any]:
+    return {"name": TAGGED, "model": TAGGED, "size": size, "digest": _digest(members), "details": _details(members)}
+
+
 def tags(members: list[str], size: int, modified: str) -> dict[str, Any]:
-    entry = {
-        "name": TAGGED,
-        "model": TAGGED,
-        "modified_at": modified,
-        "size": size,
-        "digest": _digest(members),
-        "details": _details(members),
-    }
-    return {"models": [entry]}
+    return {"models": [{**_entry(members, size), "modified_at": modified}]}
 
 
 def running(members: list[str], size: int) -> dict[str, Any]:
     """``/api/ps``: the ensemble, loaded until the server stops."""
-    entry = {
-        "name": TAGGED,
-        "model": TAGGED,
-        "size": size,
-        "digest": _digest(members),
-        "details": _details(members),
-        "expires_at": "0001-01-01T00:00:00Z",
-        "size_vram": 0,
-    }
-    return {"models": [entry]}
+    return {"models": [{**_entry(members, size), "expires_at": "0001-01-01T00:00:00Z", "size_vram": 0}]}
 
 
 def show(members: list[str], modified: str) -> dict[str, Any]:

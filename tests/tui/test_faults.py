@@ -68,12 +68,17 @@ async def test_the_history_screen_searches_every_chat_and_deletes_one_with_two_p
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
 
 
+async def open_settings(pilot, app) -> None:
+    """Wait for the chat, then open the settings form (F2)."""
+    await wait_until(pilot, lambda: chat_ready(app))
+    await pilot.press("f2")
+    await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+
+
 async def test_settings_open_on_a_field_are_kept_for_the_next_start_and_errors_keep_brackets():
     app = app_with(*pair())
     async with app.run_test(size=(100, 40)) as pilot:
-        await wait_until(pilot, lambda: chat_ready(app))
-        await pilot.press("f2")
-        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        await open_settings(pilot, app)
         assert app.focused is not None and app.focused.id == "model-0"
         segment = app.screen.query_one("#setting-segment_tokens")
         segment.value = "7"
@@ -93,9 +98,7 @@ async def test_the_settings_form_refuses_what_models_toml_and_the_flags_refuse()
     """Issue 24: F2 took temperature 1e999 and kept inf; now the same one line as everywhere."""
     app = app_with(*pair())
     async with app.run_test(size=(100, 40)) as pilot:
-        await wait_until(pilot, lambda: chat_ready(app))
-        await pilot.press("f2")
-        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        await open_settings(pilot, app)
         for field, bad, says in (
             ("temperature", "1e999", "temperature must be a finite number"),
             ("seed", "-1", "seed must be in [0, 2^64)"),
