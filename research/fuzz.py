@@ -188,7 +188,7 @@ def run(requests: int, seconds: float, seed: int, folder: Path) -> dict[str, Any
 
             one()
             final = http.post("/v1/chat/completions", json={"model": "specem", "messages": [good_message()]})
-            health = http.get("/health").json()
+            health = settled_health(http)
         rss_after = rss_of(process.pid)
     finally:
         process.send_signal(signal.SIGINT)
@@ -211,6 +211,18 @@ def run(requests: int, seconds: float, seed: int, folder: Path) -> dict[str, Any
         "rss_after_mib": round(rss_after / 2**20, 1),
         "log_lines": len(output.splitlines()),
     }
+
+
+def settled_health(http: httpx.Client, seconds: float = 10) -> dict[str, Any]:
+    """``/health`` once nothing is answering or waiting, or as it is after ``seconds``: an
+    answer's response goes out at its final event, a moment before its worker has recorded
+    it and handed the models back."""
+    deadline = time.monotonic() + seconds
+    while True:
+        health = http.get("/health").json()
+        if not (health["answering"] or health["waiting"]) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.05)
 
 
 def rss_of(pid: int) -> int:
