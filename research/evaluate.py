@@ -137,6 +137,9 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             entry["segment_share"] = {name: count / total for name, count in wins.items()}
             entry["mean_final_weights"] = weights
             entry["drafters_per_round"] = sum(map(_drafters_per_round, results)) / len(results)
+            rounds = sum(r.get("rounds", 0) for r in results)
+            if rounds and any(r.get("confident_rounds") for r in results):  # the vote gate's share
+                entry["confident_share"] = sum(r.get("confident_rounds", 0) for r in results) / rounds
             if "start_weights" in results[-1]:  # where carrying the weights over the items got to
                 entry["start_weights_after"] = {
                     str(answers): results[answers]["start_weights"]
@@ -289,6 +292,8 @@ def run_systems(
                         "start_weights": start.weights,
                         "weights_from": start.weights_from,
                         "drafters_per_round": final.drafters_per_round,
+                        "rounds": final.rounds,
+                        "confident_rounds": final.confident_rounds,
                     }
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")

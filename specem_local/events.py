@@ -56,7 +56,7 @@ class RoundEvent(_Record):
     index: int  # 1-based round number
     text: str  # the winning segment, appended to the answer
     author: str
-    decision: str  # "vote", "fast-finish" or "only-candidate"
+    decision: str  # a key of vote.DECISIONS: "vote", "fast-finish", "only-candidate" or "confident"
     candidates: tuple[Candidate, ...]
     weights: dict[str, float]  # verifier weights after this round's update
     drafters: tuple[str, ...]  # models that drafted this round
@@ -68,6 +68,7 @@ class RoundEvent(_Record):
     runner_up: str | None = None  # the best other candidate in the vote
     ranked_first_by: tuple[str, ...] = ()  # verifiers that gave the winner their highest share
     discounted: str | None = None  # the loop guard kept this candidate from winning
+    confidence: float | None = None  # with vote_gate: the leading draft's least token probability
     type: str = "round"
 
 
@@ -83,6 +84,7 @@ class FinalEvent(_Record):
     drafters_per_round: float  # mean number of models that drafted a round (model exit lowers it)
     weights: dict[str, float]
     plain_generation: bool  # one model: no ensembling took place
+    confident_rounds: int = 0  # rounds the vote gate took unvoted
     type: str = "final"
 
     @property

@@ -23,7 +23,7 @@ from specem_local.config import ModelSpec
 from specem_local.model import BatchRow, ContextFull, LanguageModel
 from specem_local.prompting import PromptFormat
 from specem_local.sampling import Sampler
-from specem_local.scoring import KEEP, end_score, log_normalisers, mean_score
+from specem_local.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
 from specem_local.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
 
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
@@ -60,6 +60,12 @@ class Draft:
         """The end score of the row after ``after`` drafted tokens."""
         normaliser = float(self.normalisers[after]) if scoring == "logprob" else None
         return end_score(self.rows[after], end_tokens, scoring, normaliser)
+
+    def least_probability(self) -> float:
+        """How sure the drafter was of this segment: its least likely token's probability."""
+        tokens = self.text_tokens if self.text_tokens is not None else self.tokens[: self.sampled]
+        chosen, normalisers = self.scores(tokens, "logprob")
+        return least_probability(chosen, normalisers)
 
     @property
     def aligned(self) -> bool:

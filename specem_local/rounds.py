@@ -73,6 +73,7 @@ class Answer:
         self.tokens = 0
         self.rounds = 0
         self.drafter_count = 0
+        self.confident_rounds = 0
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
@@ -134,6 +135,7 @@ class Answer:
             drafters_per_round=self.drafter_count / self.rounds if self.rounds else 0.0,
             weights=weights_dict(self.members, self.weights),
             plain_generation=len(self.members) == 1,
+            confident_rounds=self.confident_rounds,
         )
 
     def _prompt_tokens(self, member: Member) -> list[int]:
@@ -177,7 +179,7 @@ class Answer:
             member = self.members[i]
             return member.draft(budget, self.samplers[i], self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
-        drafts_list = self.map(draft, drafters)
+        drafters, drafts_list, confidence = self._drafts(drafters, draft)
         if self.cancel.is_set():
             return None, "cancelled"
         drafts: dict[int, Draft] = {i: d for i, d in zip(drafters, drafts_list) if d.text}
@@ -190,6 +192,9 @@ class Answer:
         scores = np.full((len(self.members), len(self.members)), np.nan)
         enders = [i for i in groups if drafts[i].ended]
         result = vote.shortcut(groups, enders, self.weights, settings.fast_finish)
+        if confidence is not None and len(drafters) == 1 and result is not None and result.decision == "only-candidate":
+            result = vote.Tally(result.winner, "confident", result.shares, None)  # the gate held the others back
+            self.confident_rounds += 1
         scored: dict[int, Scored] = {}
         if result is None:
             scored = self._verify(drafts, groups, scores)
@@ -217,8 +222,26 @@ class Answer:
             runner_up=self._name(result.runner_up),
             ranked_first_by=tuple(self.names[v] for v in result.ranked_first_by),
             discounted=self._name(result.discounted),
+            confidence=confidence,
         )
         return event, finish
+
+    def _drafts(
+        self, drafters: list[int], draft: Callable[[int], Draft]
+    ) -> tuple[list[int], list[Draft], float | None]:
+        """The round's drafts and who wrote them. With the vote gate, the leading drafter (the
+        heaviest) drafts first and the others only when it was unsure of some token; also
+        returns that draft's least token probability (None without the gate)."""
+        gate = self.settings.vote_gate
+        if gate <= 0 or len(drafters) < 2:
+            return drafters, self.map(draft, drafters), None
+        leader = max(drafters, key=lambda i: self.weights[i])
+        lead = draft(leader)
+        confidence = lead.least_probability()
+        if (confidence >= gate and lead.text) or self.cancel.is_set():
+            return [leader], [lead], confidence
+        others = [i for i in drafters if i != leader]
+        return [leader, *others], [lead, *self.map(draft, others)], confidence
 
     def _name(self, index: int | None) -> str | None:
         return None if index is None else self.names[index]

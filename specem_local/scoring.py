@@ -83,6 +83,14 @@ def mean_score(chosen: np.ndarray, normalisers: np.ndarray, scoring: str, end: f
     return float(values.mean())
 
 
+def least_probability(chosen: np.ndarray, normalisers: np.ndarray) -> float:
+    """The probability of a segment's least likely token (1.0 for no tokens): how sure the
+    model that sampled it was at its most doubtful step."""
+    if len(chosen) == 0:
+        return 1.0
+    return float(np.exp(np.min(np.asarray(chosen, dtype=np.float64) - normalisers)))
+
+
 def segment_score(
     rows: np.ndarray, tokens: list[int], scoring: str, end: tuple[np.ndarray, np.ndarray] | None = None
 ) -> float:

@@ -123,6 +123,14 @@ class EnsembleSettings:
 
     loop_guard: bool = setting(False, "experimental", "discount candidates that repeat a 12-word run of the answer")
     fast_finish: bool = setting(False, "experimental", "take a draft that ends the answer at once, unverified")
+    vote_gate: float = setting(
+        0.0,
+        "experimental",
+        "vote only where the leading drafter is unsure: its segment is taken unvoted when every token "
+        "had at least this probability (0 = vote every round)",
+        low=0,
+        high=1,
+    )
     pooling: str = setting(
         "linear", "experimental", "vote: weighted mean of shares, or weighted geometric mean", choices=("linear", "log")
     )

@@ -22,6 +22,7 @@ DECISIONS = {
     "vote": "won the weighted vote",
     "fast-finish": "ended the answer first (fast finish: no vote)",
     "only-candidate": "was the only non-empty draft (no vote needed)",
+    "confident": "was sure of every token (vote gate: the others did not draft)",
 }
 
 
@@ -233,5 +234,8 @@ def explain(event: RoundEvent) -> str:
             text += f" The loop guard discounted {discounted.model}: {discounted.copied:.0%} of it repeats the answer."
         if event.ranked_first_by:
             text += f" Ranked first by: {', '.join(event.ranked_first_by)}."
+    if event.confidence is not None:
+        text = text if text.endswith(".") else text + "."
+        text += f" Its leading draft's least likely token had p = {event.confidence:.2f}."
     weights = ", ".join(f"{name} {weight:.2f}" for name, weight in event.weights.items())
     return f"{text}\nWeights after this round: {weights}."

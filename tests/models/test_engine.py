@@ -222,3 +222,22 @@ def test_the_package_loads_llama_cpp_before_numpy_and_the_api_works_after_numpy(
     )
     result = subprocess.run([sys.executable, "-c", numpy_first], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0 and result.stdout.strip() == "4", result.stderr
+
+
+def test_vote_gate_on_the_demo_trio(trio):
+    """Sure segments of the heaviest drafter are taken unvoted, the rest voted by all three; a
+    gate every segment passes gives the leader's own greedy answer."""
+    settings = dict(greedy=True, max_tokens=40, model_exit=False)
+    leader = max(trio.starting_weights(), key=trio.starting_weights().get)
+    events = list(trio.stream(QUESTION, vote_gate=0.5, **settings))
+    rounds, final = [e for e in events if isinstance(e, RoundEvent)], events[-1]
+    assert rounds and final.confident_rounds == sum(e.decision == "confident" for e in rounds)
+    for event in rounds:
+        assert event.confidence is not None
+        if event.decision == "confident":
+            assert event.drafters == (leader,) and event.author == leader and event.confidence >= 0.5
+        else:
+            assert len(event.drafters) == 3 and event.confidence < 0.5
+    always = trio.generate(QUESTION, vote_gate=1e-30, **settings)
+    assert always.confident_rounds == always.rounds and always.drafters_per_round == 1.0
+    assert always.text == trio.generate(QUESTION, models=[leader], **settings).text

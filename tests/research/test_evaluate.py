@@ -167,3 +167,11 @@ def test_eval_member_must_be_a_model_of_the_ensemble(tmp_path, capsys):
     tasks.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n')
     assert main(["eval", str(tasks), "--member", "nope", "--output", str(tmp_path / "out")]) == 1
     assert "--member nope: not a model of this ensemble (qwen2.5-coder-0.5b, gemma-3-270m" in capsys.readouterr().err
+
+
+def test_the_vote_gates_share_of_rounds_is_reported():
+    records = _run({"ensemble": [True, False], "qwen": [True, True]})
+    for record, (rounds, confident) in zip(records, [(10, 9), (30, 3)]):
+        record["systems"]["ensemble"].update(rounds=rounds, confident_rounds=confident)
+    assert summarise(records, ["ensemble", "qwen"], ["qwen"])["ensemble"]["confident_share"] == 0.3
+    assert "confident_share" not in summarise(_run({"ensemble": [True], "qwen": [True]}), ["ensemble"], [])["ensemble"]

@@ -1,5 +1,7 @@
 """The vote (pure): normalisation, pooling, merged drafts, the winner."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,12 @@ def test_explain_a_loop_guard_win_says_which_candidate_was_discounted():
     assert "with 0.300 against 0.700 (a)." in text
     assert "The loop guard discounted a: 100% of it repeats the answer." in text
     assert "Ranked first by: b." in text
+
+
+def test_explain_a_gated_round_gives_the_leading_drafts_confidence():
+    sure = dataclasses.replace(round_event("a", [candidate("a", 0.0)]), decision="confident", confidence=0.8123)
+    text = vote.explain(sure)
+    assert "Round 3: a was sure of every token (vote gate: the others did not draft)." in text
+    assert "least likely token had p = 0.81." in text
+    unsure = round_event("a", [candidate("a", 0.7), candidate("b", 0.3)], runner_up="b", confidence=0.12)
+    assert "(b). Its leading draft's least likely token had p = 0.12." in vote.explain(unsure)
