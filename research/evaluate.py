@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.config import Config, tomllib
+from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
 from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
@@ -57,10 +58,8 @@ class Task:
 def load_tasks(path: Path) -> list[Task]:
     """Read JSON lines: ``{"id", "question", "answer"}`` (numeric answer) or with ``"choices"``
     (a list) and a letter answer (multiple choice)."""
-    if not path.is_file():
-        raise SpecemError(f"{path}: no such tasks file")
     tasks = []
-    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path, "tasks file", pipes=True).splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -40,7 +40,7 @@ import llama_cpp  # noqa: E402  (after the runtime is shared)
 import numpy as np  # noqa: E402
 
 from specem_local.errors import SpecemError  # noqa: E402
-from specem_local.gguf import read_header  # noqa: E402
+from specem_local.gguf import read_model_header  # noqa: E402
 from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement  # noqa: E402
 from specem_local.scoring import RowScores, row_scores  # noqa: E402
 
@@ -200,7 +200,7 @@ class LlamaModel:
         self._model = None
         self._ctx = None
         self._batch = None
-        read_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
+        read_model_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
         _init_backend()
         self.path = path
         model_params = llama_cpp.llama_model_default_params()

@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, user_config_path
+from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, not_a_file, read_text, user_config_path
 from specem_local.errors import SpecemError
 from specem_local.settings import (
     EnsembleSettings,
@@ -177,8 +177,9 @@ def find_config_path(explicit: str | Path | None = None) -> Path | None:
     for candidate, label in ((explicit, "--config"), (os.environ.get(CONFIG_ENV), f"${CONFIG_ENV}")):
         if candidate:
             path = Path(candidate).expanduser()
-            if not path.is_file():
-                raise SpecemError(f"{label} points at {path}, which does not exist")
+            kind = not_a_file(path, pipes=True)  # a pipe is read: --config <(...)
+            if kind is not None:
+                raise SpecemError(f"{label} points at {path}: {kind}")
             return path
     for path in (Path.cwd() / CONFIG_FILENAME, user_config_path()):
         if path.is_file():
@@ -195,10 +196,7 @@ def load_config(explicit: str | Path | None = None, ensemble: str | None = None)
     path = find_config_path(explicit)
     if path is None:
         return parse_config(bundled_config_text(), "<built-in models.toml>", Path.cwd())
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecemError(f"{path}: cannot read: {error}") from None
+    text = read_text(path, "config", pipes=True)
     return parse_config(text, str(path), path.parent.resolve())
 
 

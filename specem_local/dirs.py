@@ -6,6 +6,7 @@ from a developer's own files.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -73,3 +74,43 @@ def _replace_regular(path: Path, text: str, mode: int) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def not_a_file(path: Path, *, pipes: bool = False) -> str | None:
+    """What is at ``path`` when it is not a file we can read, in words ("no such file", "a
+    folder", "a named pipe (FIFO)", "a symlink loop", ...); None for a regular file, and with
+    ``pipes`` also for a pipe (``--config <(...)``)."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            return "a broken symlink" if os.path.islink(path) else "no such file"
+        if error.errno == errno.ELOOP:
+            return "a symlink loop"
+        if error.errno == errno.ENAMETOOLONG:
+            return f"a name too long for this system ({len(str(path))} characters)"
+        return f"not readable ({error.strerror or error})"
+    mode = info.st_mode
+    if stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode)):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO), not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a file"
+    return "not a regular file"
+
+
+def read_text(path: Path, what: str, *, pipes: bool = False) -> str:
+    """A UTF-8 text file the user named, or a one-line ``SpecemError`` that says what ``path``
+    is instead (``what`` names the role: "tasks file", "--config")."""
+    kind = not_a_file(path, pipes=pipes)
+    if kind is not None:
+        raise SpecemError(f"{what} {path}: {kind}")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecemError(f"{what} {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    except OSError as error:
+        raise SpecemError(f"{what} {path}: cannot read: {error.strerror or error}") from None

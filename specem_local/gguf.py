@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specem_local.dirs import not_a_file
 from specem_local.errors import SpecemError
 
 GGUF_MAGIC = b"GGUF"
@@ -195,11 +196,29 @@ class ArrayInfo:
     length: int
 
 
+# The fewest bytes each header entry can take: a key-value pair (key length, type, a 1-byte
+# value), a string, a tensor (name length, dimension count, type, offset). A count that could
+# not fit in the file is refused at once: a sparse file claiming 2^40 entries must not be walked.
+MIN_PAIR_BYTES, MIN_STRING_BYTES, MIN_TENSOR_BYTES = 13, 8, 24
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_NESTING = 8
+
+
 class _Reader:
     def __init__(self, buffer: mmap.mmap | bytes, path: Path) -> None:
         self.buffer = buffer
         self.position = 0
         self.path = path
+
+    def count(self, what: str, least_bytes: int) -> int:
+        """A count from the header, refused if that many entries cannot fit in the rest of the file."""
+        value = self.scalar("<Q")
+        if value * least_bytes > len(self.buffer) - self.position:
+            raise SpecemError(
+                f"{self.path}: corrupt GGUF header: it claims {value:,} {what}, more than its "
+                f"{len(self.buffer):,} bytes can hold; delete it and download it again"
+            )
+        return value
 
     def take(self, size: int) -> bytes:
         end = self.position + size
@@ -219,28 +238,32 @@ class _Reader:
         length = self.scalar("<Q")
         return self.take(length).decode("utf-8", errors="replace")
 
-    def value(self, value_type: int) -> Any:
+    def value(self, value_type: int, depth: int = 0) -> Any:
         if value_type in _SCALAR_FORMATS:
             return self.scalar(_SCALAR_FORMATS[value_type])
         if value_type == _STRING:
             return self.string()
-        if value_type == _ARRAY:
+        if value_type == _ARRAY and depth < MAX_ARRAY_NESTING:
             item_type = self.scalar("<I")
-            length = self.scalar("<Q")
             if item_type in _SCALAR_FORMATS:
+                length = self.count("array items", struct.calcsize(_SCALAR_FORMATS[item_type]))
                 self.take(struct.calcsize(_SCALAR_FORMATS[item_type]) * length)
             else:
+                length = self.count("array items", MIN_STRING_BYTES if item_type == _STRING else 12)
                 for _ in range(length):
-                    self.value(item_type)
+                    self.value(item_type, depth + 1)
             return ArrayInfo(item_type, length)
+        if value_type == _ARRAY:
+            raise SpecemError(f"{self.path}: corrupt GGUF header: arrays nested deeper than {MAX_ARRAY_NESTING}")
         raise SpecemError(f"{self.path}: unknown GGUF metadata type {value_type}; corrupt file?")
 
 
 def read_header(path: str | Path) -> GGUFHeader:
     """Parse the header of ``path``; raise ``SpecemError`` if it is not a whole GGUF file."""
     path = Path(path)
-    if not path.is_file():
-        raise SpecemError(f"{path}: no such file")
+    kind = not_a_file(path)
+    if kind is not None:
+        raise SpecemError(f"{path}: {kind}")
     file_size = path.stat().st_size
     if file_size < 24:
         raise SpecemError(f"{path}: not a GGUF file (only {file_size} bytes)")
@@ -255,8 +278,8 @@ def read_header(path: str | Path) -> GGUFHeader:
         version = reader.scalar("<I")
         if version not in (2, 3):
             raise SpecemError(f"{path}: unsupported GGUF version {version} (this reads 2 and 3)")
-        n_tensors = reader.scalar("<Q")
-        n_metadata = reader.scalar("<Q")
+        n_tensors = reader.count("tensors", MIN_TENSOR_BYTES)
+        n_metadata = reader.count("metadata entries", MIN_PAIR_BYTES)
         metadata: dict[str, Any] = {}
         for _ in range(n_metadata):
             key = reader.string()
@@ -265,9 +288,13 @@ def read_header(path: str | Path) -> GGUFHeader:
         for _ in range(n_tensors):
             name = reader.string()
             n_dims = reader.scalar("<I")
+            if n_dims > MAX_DIMS:
+                raise SpecemError(f"{path}: corrupt GGUF header: tensor {name[:40]!r} has {n_dims} dimensions")
             shape = tuple(reader.scalar("<Q") for _ in range(n_dims))
             tensors.append(TensorInfo(name, shape, reader.scalar("<I"), reader.scalar("<Q")))
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
+            raise SpecemError(f"{path}: corrupt GGUF header: general.alignment = {str(alignment)[:20]}")
         data_offset = -(-reader.position // alignment) * alignment
     header = GGUFHeader(path, version, metadata, tuple(tensors), data_offset, file_size)
     required = header.required_size
@@ -276,4 +303,13 @@ def read_header(path: str | Path) -> GGUFHeader:
             f"{path}: truncated GGUF file ({file_size:,} bytes, its tensors need {required:,}); "
             "delete it and download or assemble it again"
         )
+    return header
+
+
+def read_model_header(path: str | Path) -> GGUFHeader:
+    """``read_header``, and the file must hold weights: a GGUF without tensors (a vocabulary
+    file) parses, but llama.cpp cannot run it."""
+    header = read_header(path)
+    if not header.tensors:
+        raise SpecemError(f"{path}: a GGUF file without tensors (a vocabulary file?), not a model llama.cpp can run")
     return header

@@ -24,8 +24,9 @@ from specem_local.demo_models import (
     pull_demo,
     verify_demo,
 )
+from specem_local.dirs import not_a_file
 from specem_local.errors import SpecemError
-from specem_local.gguf import GGUFHeader, read_header
+from specem_local.gguf import GGUFHeader, read_model_header
 from specem_local.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
 
 if TYPE_CHECKING:
@@ -102,16 +103,17 @@ class PathSource(_NothingMoreToCheck):
         return f"path:{self.written}"
 
     def locate(self) -> Path:
-        if self.path.is_dir() or GLOB_CHARACTERS & set(self.written):
+        if not_a_file(self.path) == "a folder, not a file" or GLOB_CHARACTERS & set(self.written):
             try:
                 return one_gguf(str(self.path), self.path.parent)  # self.path is absolute
             except SpecemError as error:
                 raise SpecemError(
                     f"model {self.model!r}: {error} (path = {self.written!r} in {self.config_name})"
                 ) from None
-        if not self.path.is_file():
+        kind = not_a_file(self.path)
+        if kind is not None:
             raise SpecemError(
-                f"model {self.model!r}: no file at {self.path} (path = {self.written!r} in {self.config_name}); "
+                f"model {self.model!r}: {self.path} is {kind} (path = {self.written!r} in {self.config_name}); "
                 "fix the path or download the GGUF there"
             )
         return self.path
@@ -333,7 +335,7 @@ def model_status(source: Source, *, checksum: bool = False) -> ModelStatus:
     except SpecemError as error:
         return ModelStatus(source, None, "missing", str(error))
     try:
-        header = read_header(path)
+        header = read_model_header(path)
     except SpecemError as error:
         return ModelStatus(source, path, "corrupt", str(error))
     problem = source.problem(checksum=checksum)

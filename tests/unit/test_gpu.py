@@ -24,7 +24,9 @@ def test_layers_offloaded():
 
 def config_with_three(tmp_path, ensemble: str = ""):
     for name in ("a", "b", "c"):
-        write_gguf(tmp_path / f"{name}.gguf", {"general.architecture": "llama", "llama.block_count": 30}, [])
+        write_gguf(
+            tmp_path / f"{name}.gguf", {"general.architecture": "llama", "llama.block_count": 30}, [("w", (8,), 0)]
+        )
     text = f"[ensemble]\n{ensemble}\n" + "".join(
         f'[[models]]\nname = "{name}"\npath = "{name}.gguf"\n{extra}'
         for name, extra in (("a", ""), ("b", "n_gpu_layers = 0\n"), ("c", "n_gpu_layers = 12\n"))
