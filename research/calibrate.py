@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.errors import SpecemError
-from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides
+from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
 from specem_research.evaluate import load_tasks
 
 
@@ -66,6 +66,6 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         "calibrate", parents=[common], help="set the ensemble's starting weights from labelled items"
     )
     parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
-    parser.add_argument("--limit", type=int, default=20, help="use the first N items (default 20)")
+    parser.add_argument("--limit", type=whole_number(1, 10**9), default=20, help="use the first N items (default 20)")
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_calibrate)

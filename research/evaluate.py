@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import time
@@ -25,11 +26,12 @@ from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
 from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
-from specem_research.grading import extract_choice, extract_number, numbers_equal
+from specem_research.grading import extract_choice, extract_number, normalise_number, numbers_equal
 from specem_research.stats import mcnemar_exact_p, wilson_interval
 
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
+LETTERS = "ABCDEFGHIJ"  # what extract_choice reads: at most ten choices
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Task:
     def prompt(self) -> str:
         if not self.choices:
             return f"{self.question}\n\n{NUMERIC_INSTRUCTION}"
-        lettered = "\n".join(f"{'ABCDEFGHIJ'[i]}) {choice}" for i, choice in enumerate(self.choices))
+        lettered = "\n".join(f"{LETTERS[i]}) {choice}" for i, choice in enumerate(self.choices))
         return f"{self.question}\n\n{lettered}\n\n{CHOICE_INSTRUCTION}"
 
     def grade(self, text: str) -> tuple[str | None, bool]:
@@ -56,24 +58,51 @@ class Task:
 
 
 def load_tasks(path: Path) -> list[Task]:
-    """Read JSON lines: ``{"id", "question", "answer"}`` (numeric answer) or with ``"choices"``
-    (a list) and a letter answer (multiple choice)."""
+    """Read JSON lines: ``{"id", "question", "answer"}`` (a numeric answer) or with
+    ``"choices"`` (a list of strings) and a letter answer (multiple choice). A line that cannot
+    be read or an item that cannot be scored is a one-line error naming the line."""
     tasks = []
     for number, line in enumerate(read_text(path, "tasks file", pipes=True).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            tasks.append(
-                Task(str(data.get("id", number)), data["question"], str(data["answer"]), tuple(data.get("choices", ())))
-            )
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise SpecemError(
-                f'{path}:{number}: not a task line ({error}); expected {{"question": ..., "answer": ...}}'
-            ) from None
+        if line.strip():
+            try:
+                tasks.append(task_from_json(line, number))
+            except ValueError as error:
+                raise SpecemError(f"{path}:{number}: {error}") from None
     if not tasks:
         raise SpecemError(f"{path}: no tasks in the file")
     return tasks
+
+
+def task_from_json(line: str, number: int) -> Task:
+    """One item, checked so that it can be scored; ``ValueError`` says what is wrong."""
+    try:
+        data = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a task") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f'expected an object {{"question": ..., "answer": ...}}, got {type(data).__name__}')
+    question, answer, choices = data.get("question"), data.get("answer"), data.get("choices")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError('"question" must be a non-empty string')
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        raise ValueError('"answer" must be a number or a string (a letter with "choices")')
+    if choices is None:
+        value = normalise_number(str(answer))
+        if value is None or not math.isfinite(value):
+            raise ValueError(f'"answer" {str(answer)[:30]!r} is not a number; give "choices" for a letter answer')
+        return Task(str(data.get("id", number)), question, str(answer))
+    if (
+        not isinstance(choices, list)
+        or not 2 <= len(choices) <= len(LETTERS)
+        or not all(isinstance(choice, str) for choice in choices)
+    ):
+        raise ValueError(f'"choices" must be a list of 2 to {len(LETTERS)} strings')
+    letters = LETTERS[: len(choices)]
+    if not isinstance(answer, str) or answer.strip().upper() not in letters:
+        raise ValueError(f'"answer" {str(answer)[:30]!r} must be one of the letters {", ".join(letters)}')
+    return Task(str(data.get("id", number)), question, answer.strip().upper(), tuple(choices))
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:

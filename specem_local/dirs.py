@@ -109,8 +109,11 @@ def read_text(path: Path, what: str, *, pipes: bool = False) -> str:
     if kind is not None:
         raise SpecemError(f"{what} {path}: {kind}")
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecemError(f"{what} {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+        data = path.read_bytes()
     except OSError as error:
         raise SpecemError(f"{what} {path}: cannot read: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise SpecemError(f"{what} {path}:{line}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None

@@ -70,3 +70,45 @@ def test_a_folder_as_the_tasks_file_is_named(tmp_path):
     result = specem(tmp_path, "eval", str(tmp_path), "--limit", "1")
     assert result.returncode == 1
     assert result.stderr.strip() == f"specem: error: tasks file {tmp_path}: a folder, not a file"
+
+
+GOOD = '{"id": "a", "question": "1+1?", "answer": "2"}'
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("[1,2,3]", 'expected an object {"question": ..., "answer": ...}, got list'),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply to be a task"),
+        ("{not json", "not JSON (Expecting property name enclosed in double quotes at column 2)"),
+        ('{"question": "q", "answer": {"n": 2}}', '"answer" must be a number or a string'),
+        ('{"question": "q", "answer": "two"}', "\"answer\" 'two' is not a number"),
+        ('{"question": "q", "answer": "nan"}', "\"answer\" 'nan' is not a number"),
+        ('{"question": "q", "answer": "A", "choices": []}', '"choices" must be a list of 2 to 10 strings'),
+        ('{"question": "q", "answer": "Z", "choices": ["x", "y"]}', "\"answer\" 'Z' must be one of the letters A, B"),
+        ('{"answer": "2"}', '"question" must be a non-empty string'),
+    ],
+)
+def test_a_task_that_cannot_be_scored_is_refused_with_its_line(tmp_path, line, message):
+    """Checked against 38f6557: AttributeError, RecursionError tracebacks, or the item accepted
+    and counted ("calibrated on 1 items")."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(f"{GOOD}\n\n{line}\n")
+    for command in ("eval", "calibrate"):
+        result = specem(tmp_path, command, str(tasks), "--ensemble", "demo")
+        assert result.returncode == 1, (command, result.stderr[-300:])
+        assert result.stderr.startswith(f"specem: error: {tasks}:3: {message}") and result.stderr.count("\n") == 1
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(GOOD.encode() + b"\n" + b'{"question": "\xff", "answer": "1"}\n')
+    result = specem(tmp_path, "eval", str(tasks))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"specem: error: tasks file {tasks}:2: not UTF-8 text (byte 61); save it as UTF-8"
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_a_limit_below_one_is_a_usage_error(tmp_path, command):
+    result = specem(tmp_path, command, "tasks.jsonl", "--limit", "-1")
+    assert result.returncode == 2 and "--limit" in result.stderr and "Traceback" not in result.stderr
