@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
+from specem_local.demo_models import DEMO_MODELS
 from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, not_a_file, read_text, user_config_path
 from specem_local.errors import SpecemError
 from specem_local.settings import (
@@ -32,7 +33,6 @@ from specem_local.settings import (
     split_ensemble_table,
     unknown_key_error,
 )
-from specem_local.sources import source_kind
 
 ROLES = ("both", "draft", "verify")
 PLAIN_TEMPLATE = "plain"
@@ -59,9 +59,10 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         checked(self, f"model {self.name!r}")
+        check_model_name(self.name)
         if self.color is not None:
             check_colour(self.color, f"model {self.name!r}")
-        source_kind(self)  # exactly one source, with the keys it needs
+        source_key(self)  # exactly one source, with the keys it needs
 
     @property
     def drafts(self) -> bool:
@@ -70,6 +71,39 @@ class ModelSpec:
     @property
     def verifies(self) -> bool:
         return self.role in ("both", "verify")
+
+
+# Each kind of source (sources.SOURCE_KINDS) by its key, with every key it reads.
+SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "path": ("path",),
+    "hf": ("hf", "file"),
+    "demo": ("demo",),
+    "ollama": ("ollama",),
+    "lmstudio": ("lmstudio",),
+}
+
+
+def source_key(spec: ModelSpec) -> str:
+    """The one kind of source a ``[[models]]`` entry names (its key), or a one-line error."""
+    where = f"model {spec.name!r}"
+    named = [key for key in SOURCE_KEYS if getattr(spec, key)]
+    if len(named) != 1:
+        raise SpecemError(
+            f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" with file = "...gguf", '
+            f'ollama = "llama3.2:1b", lmstudio = "publisher/repo/file.gguf" or demo = "..." '
+            f"(got {', '.join(named) or 'none'})"
+        )
+    kind = named[0]
+    for key in SOURCE_KEYS[kind]:
+        if not getattr(spec, key):
+            raise SpecemError(f"{where}: {kind} = {getattr(spec, kind)!r} needs {key} = ... too")
+    for other, keys in SOURCE_KEYS.items():
+        for key in keys:
+            if key not in SOURCE_KEYS[kind] and getattr(spec, key):
+                raise SpecemError(f"{where}: {key} = {getattr(spec, key)!r} goes with {other} = ..., not {kind}")
+    if kind == "demo" and spec.demo not in DEMO_MODELS:
+        raise SpecemError(f"{where}: unknown demo model {spec.demo!r}; the demo models are {', '.join(DEMO_MODELS)}")
+    return kind
 
 
 @dataclass(frozen=True)
@@ -84,6 +118,26 @@ class Config:
         """A model path as written in the file: ``~`` expanded, relative to the file."""
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+
+MAX_NAME = 64
+
+
+def check_model_name(name: str) -> None:
+    """A model's name is shown in every table, legend and the server's model list, and typed
+    after ``--model``: 1 to 64 printable characters, no space at either end."""
+    shown = repr(name[:40] + ("..." if len(name) > 40 else ""))
+    if not name.strip():
+        problem = "is empty"
+    elif name != name.strip():
+        problem = "starts or ends with a space"
+    elif len(name) > MAX_NAME:
+        problem = f"is {len(name):,} characters long (at most {MAX_NAME})"
+    elif not name.isprintable():
+        problem = "holds a control character (a newline, a tab or an escape)"
+    else:
+        return
+    raise SpecemError(f"model name {shown} {problem}; use letters, digits and - . _ :")
 
 
 def check_colour(colour: str, where: str) -> None:

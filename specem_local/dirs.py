@@ -53,6 +53,8 @@ def replace_file(path: Path, text: str, mode: int | None = None) -> None:
         info = target.stat() if os.path.lexists(target) else None
         if info is not None and stat.S_ISDIR(info.st_mode):
             raise SpecemError(f"cannot write {path}: it is a folder; give a file name")
+        if info is not None and stat.S_ISREG(info.st_mode) and not os.access(target, os.W_OK):
+            raise SpecemError(f"cannot write {path}: it is read-only; make it writable first (chmod u+w)")
         if info is not None and not stat.S_ISREG(info.st_mode):
             with open(target, "w", encoding="utf-8") as stream:
                 stream.write(text)

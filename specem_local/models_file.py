@@ -5,13 +5,15 @@ result must load before it replaces the file.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
-from specem_local.config import bundled_config_text, find_config_path, parse_config
-from specem_local.dirs import replace_file, user_config_path
+from specem_local.config import SOURCE_KEYS, bundled_config_text, find_config_path, parse_config
+from specem_local.dirs import not_a_file, read_text, replace_file, user_config_path
 from specem_local.errors import SpecemError
-from specem_local.sources import GLOB_CHARACTERS, SOURCE_KINDS
+from specem_local.gguf import read_model_header
+from specem_local.sources import GLOB_CHARACTERS
 
 SOURCE_FORMS = "ollama:NAME, lmstudio:PUBLISHER/REPO/FILE.gguf, hf:OWNER/REPO/FILE.gguf, demo:NAME or a path"
 
@@ -26,7 +28,7 @@ def parse_source(text: str) -> dict[str, str]:
         if len(parts) < 3 or not all(parts):
             raise SpecemError(f"{text!r}: write a Hugging Face file as hf:OWNER/REPO/FILE.gguf")
         return {"hf": "/".join(parts[:2]), "file": "/".join(parts[2:])}
-    if kind in {k.key for k in SOURCE_KINDS} - {"path"}:
+    if kind in set(SOURCE_KEYS) - {"path"}:
         if not rest:
             raise SpecemError(f"{text!r} names no model; give one of: {SOURCE_FORMS}")
         return {kind: rest}
@@ -36,6 +38,11 @@ def parse_source(text: str) -> dict[str, str]:
     path = Path(written).expanduser().absolute()
     if not (GLOB_CHARACTERS & set(written)) and not path.exists():
         raise SpecemError(f"no file or folder at {path}; give one of: {SOURCE_FORMS}")
+    if not_a_file(path) is None:
+        try:
+            read_model_header(path)  # a truncated or foreign file is not added
+        except SpecemError as error:
+            raise SpecemError(f"{error} (not added)") from None
     return {"path": str(path)}
 
 
@@ -50,7 +57,7 @@ def file_to_edit(explicit: str | None) -> Path:
 
 
 def _current_text(path: Path) -> str:
-    return bundled_config_text() if not path.exists() else path.read_text("utf-8")
+    return bundled_config_text() if not os.path.lexists(path) else read_text(path, "models.toml")
 
 
 def free_name(path: Path, wanted: str) -> str:
@@ -64,11 +71,11 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     not there). Returns whether the file was created."""
     import tomlkit
 
-    created = not path.exists()
+    created = not os.path.lexists(path)
+    text = _current_text(path)
     try:
-        text = _current_text(path)
         document = tomlkit.parse(text)
-    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as error:
+    except tomlkit.exceptions.TOMLKitError as error:
         raise SpecemError(f"{path}: cannot read it as TOML ({error}); fix it first") from None
     config = parse_config(text, str(path), path.parent)
     for spec in config.models:
@@ -87,6 +94,9 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     models.append(table)
     new_text = tomlkit.dumps(document)
     parse_config(new_text, str(path), path.parent)  # a broken entry never lands in the file
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
     replace_file(path, new_text)
     return created

