@@ -55,11 +55,13 @@ def cmd_weights_list(args: argparse.Namespace) -> int:
     from specem_local.learned import built_in_calibrations, names_in, stored_weights
     from specem_local.store import WeightStore
 
-    records = WeightStore().all()
+    records, damaged = WeightStore().all()
     if args.json:
         print(json.dumps([{**dataclasses.asdict(r), "weights": stored_weights(r)} for r in records], indent=2))
         return 0
-    if not records:
+    for key in damaged:
+        print(printable(f"{' + '.join(names_in(key))}: damaged in the database; forget it with: specem weights reset"))
+    if not records and not damaged:
         print("no weights learned yet: every ensemble starts from its prior (a built-in one from its calibration)")
     for record in records:
         origin = f"calibrated on {record.calibrated_items} items, then " if record.calibrated_items else ""
@@ -85,7 +87,7 @@ def cmd_weights_reset(args: argparse.Namespace) -> int:
 
     store = WeightStore()
     configured = {spec.name for spec in config_from_args(args).models}
-    gone = [r.key for r in store.all() if args.all or configured >= set(names_in(r.key))]
+    gone = [key for key in store.ensemble_keys() if args.all or configured >= set(names_in(key))]
     for key in gone:
         store.reset(key)
     print(

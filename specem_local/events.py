@@ -5,6 +5,7 @@ into JSON-ready dicts and back (the CLI's ``--json``, saved chats)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -14,7 +15,19 @@ from typing import Any
 class _Record:
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready data."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return json_ready(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NaN and infinities as None: JSON has no such numbers, and Python's
+    ``json`` would write a bare ``NaN`` that other readers reject."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(json_ready(item) for item in value)
+    return value
 
 
 @dataclass(frozen=True)

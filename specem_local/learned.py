@@ -116,7 +116,8 @@ def remember(
         return None
     verifiers = [i for i, m in enumerate(members) if m.spec.verifies]
     end = np.array([final_weights[members[i].name] for i in verifiers])
-    change = np.log(end) - np.log(start.weights[verifiers])
+    floor = np.finfo(np.float64).tiny  # a weight Hedge drove to 0 is a very low log-weight, not -inf
+    change = np.log(np.maximum(end, floor)) - np.log(np.maximum(start.weights[verifiers], floor))
     if np.allclose(change, change[0]):
         return None
     names = [member_identity(members[i]) for i in verifiers]

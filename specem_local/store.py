@@ -11,6 +11,7 @@ the starting prior, or a calibration), and counts the answers and labelled items
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specem_local.database import Database
+from specem_local.errors import SpecemError
 
 
 @dataclass(frozen=True)
@@ -50,21 +52,36 @@ class WeightStore:
         with self._transaction() as db:
             return _read(db, key)
 
-    def all(self) -> list[StoredWeights]:
+    def ensemble_keys(self) -> list[str]:
+        """Every ensemble with a record, the latest updated first."""
         with self._transaction() as db:
-            keys = [row[0] for row in db.execute("SELECT key FROM weights ORDER BY updated DESC")]
-            return [record for key in keys if (record := _read(db, key)) is not None]
+            return [row[0] for row in db.execute("SELECT key FROM weights ORDER BY updated DESC")]
+
+    def all(self) -> tuple[list[StoredWeights], list[str]]:
+        """Every record that reads back whole, and the keys of those that do not."""
+        records, damaged = [], []
+        for key in self.ensemble_keys():
+            try:
+                record = self.get(key)
+            except SpecemError:
+                damaged.append(key)
+                continue
+            if record is not None:
+                records.append(record)
+        return records, damaged
 
     def update(self, key: str, change: Callable[[StoredWeights | None], StoredWeights]) -> StoredWeights:
         """Read, change and write one record in a single transaction."""
         with self._transaction() as db:
             record = change(_read(db, key))
+            if not _finite(record):
+                raise SpecemError(f"weights for {key}: not finite ({record.log_weights}); not kept")
             db.execute(
                 "INSERT OR REPLACE INTO weights VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     key,
-                    json.dumps(record.log_weights),
-                    json.dumps(record.anchor),
+                    json.dumps(record.log_weights, allow_nan=False),
+                    json.dumps(record.anchor, allow_nan=False),
                     record.answers,
                     record.calibrated_items,
                     record.updated,
@@ -84,4 +101,17 @@ def _read(db: sqlite3.Connection, key: str) -> StoredWeights | None:
     ).fetchone()
     if row is None:
         return None
-    return StoredWeights(key, json.loads(row[0]), json.loads(row[1]), row[2], row[3], row[4])
+    try:
+        record = StoredWeights(key, json.loads(row[0]), json.loads(row[1]), row[2], row[3], row[4])
+        if _finite(record):
+            return record
+    except (ValueError, TypeError, AttributeError):
+        pass
+    raise SpecemError(f"weights for {key} are damaged in the database; forget them with: specem weights reset")
+
+
+def _finite(record: StoredWeights) -> bool:
+    """Whether every log-weight and anchor is a finite number (NaN or inf never enter the store:
+    a NaN weight would make every later answer's vote NaN)."""
+    values = [*record.log_weights.values(), *record.anchor.values()]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)

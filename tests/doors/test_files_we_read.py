@@ -6,13 +6,19 @@ an ENAMETOOLONG traceback; ``--config`` naming a folder said "does not exist" an
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import sqlite3
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent
+from specem_local.store import StoredWeights, WeightStore
 from tests.conftest import write_gguf
 from tests.doors.test_files_we_write import specem
 
@@ -160,3 +166,25 @@ def test_a_negative_seed_in_models_toml_fails_models_list_too(tmp_path):
     config.write_text('[ensemble]\nseed = -1\n[[models]]\nname = "a"\ndemo = "smollm2-135m"\n')
     result = specem(tmp_path, "models", "list", "--config", str(config))
     assert result.returncode == 2 and "seed must be in [0, 2^64); got -1" in result.stderr
+
+
+def test_nan_and_inf_never_enter_the_weights_nor_the_json(tmp_path):
+    """Checked against 38f6557 (before issue 24's settings checks): ``--learning-rate nan
+    --carry-weights`` stored NaN weights and ``weights list --json`` printed a bare NaN."""
+    result = specem(tmp_path, "run", "hi", "--learning-rate", "nan", "--carry-weights")
+    assert result.returncode == 2 and "learning_rate must be a finite number" in result.stderr
+    store = WeightStore(tmp_path / "specem.db")
+    bad = StoredWeights("a + b", {"a": math.nan, "b": 0.0}, {"a": 0.0, "b": 0.0}, 1, 0, 0.0)
+    with pytest.raises(SpecemError, match="not finite"):
+        store.update("a + b", lambda _old: bad)
+    assert store.ensemble_keys() == []
+    with sqlite3.connect(tmp_path / "specem.db") as db:  # what an older version may have written
+        db.execute("INSERT INTO weights VALUES ('a + b', '{\"a\": NaN, \"b\": 0}', '{}', 1, 0, 0)")
+    with pytest.raises(SpecemError, match="damaged in the database; forget them with: specem weights reset"):
+        store.get("a + b")
+    listed = specem(tmp_path, "weights", "list")
+    assert listed.returncode == 0 and "a + b: damaged in the database" in listed.stdout
+    assert json.loads(specem(tmp_path, "weights", "list", "--json").stdout) == []
+    assert specem(tmp_path, "weights", "reset", "--all").returncode == 0 and store.ensemble_keys() == []
+    final = FinalEvent("x", "eos", 1, 1, math.inf, None, {"a": 1}, 1.0, {"a": math.nan, "b": 1.0}, False)
+    assert json.loads(json.dumps(final.to_dict(), allow_nan=False))["weights"] == {"a": None, "b": 1.0}

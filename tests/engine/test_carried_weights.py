@@ -126,7 +126,7 @@ def test_calibration_is_hedge_over_the_labelled_items():
 def test_by_default_answers_start_from_the_calibration_and_carry_nothing(tmp_path):
     ensemble = ensemble_with_store(tmp_path, carry_weights=False)
     start, _ = start_and_final(ensemble)
-    assert start.weights_from == "prior" and ensemble.weight_store.all() == []  # nothing learned is kept
+    assert start.weights_from == "prior" and ensemble.weight_store.all() == ([], [])  # nothing learned is kept
     calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
     first, _ = start_and_final(ensemble)
     second, _ = start_and_final(ensemble)
