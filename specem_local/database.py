@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,12 +85,27 @@ class Database:
     def transaction(self, what: str = "database") -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction on an up-to-date schema; committed when the block
         ends, rolled back if it raises. ``what`` names the data in error messages."""
+        with self._finished(self._begin(what), what) as db:
+            yield db
+
+    @contextmanager
+    def reading(self, what: str = "database") -> Iterator[tuple[sqlite3.Connection, bool]]:
+        """For reads: a transaction as usual, and whether it can write. A database on a read-only
+        disk or folder is still read (as it is: nothing migrated, nothing imported)."""
+        try:
+            db, writable = self._begin(what), True
+        except ReadOnlyDatabase:
+            db, writable = self._open_read_only(what), False
+        with self._finished(db, what) as connection:
+            yield connection, writable
+
+    def _begin(self, what: str) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists()
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         except (OSError, sqlite3.Error) as error:
-            raise SpecemError(f"{self.path}: cannot open the {what} ({error}){_hint(error)}") from None
+            raise _failure(self.path, f"cannot open the {what}", error) from None
         try:
             if new:
                 os.chmod(self.path, 0o600)
@@ -97,14 +113,48 @@ class Database:
             db.execute("PRAGMA foreign_keys=ON")
             db.execute("BEGIN IMMEDIATE")
             migrate(db, self.path)
+            return db
+        except BaseException as error:
+            _rollback(db)
+            db.close()
+            if isinstance(error, (sqlite3.Error, OSError)):
+                raise _failure(self.path, f"cannot use the {what}", error) from None
+            raise
+
+    def _open_read_only(self, what: str) -> sqlite3.Connection:
+        """The file opened for reading only: as it is (``mode=ro``), else, where SQLite cannot
+        make its shared-memory file next to it, as an unchanging snapshot (``immutable=1``)."""
+        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
+        for options in ("", "&immutable=1"):
+            try:
+                db = sqlite3.connect(uri + options, uri=True, isolation_level=None)
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                break
+            except sqlite3.Error as error:
+                last = error
+        else:
+            raise _failure(self.path, f"cannot read the {what}", last) from None
+        if version != len(MIGRATIONS):
+            db.close()
+            raise SpecemError(
+                f"{self.path}: read-only, and its schema ({version}) is not this version's ({len(MIGRATIONS)}); "
+                "make the folder writable so it can be brought up to date"
+            )
+        return db
+
+    @contextmanager
+    def _finished(self, db: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connection]:
+        """Yield ``db``; commit what it began when the block ends, roll back if it raises."""
+        try:
             yield db
-            db.execute("COMMIT")
+            if db.in_transaction:
+                db.execute("COMMIT")
         except UnicodeError as error:  # a lone surrogate in some text: SQLite cannot store it
             _rollback(db)
             raise SpecemError(f"{self.path}: cannot store text that is not valid Unicode ({error.reason})") from None
         except (sqlite3.Error, OSError) as error:
             _rollback(db)
-            raise SpecemError(f"{self.path}: cannot use the {what} ({error}){_hint(error)}") from None
+            raise _failure(self.path, f"cannot use the {what}", error) from None
         except BaseException:
             _rollback(db)
             raise
@@ -112,9 +162,22 @@ class Database:
             db.close()
 
 
+class ReadOnlyDatabase(SpecemError):
+    """The database (or its folder) cannot be written: reads can still go on."""
+
+
+def _failure(path: Path, doing: str, error: Exception) -> SpecemError:
+    """One line for a failure, with what to do about it; ``ReadOnlyDatabase`` for a read-only file."""
+    hint = _hint(error)
+    kind = ReadOnlyDatabase if hint == READ_ONLY_HINT else SpecemError
+    return kind(f"{path}: {doing} ({error}){hint}")
+
+
 def migrate(db: sqlite3.Connection, path: Path) -> None:
     """Bring the schema up to ``len(MIGRATIONS)``, one step at a time (inside the caller's transaction)."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version < 0:
+        raise SpecemError(f"{path}: schema version {version} is not one specem-local writes; move the file away")
     if version > len(MIGRATIONS):
         raise SpecemError(f"{path} was written by a newer specem-local (schema {version}); update specem-local")
     for step in MIGRATIONS[version:]:
@@ -123,13 +186,16 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
         db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
 
+READ_ONLY_HINT = "; make the folder writable, or set SPECEM_DATA_DIR to one that is"
+
+
 def _hint(error: Exception) -> str:
     """What to do about an error, when its words do not say it."""
     text = str(error).lower()
     if "full" in text or "disk i/o" in text or "no space" in text:
         return "; is the disk full? free some space"
     if "readonly" in text or "read-only" in text or "unable to open" in text or "permission" in text:
-        return "; make the folder writable, or set SPECEM_DATA_DIR to one that is"
+        return READ_ONLY_HINT
     if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
         return "; if it is damaged, move it away"
     return ""

@@ -13,12 +13,13 @@ chat both keep their turns (messages are appended, never rewritten as a whole fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +143,7 @@ class History:
 
     def load(self, chat_id: str) -> Chat:
         """A chat with every turn; ``SpecemError`` if there is none by that id."""
-        with self._transaction() as db:
-            self._first_look(db)
+        with self._reading() as db:
             query = "SELECT id, title, created, updated, origin FROM chats WHERE id = ?"
             row = db.execute(query, (chat_id,)).fetchone()
             turns = [
@@ -153,7 +153,6 @@ class History:
                     (chat_id,),
                 ).fetchall()
             ]
-        self._looked = True  # committed: the first look is done
         if row is None:
             raise SpecemError(f"no chat {chat_id!r} in the history; `specem history list` shows the ids")
         return Chat(row[0], row[1], row[2], row[3], turns, row[4])
@@ -172,11 +171,18 @@ class History:
         return [Match(*row) for row in rows]
 
     def _read(self, query: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._transaction() as db:
-            self._first_look(db)
-            rows = db.execute(query, parameters).fetchall()
-        self._looked = True  # committed: the first look is done
-        return rows
+        with self._reading() as db:
+            return db.execute(query, parameters).fetchall()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A read, after the first look where the history can be written (a read-only one is
+        read as it is)."""
+        with self._database.reading("chat history") as (db, writable):
+            if writable:
+                self._first_look(db)
+            yield db
+        self._looked = self._looked or writable  # committed: the first look is done
 
     def _first_look(self, db: sqlite3.Connection) -> None:
         """Once per process, before the first read: import chat files not yet imported, and

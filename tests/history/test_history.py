@@ -192,22 +192,6 @@ def test_records_from_a_newer_version_keep_their_text(history):
     assert turn.content == "hi" and "newer specem-local" in turn.error
 
 
-def test_an_unwritable_history_is_one_line(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    History(folder / "specem.db", chat_files=tmp_path / "none").chats()
-    folder.chmod(0o500)
-    (folder / "specem.db").chmod(0o400)
-    try:
-        if os.access(folder / "specem.db", os.W_OK):
-            pytest.skip("running as a user who can write anywhere")
-        with pytest.raises(SpecemError, match="cannot") as caught:
-            History(folder / "specem.db", chat_files=tmp_path / "none").add(Chat(), Turn("user", "x"))
-        assert "\n" not in str(caught.value)
-    finally:
-        folder.chmod(0o700)
-
-
 def test_exports_are_user_only(tmp_path):
     chat = Chat(turns=[Turn("user", "hi")])
     for name, fmt in (("c.md", "markdown"), ("c.json", "json")):

@@ -1,0 +1,88 @@
+"""A history on a read-only disk or folder is still read; writing to it is one line. As root
+(CI) the folder is a tmpfs remounted read-only, which root cannot write either; as a user,
+a folder without write permission. Checked against 38f6557: ``history list``, ``show`` and
+``search`` failed on a read-only data dir, and the old test skipped as root."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specem_local.chats import Chat, Turn
+from specem_local.database import Database
+from specem_local.errors import SpecemError
+from specem_local.history import History
+from tests.doors.test_files_we_write import specem
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """``folder`` (with what is in it) made read-only for this process, root included."""
+    if os.geteuid() == 0:
+        if shutil.which("mount") is None:
+            pytest.fail("running as root without mount: cannot make a folder read-only")
+        keep = folder.with_name(folder.name + "-copy")
+        shutil.copytree(folder, keep)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], check=True)
+        try:
+            shutil.copytree(keep, folder, dirs_exist_ok=True)
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+            yield
+        finally:
+            subprocess.run(["umount", "-l", str(folder)], check=True)
+        return
+    for path in (*folder.iterdir(), folder):
+        path.chmod(0o500 if path.is_dir() else 0o400)
+    try:
+        yield
+    finally:
+        for path in (folder, *folder.iterdir()):
+            path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+@pytest.fixture
+def kept(tmp_path) -> tuple[Path, str]:
+    data = tmp_path / "data"
+    history = History(data / "specem.db", chat_files=tmp_path / "no-chat-files")
+    chat = Chat()
+    history.add(chat, Turn("user", "what is the capital of France"))
+    history.add(chat, Turn("assistant", "Paris"))
+    return data, chat.id
+
+
+def test_a_read_only_history_is_read_and_refuses_writes_in_one_line(kept, tmp_path):
+    data, chat_id = kept
+    with read_only(data):
+        with pytest.raises(OSError):
+            (data / "probe").write_text("x")  # the folder really cannot be written
+        history = History(data / "specem.db", chat_files=tmp_path / "no-chat-files")
+        assert [c.id for c in history.chats()] == [chat_id]
+        assert [t.content for t in history.load(chat_id).turns] == ["what is the capital of France", "Paris"]
+        assert [m.chat_id for m in history.search("capital")] == [chat_id]
+        with pytest.raises(SpecemError, match="make the folder writable") as caught:
+            history.add(Chat(), Turn("user", "x"))
+        assert "\n" not in str(caught.value)
+        assert [c.id for c in history.chats()] == [chat_id]  # still readable after the refusal
+        for args in (("history",), ("history", "show", chat_id), ("history", "search", "capital")):
+            result = specem(data, *args)
+            assert result.returncode == 0 and (chat_id in result.stdout or "capital" in result.stdout), (
+                args,
+                result.stderr,
+            )
+
+
+def test_a_schema_version_we_never_write_is_named(tmp_path):
+    path = tmp_path / "specem.db"
+    History(path, chat_files=tmp_path / "none").chats()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = -1")
+    message = r"schema version -1 is not one specem-local writes; move the file away"
+    with pytest.raises(SpecemError, match=message), Database(path).transaction():
+        pass
