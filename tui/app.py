@@ -73,6 +73,11 @@ class SpecemChatApp(App[None]):
         model output, which Textual's markup would eat or choke on."""
         super().notify(message, markup=False, **options)
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C copies in a text box; pressed elsewhere, say how to quit (Textual's own hint
+        is markup, which ``notify`` shows as it is)."""
+        self.notify("Press Ctrl+Q to quit the app", title="Do you want to quit?")
+
     def on_mount(self) -> None:
         names = [spec.name for spec in self.config.models]
         self.push_screen(LoadingScreen(names, self.config.source))

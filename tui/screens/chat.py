@@ -283,6 +283,9 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(HistoryScreen(self.history, self.chat.id), resume)
 
     def action_export(self) -> None:
+        if not self.chat.turns:  # a new chat is not in the history until its first question
+            self.notify("Nothing to export yet: ask something first.")
+            return
         try:
             path = export_chat(self.chat, Path.cwd() / f"specem-chat-{self.chat.id}.md")
         except OSError as error:
