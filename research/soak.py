@@ -2,7 +2,9 @@
 would run them, each recorded in the history as a front end records it. Random cancels,
 random settings per answer, and the models reloaded from the config every ``--reload``
 answers. Checks: no crash, every answer in the history as it ended (text, state, rounds),
-database integrity, and memory: peak RSS at the end against peak RSS after the first block.
+database integrity, and memory: the RSS now at the end of each block of answers (between
+reloads) against the first block's, and the peak. Run it in a process of its own (the test does):
+a peak that an earlier load set in the same process hides any growth.
 
     python -m specem_research.soak [--answers 500] [--max-tokens 12] [--output soak.json]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import sqlite3
 import sys
@@ -25,7 +28,7 @@ from specem_local.chats import Turn
 from specem_local.config import load_config
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.history import History
-from specem_local.ram import peak_rss_bytes
+from specem_local.ram import peak_rss_bytes, rss_bytes
 
 QUESTIONS = (
     "What is six times seven?",
@@ -96,12 +99,14 @@ def soak(
     ensemble = Ensemble.from_config(config)
     done: list[dict[str, Any]] = []
     peaks: dict[int, int] = {}
+    now: dict[int, int] = {}  # RSS at the end of each block
     started = time.perf_counter()
     try:
         for index in range(1, answers + 1):
             done.append(one_answer(ensemble, history, rng, max_tokens))
             if index % reload_every == 0:
                 peaks[index] = peak_rss_bytes()
+                now[index] = rss_bytes(os.getpid()) or peaks[index]
                 if index < answers:
                     ensemble.close()
                     ensemble = Ensemble.from_config(load_config(config_path))
@@ -115,6 +120,8 @@ def soak(
     for answer in done:
         finishes[answer["finish"]] = finishes.get(answer["finish"], 0) + 1
     growth = final_peak / first_block - 1
+    blocks = sorted(now)
+    rss_growth = now[blocks[-1]] / now[blocks[0]] - 1 if blocks else 0.0
     result.update(
         answers=len(done),
         seconds=round(seconds, 1),
@@ -124,6 +131,8 @@ def soak(
         peak_rss_at_end_bytes=final_peak,
         peak_rss_growth=round(growth, 4),
         peak_rss_by_block=peaks,
+        rss_by_block=now,
+        rss_growth=round(rss_growth, 4),
     )
     result["ok"] = (
         result["lost"] == 0
@@ -132,6 +141,7 @@ def soak(
         and result["left_streaming"] == 0
         and result["record_errors"] == 0
         and growth <= 0.05
+        and rss_growth <= 0.05
     )
     return result
 
@@ -144,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="models.toml (default: the usual lookup, the demo trio)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument("--data", help="keep the history here (default: a temporary folder)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="specem-soak-") as folder:
-        result = soak(args.answers, args.max_tokens, args.reload, args.config, args.seed, Path(folder))
+        data = Path(args.data or folder)
+        result = soak(args.answers, args.max_tokens, args.reload, args.config, args.seed, data)
     print(json.dumps(result, indent=1))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1))

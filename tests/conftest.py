@@ -6,6 +6,8 @@ without any model."""
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,13 @@ def write_gguf(
 
 
 __all__ = ["ROOT", "ModelSpec", "demo_config", "write_gguf"]
+
+
+def poll_until(condition: Callable[[], object], seconds: float, what: str, every: float = 0.02) -> None:
+    """Wait for ``condition()`` to hold, checking every ``every`` seconds; fail after
+    ``seconds`` saying ``what`` never happened (a race fails the test, it does not hang CI)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds} s: {what}")
+        time.sleep(every)

@@ -14,6 +14,7 @@ from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.loading import Loaded
 from specem_local.settings import EnsembleSettings
+from tests.conftest import poll_until
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
 TEXT = "One two three four five six seven eight nine ten eleven twelve."
@@ -93,8 +94,8 @@ def test_close_waits_for_the_decode_in_flight():
     assert inside.wait(10)
     closer = threading.Thread(target=ensemble.close)
     closer.start()
-    while not stream.cancelled:  # close() has begun: it cancels the answer, then waits for the step
-        closer.join(0.001)
+    # close() has begun: it cancels the answer, then waits for the step
+    poll_until(lambda: stream.cancelled, 10, "close() never cancelled the answer", every=0.001)
     release.set()  # a close() that did not wait would already have freed the models under the decode
     closer.join(10)
     worker.join(10)

@@ -48,15 +48,33 @@ def test_fixed_seed_gives_the_same_answer_in_both_drafting_modes(trio):
     assert trio.generate(QUESTION, **{**settings, "seed": 12}).text != first.text
 
 
-def test_cancel_then_answer_equals_fresh_answer(trio):
-    settings = dict(temperature=0.8, seed=5, max_tokens=30)
-    stream = trio.stream(QUESTION, **settings)
-    next(stream)
-    canceller = threading.Thread(target=trio.cancel)
-    canceller.start()
-    canceller.join()
-    final = list(stream)[-1]
-    assert final.finish_reason == "cancelled"
+def test_cancel_mid_round_then_answer_equals_fresh_answer(trio, monkeypatch):
+    """Cancelled inside a model's decode in the second round (drafting, with its tokens in the
+    KV memory): the answer keeps the first round only, and the next answer is what a freshly
+    loaded ensemble gives (nothing of the cut round is left behind)."""
+    settings = dict(temperature=0.8, seed=5, max_tokens=30, model_exit=False)
+    armed = threading.Event()
+    decodes = {"after_arming": 0}
+    member = trio.members[1]
+    decode = member.model.decode
+
+    def decode_then_cancel(rows):
+        if armed.is_set():
+            decodes["after_arming"] += 1
+            if decodes["after_arming"] == 2:  # a draft token in: the round is under way
+                trio.cancel()
+        return decode(rows)
+
+    monkeypatch.setattr(member.model, "decode", decode_then_cancel)
+    events = []
+    for event in trio.stream(QUESTION, **settings):
+        events.append(event)
+        if isinstance(event, RoundEvent):
+            armed.set()
+    monkeypatch.undo()
+    rounds, final = [e for e in events if isinstance(e, RoundEvent)], events[-1]
+    assert decodes["after_arming"] >= 2 and final.finish_reason == "cancelled"
+    assert len(rounds) == final.rounds == 1 and final.text == rounds[0].text
     after_cancel = trio.generate(QUESTION, **settings).text
     with Ensemble.from_config(demo_config(max_tokens=40)) as fresh:
         assert fresh.generate(QUESTION, **settings).text == after_cancel

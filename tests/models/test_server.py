@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from specem_research.load import start_server
-from tests.conftest import ROOT
+from tests.conftest import ROOT, poll_until
 
 KEY = "test-key-123"
 
@@ -139,12 +139,10 @@ def test_one_answer_at_a_time_one_waits_and_the_next_is_told_to_retry(server, cl
 
     first = threading.Thread(target=long_answer, args=("first",))
     first.start()
-    while not health(server)["answering"]:
-        time.sleep(0.02)
+    poll_until(lambda: health(server)["answering"], 120, "the first answer never started")
     second = threading.Thread(target=long_answer, args=("second",))
     second.start()
-    while health(server)["waiting"] < 1:
-        time.sleep(0.02)
+    poll_until(lambda: health(server)["waiting"] >= 1, 120, "the second request never waited in line")
     with pytest.raises(openai.RateLimitError) as refused:
         client.chat.completions.create(model="specem", messages=ask("Me too?"), max_tokens=4)
     assert int(refused.value.response.headers["retry-after"]) >= 1  # the answers ahead, at the recent pace
@@ -165,8 +163,7 @@ def test_streamed_requests_arriving_together_are_counted_in_line(server):
             response.read()
             results.append(response.status_code)
 
-    while health(server)["answering"] or health(server)["waiting"]:
-        time.sleep(0.05)
+    poll_until(lambda: not (health(server)["answering"] or health(server)["waiting"]), 300, "the server never idled")
     results: list[int] = []
     threads = [threading.Thread(target=stream, args=(results,)) for _ in range(4)]
     for thread in threads:

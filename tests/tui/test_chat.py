@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ from specem_tui.screens.chat import ChatScreen
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
+from tests.conftest import poll_until
 from tests.engine.conftest import fake_ensemble, fake_member
 from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
 
@@ -148,8 +148,7 @@ async def test_quitting_during_a_decode_waits_for_it_before_freeing_the_models()
     def decode_until_quitting(model, rows):
         if model.decodes == 3:  # the answer is under way: hold this decode until the app quits
             inside.set()
-            while not app.closing:
-                time.sleep(0.005)
+            poll_until(lambda: app.closing, 30, "the app never began to quit", every=0.005)
 
     app = app_with(*pair(on_decode=decode_until_quitting))
     async with app.run_test(size=(80, 24)) as pilot:
