@@ -22,6 +22,7 @@ from specem_local.terminal import (
     add_settings_flags,
     config_from_args,
     printable,
+    recording_off,
     settings_overrides,
     when,
     whole_number,
@@ -126,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
         stream = ensemble.stream(prompt)
-        record = None if args.no_log or os.environ.get("SPECEM_NO_LOG") else start_record(prompt)
+        record = None if recording_off(args.no_log) else start_record(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
         origin = ""
@@ -201,7 +202,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_binding(args.host, api_key)
     origins = split_origins([*args.allow_origin, os.environ.get("SPECEM_ORIGINS", "")])
     gate = GateRules(args.host, tuple(args.allowed_host), origins, api_key)
-    options = ServerOptions(args.queue, args.max_body_bytes, not args.no_log, gate)
+    options = ServerOptions(args.queue, args.max_body_bytes, not recording_off(args.no_log), gate)
     with Ensemble.from_config(config_from_args(args), **settings_overrides(args)) as ensemble:
         server = EnsembleServer(ensemble, options)
         where = f"http://{args.host}:{args.port}/v1"
@@ -294,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a web page origin that may use the models, e.g. http://myapp.example:3000, * as a wildcard "
         "(repeatable; also SPECEM_ORIGINS, comma-separated); loopback pages are always allowed",
     )
-    serve.add_argument("--no-log", action="store_true", help="do not record the answers in the history")
+    serve.add_argument(
+        "--no-log", action="store_true", help="do not record the answers in the history (or set SPECEM_NO_LOG=1)"
+    )
     serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     add_settings_flags(serve)
     serve.set_defaults(handler=cmd_serve)

@@ -90,11 +90,11 @@ class Database:
 
     @contextmanager
     def reading(self, what: str = "database") -> Iterator[tuple[sqlite3.Connection, bool]]:
-        """For reads: a transaction as usual, and whether it can write. A database on a read-only
-        disk or folder is still read (as it is: nothing migrated, nothing imported)."""
+        """For reads: a transaction as usual, and whether it can write. A database that cannot be
+        written (read-only, or a full disk) is still read, as it is: nothing migrated or imported."""
         try:
             db, writable = self._begin(what), True
-        except ReadOnlyDatabase:
+        except CannotWrite:
             db, writable = self._open_read_only(what), False
         with self._finished(db, what) as connection:
             yield connection, writable
@@ -162,14 +162,15 @@ class Database:
             db.close()
 
 
-class ReadOnlyDatabase(SpecemError):
-    """The database (or its folder) cannot be written: reads can still go on."""
+class CannotWrite(SpecemError):
+    """The database cannot be written (a read-only file, folder or disk; a full disk): reads
+    can still go on."""
 
 
 def _failure(path: Path, doing: str, error: Exception) -> SpecemError:
-    """One line for a failure, with what to do about it; ``ReadOnlyDatabase`` for a read-only file."""
+    """One line for a failure, with what to do about it; ``CannotWrite`` for a read-only file."""
     hint = _hint(error)
-    kind = ReadOnlyDatabase if hint == READ_ONLY_HINT else SpecemError
+    kind = CannotWrite if hint in (READ_ONLY_HINT, FULL_HINT) else SpecemError
     return kind(f"{path}: {doing} ({error}){hint}")
 
 
@@ -187,13 +188,14 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
 
 
 READ_ONLY_HINT = "; make the folder writable, or set SPECEM_DATA_DIR to one that is"
+FULL_HINT = "; is the disk full? free some space"
 
 
 def _hint(error: Exception) -> str:
     """What to do about an error, when its words do not say it."""
     text = str(error).lower()
     if "full" in text or "disk i/o" in text or "no space" in text:
-        return "; is the disk full? free some space"
+        return FULL_HINT
     if "readonly" in text or "read-only" in text or "unable to open" in text or "permission" in text:
         return READ_ONLY_HINT
     if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):

@@ -8,6 +8,7 @@ help and limits.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -110,3 +111,9 @@ def printable(text: str) -> str:
     of it or a model name cannot retitle, clear or recolour the user's terminal. JSON output
     and the database keep the text as it is."""
     return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def recording_off(no_log_flag: bool) -> bool:
+    """Whether this command records nothing in the history: ``--no-log``, or ``SPECEM_NO_LOG``
+    set to anything but empty or 0 (a privacy switch for every command that records)."""
+    return no_log_flag or os.environ.get("SPECEM_NO_LOG", "").strip() not in ("", "0")

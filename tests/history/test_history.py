@@ -142,8 +142,12 @@ def test_search_finds_words_in_any_order_and_takes_any_text(history):
     found = history.search("france paris")
     assert [(m.chat_id, m.role) for m in found] == [(chat.id, "assistant")]
     assert "[Paris]" in found[0].snippet
-    for odd in ('"unbalanced', "AND OR NOT", "capital*", "(x", "*"):
-        history.search(odd)  # never an SQLite syntax error
+    odd_chat = Chat(title="odd")
+    history.add(odd_chat, Turn("user", 'an "unbalanced quote, AND OR NOT as words, (x) and a * star'))
+    for odd, hits in (('"unbalanced', 1), ("AND OR NOT", 1), ("capital*", 2), ("(x", 1), ("*", 0), ("NEAR(", 0)):
+        found = history.search(odd)  # words as they are, never FTS syntax (nor an SQLite error)
+        assert len(found) == hits, odd
+        assert all(m.chat_id == odd_chat.id for m in found) or odd == "capital*"
     with pytest.raises(SpecemError, match="the search is empty"):
         history.search("   ")
 

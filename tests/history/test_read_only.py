@@ -86,3 +86,26 @@ def test_a_schema_version_we_never_write_is_named(tmp_path):
     message = r"schema version -1 is not one specem-local writes; move the file away"
     with pytest.raises(SpecemError, match=message), Database(path).transaction():
         pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tiny tmpfs (root; CI is)")
+def test_a_full_disk_is_one_line_and_the_next_write_after_room_is_made_lands(tmp_path):
+    """A real full disk (a 512 KiB tmpfs filled up), not a monkeypatched error."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)], check=True)
+    try:
+        history = History(disk / "specem.db", chat_files=tmp_path / "none")
+        chat = Chat()
+        history.add(chat, Turn("user", "before the disk filled"))
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as filler:
+            filler.write(b"\0" * (1 << 20))
+        with pytest.raises(SpecemError, match="is the disk full") as caught:
+            history.add(chat, Turn("assistant", "x" * 200_000))
+        assert "\n" not in str(caught.value)
+        assert [t.content for t in history.load(chat.id).turns] == ["before the disk filled"]
+        (disk / "filler").unlink()
+        history.add(chat, Turn("assistant", "after room was made"))
+        assert [t.content for t in history.load(chat.id).turns][-1] == "after room was made"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)

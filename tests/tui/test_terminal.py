@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import poll_until
+
 pytestmark = pytest.mark.models
 
 SESSION = "specem-chat-test"
@@ -60,5 +62,48 @@ def test_real_binary_answers_in_a_real_terminal(tmp_path):
         assert "Weights" in screen and "wins" in screen
         tmux("send-keys", "-t", SESSION, "C-q")
         wait_until_gone(30)  # the app quits and its session ends
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
+def test_quitting_mid_answer_keeps_the_text_and_chat_id_resumes_it(tmp_path):
+    """Ctrl+Q while an answer streams: the history keeps what was written, marked stopped; then
+    ``specem-chat --chat ID`` opens that chat with the text on the screen."""
+    from specem_local.history import History
+
+    binary = Path(sys.executable).with_name("specem-chat")
+    config = tmp_path / "models.toml"
+    config.write_text(
+        '[ensemble]\nmax_tokens = 400\nignore_eos = true\n[[models]]\nname = "qwen"\ndemo = "qwen2.5-coder-0.5b"\n'
+        '[[models]]\nname = "smol"\ndemo = "smollm2-135m"\n'
+    )
+    history = History(tmp_path / "data" / "specem.db", chat_files=tmp_path / "none")
+    start = f"SPECEM_DATA_DIR={tmp_path}/data TERM=xterm-256color {binary} --config {config}"
+
+    def written() -> str:
+        chats = history.chats()
+        return history.load(chats[0].id).turns[-1].content if chats else ""
+
+    tmux("new-session", "-d", "-s", SESSION, "-x", "100", "-y", "30", start)
+    try:
+        wait_for("Message (Enter sends", 120)
+        tmux("send-keys", "-t", SESSION, "Write a long story about a lighthouse keeper.", "Enter")
+        poll_until(lambda: len(written()) > 40, 120, "no text was recorded while the answer streamed", every=0.2)
+        tmux("send-keys", "-t", SESSION, "C-q")
+        wait_until_gone(30)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+    [summary] = history.chats()
+    answer = history.load(summary.id).turns[-1]
+    assert answer.role == "assistant" and len(answer.content) > 40
+    assert answer.final is None or answer.final.finish_reason == "cancelled"  # stopped, not finished
+    tmux("new-session", "-d", "-s", SESSION, "-x", "100", "-y", "30", f"{start} --chat {summary.id}")
+    try:
+        screen = wait_for("Message (Enter sends", 120)
+        word = max((w for w in answer.content.split() if w.isalpha()), key=len)
+        assert "lighthouse keeper" in screen and word in screen, (word, screen)
+        tmux("send-keys", "-t", SESSION, "C-q")
+        wait_until_gone(30)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
