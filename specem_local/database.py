@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -169,7 +170,7 @@ class CannotWrite(SpecemError):
 
 def _failure(path: Path, doing: str, error: Exception) -> SpecemError:
     """One line for a failure, with what to do about it; ``CannotWrite`` for a read-only file."""
-    hint = _hint(error)
+    hint = _hint(error, path)
     kind = CannotWrite if hint in (READ_ONLY_HINT, FULL_HINT) else SpecemError
     return kind(f"{path}: {doing} ({error}){hint}")
 
@@ -191,10 +192,24 @@ READ_ONLY_HINT = "; make the folder writable, or set SPECEM_DATA_DIR to one that
 FULL_HINT = "; is the disk full? free some space"
 
 
-def _hint(error: Exception) -> str:
-    """What to do about an error, when its words do not say it."""
+IO_HINT = (
+    "; SQLite could not read or write it (was specem.db-wal or -shm deleted or moved while in use? "
+    "then its last writes are lost); if it persists, move the file away"
+)
+LOW_SPACE = 1 << 20  # below this many free bytes, a disk I/O error is most likely a full disk
+
+
+def _hint(error: Exception, path: Path) -> str:
+    """What to do about an error, when its words do not say it. SQLite reports a full disk as
+    a "disk I/O error" too, so the disk's free space decides which it was."""
     text = str(error).lower()
-    if "full" in text or "disk i/o" in text or "no space" in text:
+    if "disk i/o" in text:
+        try:
+            full = shutil.disk_usage(path.parent).free < LOW_SPACE
+        except OSError:
+            full = False
+        return FULL_HINT if full else IO_HINT
+    if "full" in text or "no space" in text:
         return FULL_HINT
     if "readonly" in text or "read-only" in text or "unable to open" in text or "permission" in text:
         return READ_ONLY_HINT

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -199,3 +200,18 @@ def test_members_far_apart_in_size_get_advice_unless_calibrated(tmp_path):
     assert ensemble.mix_advice().startswith("big has 2.0x the parameters of mid: ensembles gain most")
     calibrate(ensemble.weight_store, ensemble.members, ensemble.settings, {"big": 5, "mid": 12, "small": 20}, 20)
     assert ensemble.mix_advice() is None  # a calibration already tells it whom to follow
+
+
+def test_a_damaged_weights_file_costs_the_learning_with_a_warning_not_the_answer(tmp_path):
+    ensemble = ensemble_with_store(tmp_path)
+    path = ensemble.weight_store.path
+    ensemble.generate(QUESTION)
+    data = bytearray(path.read_bytes())
+    data[4096:12288] = b"\xab" * 8192  # the pages past the first: the weights table
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        final = ensemble.generate(QUESTION)
+    assert final.text == RIGHT
+    assert any("starting from the prior weights" in w for w in ensemble.warnings)
+    assert any("the weights this answer learned were not kept" in w for w in ensemble.warnings)

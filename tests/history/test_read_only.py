@@ -109,3 +109,13 @@ def test_a_full_disk_is_one_line_and_the_next_write_after_room_is_made_lands(tmp
         assert [t.content for t in history.load(chat.id).turns][-1] == "after room was made"
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_disk_io_error_on_a_roomy_disk_does_not_blame_a_full_disk(tmp_path):
+    """Checked against 38f6557: deleting specem.db-wal under a running answer said "is the disk
+    full?" on a disk with gigabytes free. SQLite says "disk I/O error" for both."""
+    from specem_local.database import FULL_HINT, IO_HINT, _hint
+
+    error = sqlite3.OperationalError("disk I/O error")
+    assert _hint(error, tmp_path / "specem.db") == IO_HINT and "specem.db-wal" in IO_HINT
+    assert _hint(sqlite3.OperationalError("database or disk is full"), tmp_path / "specem.db") == FULL_HINT

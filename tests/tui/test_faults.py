@@ -196,3 +196,21 @@ async def test_ctrl_e_on_a_new_chat_exports_nothing(tmp_path):
         await pilot.press("ctrl+e")
         await wait_until(pilot, lambda: any("Nothing to export yet" in text for text in shown_toasts(app)), 5)
         assert list(tmp_path.glob("specem-chat-*.md")) == []
+
+
+async def test_learning_that_could_not_be_kept_is_said_after_the_answer(tmp_path):
+    """Checked against 38f6557: with carried weights in a damaged database, the chat app said
+    nothing (its warnings were shown only when the models had loaded)."""
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        ensemble = app.screen.ensemble
+        ensemble.warnings.append("warning: weights database damaged; the weights this answer learned were not kept")
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        await wait_until(pilot, lambda: any("were not kept" in text for text in shown_toasts(app)), 5)
+        count = sum("were not kept" in text for text in shown_toasts(app))
+        await ask(pilot, app, "And eight times nine?")
+        await wait_until(pilot, lambda: answered(app))
+        await pilot.pause(0.2)
+        assert sum("were not kept" in text for text in shown_toasts(app)) == count  # said once

@@ -80,6 +80,7 @@ class ChatScreen(Screen[None]):
         self.answer: AnswerStream | None = None  # the answer being written
         self.answering: AnswerView | None = None  # where it is shown
         self.asked: UserMessage | None = None  # and the question it answers
+        self.warnings_said = 0  # the ensemble's warnings shown so far
         self.title = f"specem-chat — {self.chat.title}"  # set before the Header mounts (no race)
 
     def compose(self) -> ComposeResult:
@@ -102,8 +103,7 @@ class ChatScreen(Screen[None]):
         self.query_one(PromptInput).focus()
         for failure in self.ensemble.load_failures:
             self.notify(f"{failure.model} did not load: {failure.error}", severity="warning", timeout=10)
-        for warning in self.ensemble.warnings:  # said once, when these models have loaded
-            self.notify(warning, severity="warning", timeout=10)
+        self.say_new_warnings()  # the models' load warnings, said once
         advice = self.ensemble.mix_advice()
         if advice:
             self.notify(advice, timeout=10)
@@ -222,6 +222,13 @@ class ChatScreen(Screen[None]):
         assert self.answering is not None
         self.answering.finish()
         self.answer = self.answering = self.asked = self.record = None
+        self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)
+
+    def say_new_warnings(self) -> None:
+        """The ensemble's warnings not shown yet: each is said once."""
+        for warning in self.ensemble.warnings[self.warnings_said :]:
+            self.notify(warning, severity="warning", timeout=10)
+        self.warnings_said = len(self.ensemble.warnings)
 
     def on_unmount(self) -> None:
         """Closing the app mid-answer: keep what was written, saying why it ends there."""
