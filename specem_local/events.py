@@ -42,6 +42,8 @@ class Candidate:
     combined: float | None  # weighted vote; None when no vote was needed
     same_as: str | None = None  # drafted the same text as this model (scored once, as one candidate)
     copied: float | None = None  # share of its words that repeat the answer so far (with loop_guard)
+    sample: int = 0  # which of its model's drafts this round (draft_budget: 1, 2... are extra drafts)
+    same_as_sample: int | None = None  # with same_as: which of that model's drafts
 
 
 @dataclass(frozen=True)

@@ -18,48 +18,80 @@ def initial_weights(verifies: np.ndarray, sizes: np.ndarray, prior: str) -> np.n
 
 
 def win_counts(
-    normalised: np.ndarray, groups: dict[int, list[int]], judge_weights: np.ndarray | None = None
+    normalised: np.ndarray,
+    groups: dict[int, list[int]],
+    judge_weights: np.ndarray | None = None,
+    author: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per candidate (keyed by its representative): how often a judge that did not draft it
     rated it at least as high as a rival (any other candidate, the judge's own included), and
     how many such comparisons there were. With ``judge_weights`` each comparison counts as
-    much as its judge's weight."""
-    size = normalised.shape[0]
-    weights = np.ones(size) if judge_weights is None else judge_weights
-    wins = np.zeros(size)
-    comparisons = np.zeros(size)
-    for author, drafted_by in groups.items():
-        for judge in range(size):
-            if judge in drafted_by or np.isnan(normalised[judge, author]):
+    much as its judge's weight. ``author[c]`` is the model that drafted candidate ``c``
+    (default: candidate ``c`` is model ``c``'s draft)."""
+    judges, candidates = normalised.shape
+    weights = np.ones(judges) if judge_weights is None else judge_weights
+    author = np.arange(candidates) if author is None else author
+    wins = np.zeros(candidates)
+    comparisons = np.zeros(candidates)
+    for representative, drafted in groups.items():
+        drafted_by = {int(author[c]) for c in drafted}
+        for judge in range(judges):
+            if judge in drafted_by or np.isnan(normalised[judge, representative]):
                 continue
             for rival in groups:
-                if rival == author or np.isnan(normalised[judge, rival]):
+                if rival == representative or np.isnan(normalised[judge, rival]):
                     continue
-                comparisons[author] += weights[judge]
-                wins[author] += weights[judge] * (normalised[judge, author] >= normalised[judge, rival])
+                comparisons[representative] += weights[judge]
+                wins[representative] += weights[judge] * (normalised[judge, representative] >= normalised[judge, rival])
     return wins, comparisons
 
 
 def rewards(
-    normalised: np.ndarray, groups: dict[int, list[int]], judge_weights: np.ndarray | None = None
+    normalised: np.ndarray,
+    groups: dict[int, list[int]],
+    judge_weights: np.ndarray | None = None,
+    author: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Smoothed win rate ``(wins + 0.5) / (comparisons + 1)`` for every author of a candidate.
+    """Smoothed win rate ``(wins + 0.5) / (comparisons + 1)`` for every model, from its
+    candidates (``author``: see ``win_counts``).
 
     The reference floors wins at 1 and divides by ``(K-1)^2``; with K = 2 that makes every
     reward 1 and the weights never move. Smoothing keeps rewards in (0, 1), distinct for
-    different win counts at any K. Authors of the same merged text share its reward; models
-    without a candidate this round get the mean reward of the others, so sitting out neither
-    helps nor hurts them. ``judge_weights`` (mean 1 over the judges) make a trusted judge's
-    comparisons count for more.
+    different win counts at any K. Authors of the same merged text share its reward; a model
+    with several candidates gets its best one's; models without a candidate this round get the
+    mean reward of the others, so sitting out neither helps nor hurts them. ``judge_weights``
+    (mean 1 over the judges) make a trusted judge's comparisons count for more.
     """
-    wins, comparisons = win_counts(normalised, groups, judge_weights)
-    out = (wins + 0.5) / (comparisons + 1.0)
+    wins, comparisons = win_counts(normalised, groups, judge_weights, author)
+    per_candidate = (wins + 0.5) / (comparisons + 1.0)
     has_comparisons = comparisons > 0
-    neutral = float(out[has_comparisons].mean()) if has_comparisons.any() else 0.5
-    out = np.where(has_comparisons, out, neutral)
-    for representative, authors in groups.items():
-        out[authors] = out[representative]
+    neutral = float(per_candidate[has_comparisons].mean()) if has_comparisons.any() else 0.5
+    per_candidate = np.where(has_comparisons, per_candidate, neutral)
+    author = np.arange(normalised.shape[1]) if author is None else author
+    best: dict[int, float] = {}
+    for representative, drafted in groups.items():
+        for model in {int(author[c]) for c in drafted}:
+            best[model] = max(best.get(model, -np.inf), float(per_candidate[representative]))
+    out = np.full(normalised.shape[0], neutral)
+    for model, value in best.items():
+        out[model] = value
     return out
+
+
+def draft_counts(weights: np.ndarray, drafters: list[int], budget: int) -> dict[int, int]:
+    """A round's ``budget`` drafts shared out among ``drafters`` in proportion to their weights
+    (largest remainders; ties to the heavier, then the earlier): a drafter whose share rounds
+    to nothing does not draft this round (it still verifies), and the heaviest always drafts."""
+    share = np.array([max(float(weights[i]), 0.0) for i in drafters])
+    share = share / share.sum() * budget if share.sum() > 0 else np.full(len(drafters), budget / len(drafters))
+    counts = np.floor(share).astype(int)
+    order = sorted(range(len(drafters)), key=lambda k: (-(share[k] - counts[k]), -share[k], k))
+    for k in order[: budget - int(counts.sum())]:
+        counts[k] += 1
+    heaviest = max(range(len(drafters)), key=lambda k: (share[k], -k))
+    if counts[heaviest] == 0:  # a budget smaller than the drafters, all nearly equal: still one
+        counts[heaviest] = 1
+    return {i: int(c) for i, c in zip(drafters, counts) if c > 0}
 
 
 def learning_rate(base: float, n_models: int, round_number: int) -> float:

@@ -76,7 +76,8 @@ def load_members(
             loaded.failures.append(LoadFailure(spec.name, str(error)))
     for warning in [*same_file_warnings(loaded.files), *memory_warnings(config, _sizes(loaded.files))]:
         _warn(loaded, warning)
-    sequences = max(n_seq_max or 0, len(loaded.files) + 1)  # sequence 0 + one per candidate
+    candidates = max(len(loaded.files), config.ensemble.draft_budget)  # a budget may draft more than one each
+    sequences = max(n_seq_max or 0, candidates + 1)  # sequence 0 + one per candidate
     try:
         for spec in config.models:
             if spec.name not in loaded.files:

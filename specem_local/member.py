@@ -160,6 +160,9 @@ class Member:
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
+        if self._draft is not None:  # a second draft this round (draft_budget): drop the first's cells
+            self.model.seq_remove(0, start, -1)
+            self._draft = None
         rows = [self.last_row]
         drafted: list[int] = []
         data = b""

@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from specem_local import feedback, vote
+from specem_local.drafting import Drafting, RoundDrafts
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.learned import StartingWeights
 from specem_local.member import Draft, Member, Scored
 from specem_local.model import ContextFull
 from specem_local.prompting import Message
-from specem_local.sampling import make_sampler
+from specem_local.sampling import Sampler
 from specem_local.segments import copied_fraction, find_stop
 from specem_local.settings import EnsembleSettings
 
@@ -59,7 +60,7 @@ class Answer:
             leaving = feedback.exiting_drafters(self.weights, judged, 1, 0, settings.exit_share)
             self.active_drafters = [i for i in self.active_drafters if i not in leaving]
         self.share_totals = np.zeros(len(members))
-        self.samplers = [make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(len(members))]
+        self.drafting = Drafting(members, settings, cancel)
         self.rule = vote.VoteRule(
             settings.scoring,
             settings.segment_tokens,
@@ -145,7 +146,7 @@ class Answer:
         tokens = member.prompt_format.tokens(
             self.messages, model, bos_token=model.bos_token if model.adds_bos else None
         )
-        segment, drafters = self.settings.segment_tokens, max(len(self.active_drafters), 1)
+        segment, drafters = self.settings.segment_tokens, max(len(self.active_drafters), self.settings.draft_budget, 1)
         needed = drafters * segment + 1
         if needed >= model.n_ctx:
             raise SpecemError(
@@ -165,103 +166,94 @@ class Answer:
         appended) and a finish reason ("" to go on)."""
         settings = self.settings
         round_started = time.perf_counter()
-        drafters = list(self.active_drafters)
+        counts = self.drafting.counts(self.weights, self.active_drafters)
         # Every verifier holds its own draft and the others' tails in its KV memory at once,
         # so near the end of the context the segments shrink until they fit.
         following = self.following  # as the round starts: model exit may change it by its end
         room = min(self.members[i].room for i in following)
-        cap = min(settings.max_tokens - self.tokens, (room - 1) // len(drafters))
+        cap = min(settings.max_tokens - self.tokens, (room - 1) // sum(counts.values()))
         if cap < 1:
             return None, "context"
         budget = min(settings.segment_tokens, cap)
 
-        def draft(i: int) -> Draft:
-            member = self.members[i]
-            return member.draft(budget, self.samplers[i], self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
+        def draft(i: int, sampler: Sampler) -> Draft:
+            return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
-        drafters, drafts_list, confidence = self._drafts(drafters, draft)
+        round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.map)
         if self.cancel.is_set():
             return None, "cancelled"
-        drafts: dict[int, Draft] = {i: d for i, d in zip(drafters, drafts_list) if d.text}
+        drafts, author = round_drafts.written, round_drafts.author
         if not drafts:
-            return None, "eos" if any(d.ended for d in drafts_list) else "empty"
+            return None, "eos" if any(d.ended for d in round_drafts.drafts.values()) else "empty"
+        drafters = round_drafts.drafters
         self.rounds += 1
         self.drafter_count += len(drafters)
 
-        groups = vote.merge_identical({i: d.text for i, d in drafts.items()}, self.weights)
-        scores = np.full((len(self.members), len(self.members)), np.nan)
-        enders = [i for i in groups if drafts[i].ended]
-        result = vote.shortcut(groups, enders, self.weights, settings.fast_finish)
-        if confidence is not None and len(drafters) == 1 and result is not None and result.decision == "only-candidate":
+        priority = self.weights[author]
+        groups = vote.merge_identical({c: d.text for c, d in drafts.items()}, priority)
+        scores = np.full((len(self.members), len(author)), np.nan)
+        enders = [c for c in groups if drafts[c].ended]
+        result = vote.shortcut(groups, enders, priority, settings.fast_finish, len(self.members))
+        gated = round_drafts.confidence is not None and len(round_drafts.drafts) == 1
+        if gated and result is not None and result.decision == "only-candidate":
             result = vote.Tally(result.winner, "confident", result.shares, None)  # the gate held the others back
             self.confident_rounds += 1
         scored: dict[int, Scored] = {}
         if result is None:
-            scored = self._verify(drafts, groups, scores)
-            copied = self._copied(drafts, groups) if settings.loop_guard else None
-            result = vote.tally(scores, self.weights, groups, self.rule, copied)
-            self._learn(result, groups)
-        winner = result.winner
+            scored = self._verify(drafts, groups, scores, author)
+            copied = self._copied(drafts, groups, len(author)) if settings.loop_guard else None
+            result = vote.tally(scores, self.weights, groups, self.rule, copied, author)
+            self._learn(result, groups, author)
+        winner, writer = result.winner, int(author[result.winner])
         winning = drafts[winner]
-        self.tokens += self._commit(winner, winning, drafts, scored, following)
-        self.wins[self.names[winner]] += 1
+        self.tokens += self._commit(winner, writer, winning, round_drafts, scored, following)
+        self.wins[self.names[writer]] += 1
         segment, finish = self._append(winning)
+        spent = {self.names[i]: 0.0 for i in drafters}
+        sampled = dict.fromkeys(spent, 0)
+        for column, done in round_drafts.drafts.items():
+            spent[self.names[author[column]]] += done.seconds
+            sampled[self.names[author[column]]] += done.sampled
         event = RoundEvent(
             index=self.rounds,
             text=segment,
-            author=self.names[winner],
+            author=self.names[writer],
             decision=result.decision,
-            candidates=self._candidates(drafts, groups, scores, result),
+            candidates=self._candidates(drafts, groups, scores, result, round_drafts),
             weights=weights_dict(self.members, self.weights),
             drafters=tuple(self.names[i] for i in drafters),
-            draft_seconds={self.names[i]: d.seconds for i, d in zip(drafters, drafts_list)},
-            draft_tokens={self.names[i]: d.sampled for i, d in zip(drafters, drafts_list)},
+            draft_seconds=spent,
+            draft_tokens=sampled,
             verify_seconds={self.names[v]: s.seconds for v, s in scored.items()},
             seconds=time.perf_counter() - round_started,
             answer_tokens=self.tokens,
-            runner_up=self._name(result.runner_up),
+            runner_up=self._name(result.runner_up, author),
             ranked_first_by=tuple(self.names[v] for v in result.ranked_first_by),
-            discounted=self._name(result.discounted),
-            confidence=confidence,
+            discounted=self._name(result.discounted, author),
+            confidence=round_drafts.confidence,
         )
         return event, finish
 
-    def _drafts(
-        self, drafters: list[int], draft: Callable[[int], Draft]
-    ) -> tuple[list[int], list[Draft], float | None]:
-        """The round's drafts and who wrote them. With the vote gate, the leading drafter (the
-        heaviest) drafts first and the others only when it was unsure of some token; also
-        returns that draft's least token probability (None without the gate)."""
-        gate = self.settings.vote_gate
-        if gate <= 0 or len(drafters) < 2:
-            return drafters, self.map(draft, drafters), None
-        leader = max(drafters, key=lambda i: self.weights[i])
-        lead = draft(leader)
-        confidence = lead.least_probability()
-        if (confidence >= gate and lead.text) or self.cancel.is_set():
-            return [leader], [lead], confidence
-        others = [i for i in drafters if i != leader]
-        return [leader, *others], [lead, *self.map(draft, others)], confidence
+    def _name(self, column: int | None, author: np.ndarray) -> str | None:
+        return None if column is None else self.names[author[column]]
 
-    def _name(self, index: int | None) -> str | None:
-        return None if index is None else self.names[index]
-
-    def _copied(self, drafts: dict[int, Draft], groups: dict[int, list[int]]) -> np.ndarray:
-        copied = np.zeros(len(self.members))
-        for i in groups:
-            copied[i] = copied_fraction(self.text, drafts[i].text)
+    def _copied(self, drafts: dict[int, Draft], groups: dict[int, list[int]], columns: int) -> np.ndarray:
+        copied = np.zeros(columns)
+        for c in groups:
+            copied[c] = copied_fraction(self.text, drafts[c].text)
         return copied
 
-    def _learn(self, result: vote.Tally, groups: dict[int, list[int]]) -> None:
+    def _learn(self, result: vote.Tally, groups: dict[int, list[int]], author: np.ndarray) -> None:
         """Hedge update of the verifier weights, and model exit."""
         settings = self.settings
         assert result.combined is not None
         total = float(np.nansum(result.combined[list(groups)]))
-        for representative, authors in groups.items():
-            self.share_totals[authors] += result.combined[representative] / total if total > 0 else 0.0
+        for representative, merged in groups.items():
+            writers = sorted({int(author[c]) for c in merged})
+            self.share_totals[writers] += result.combined[representative] / total if total > 0 else 0.0
         if settings.feedback:
             judges = self.weights / self.weights[self.verifies].mean() if settings.weighted_judges else None
-            reward = feedback.rewards(result.shares, groups, judges)
+            reward = feedback.rewards(result.shares, groups, judges, author)
             eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
             updated = np.where(self.verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
             self.weights = updated / updated.sum()
@@ -285,65 +277,83 @@ class Answer:
         return winning.text, "eos" if winning.ended else ""
 
     def _candidates(
-        self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, result: vote.Tally
+        self,
+        drafts: dict[int, Draft],
+        groups: dict[int, list[int]],
+        scores: np.ndarray,
+        result: vote.Tally,
+        round_drafts: RoundDrafts,
     ) -> tuple[Candidate, ...]:
-        """Every drafter's candidate for the event; merged duplicates share their scores."""
-        representative_of = {author: rep for rep, authors in groups.items() for author in authors}
+        """Every candidate for the event; merged duplicates share their scores."""
+        representative_of = {c: rep for rep, merged in groups.items() for c in merged}
+        author, sample = round_drafts.author, round_drafts.sample
 
         def column(matrix: np.ndarray, c: int) -> dict[str, float]:
             return {self.names[v]: float(matrix[v, c]) for v in range(len(self.members)) if not np.isnan(matrix[v, c])}
 
         out = []
-        for i, draft in drafts.items():
-            rep = representative_of[i]
+        for c, draft in drafts.items():
+            rep = representative_of[c]
             out.append(
                 Candidate(
-                    model=self.names[i],
+                    model=self.names[author[c]],
                     text=draft.text,
                     ended=draft.ended,
                     scores=column(scores, rep),
                     shares=column(result.shares, rep),
                     combined=float(result.combined[rep]) if result.combined is not None else None,
-                    same_as=self.names[rep] if rep != i else None,
+                    same_as=self.names[author[rep]] if rep != c else None,
                     copied=float(result.copied[rep]) if result.copied is not None else None,
+                    sample=sample[c],
+                    same_as_sample=sample[rep] if rep != c else None,
                 )
             )
         return tuple(out)
 
-    def _verify(self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray) -> dict[int, Scored]:
-        """Every verifier scores every distinct candidate: one it drafted itself from its
+    def _verify(
+        self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, author: np.ndarray
+    ) -> dict[int, Scored]:
+        """Every verifier scores every distinct candidate: those it drafted itself from its
         drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
-        (candidate = the representative's index)."""
+        (candidate = the representative's column)."""
         settings = self.settings
         verifiers = [int(v) for v in np.flatnonzero(self.verifies)]
         ending = frozenset(rep for rep in groups if drafts[rep].ended) if settings.verify_end else frozenset()
 
         def verify(v: int) -> tuple[int, Scored]:
             member = self.members[v]
-            own = drafts.get(v)
-            mine = next((rep for rep, authors in groups.items() if v in authors and own.aligned), None)
-            others = {rep: drafts[rep].text for rep in groups if rep != mine}
+            mine = {  # representative -> its own aligned draft, scored from the rows it drafted with
+                rep: drafts[c] for rep, merged in groups.items() for c in merged if author[c] == v and drafts[c].aligned
+            }
+            others = {rep: drafts[rep].text for rep in groups if rep not in mine}
             result = member.score(others, settings.scoring, ending)
-            if mine is not None:
-                result.scores[mine] = member.own_score(own, settings.scoring, with_end=mine in ending)
+            for rep, own in mine.items():
+                result.scores[rep] = member.own_score(own, settings.scoring, with_end=rep in ending)
             return v, result
 
         results = dict(self.map(verify, verifiers))
         for v, result in results.items():
-            for i, value in result.scores.items():
-                scores[v, i] = value
+            for c, value in result.scores.items():
+                scores[v, c] = value
         return results
 
     def _commit(
-        self, winner: int, winning: Draft, drafts: dict[int, Draft], scored: dict[int, Scored], following: list[int]
+        self,
+        winner: int,
+        writer: int,
+        winning: Draft,
+        round_drafts: RoundDrafts,
+        scored: dict[int, Scored],
+        following: list[int],
     ) -> int:
         """Broadcast the winner to every model that followed this round (a drafter that model exit
-        removed in it may be its winner); return its length in the author's tokens."""
+        removed in it may be its writer); return its length in the writer's tokens. A model whose
+        last draft (the one its KV memory holds) is the winning text keeps its cells."""
 
         def commit(index: int) -> int:
-            own = drafts.get(index)
+            own = round_drafts.last_of(index)
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
         added = self.map(commit, following)
-        return added[following.index(winner)]
+        return added[following.index(writer)]

@@ -123,6 +123,17 @@ class EnsembleSettings:
 
     loop_guard: bool = setting(False, "experimental", "discount candidates that repeat a 12-word run of the answer")
     fast_finish: bool = setting(False, "experimental", "take a draft that ends the answer at once, unverified")
+    draft_budget: int = setting(
+        0,
+        "experimental",
+        "drafts per round, shared out by weight: a heavy member drafts several, a light one none "
+        "(it still verifies); 0 = one per drafter",
+        low=0,
+        high=64,
+    )
+    extra_temperature: float = setting(
+        0.8, "experimental", "the temperature of a member's extra drafts (draft_budget)", low=0, high=100, open_low=True
+    )
     vote_gate: float = setting(
         0.0,
         "experimental",

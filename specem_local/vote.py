@@ -1,9 +1,10 @@
 """The vote: which candidate segment wins a round, and why. Pure functions over numpy arrays.
 
 Shapes: ``scores[v, c]`` is verifier ``v``'s score of candidate ``c`` (NaN where a verifier did
-not score a candidate). Candidates and verifiers are both indexed by model, so the candidate of
-model ``i`` is column ``i``; identical drafts are merged into one candidate, kept in the column
-of its representative author (``groups``: representative -> authors).
+not score a candidate). Verifiers are indexed by model; model ``i``'s (first) draft is column
+``i``, and a round with a drafting budget adds columns for models' extra drafts (``author[c]``
+says whose). Identical drafts are merged into one candidate, kept in the column of its
+representative (``groups``: representative -> the candidates merged into it).
 
 The engine calls ``shortcut`` (no vote needed) or ``tally`` (the weighted vote); both return a
 ``Tally`` that says the winner and why, which goes into the round's event and the inspector's
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specem_local.events import RoundEvent
+from specem_local.events import Candidate, RoundEvent
 
 DECISIONS = {
     "vote": "won the weighted vote",
@@ -150,12 +151,16 @@ def merge_identical(texts: dict[int, str], priority: np.ndarray) -> dict[int, li
     return merged
 
 
-def mask_self_judgements(normalised: np.ndarray, groups: dict[int, list[int]]) -> np.ndarray:
+def mask_self_judgements(
+    normalised: np.ndarray, groups: dict[int, list[int]], author: np.ndarray | None = None
+) -> np.ndarray:
     """Remove each verifier's score of a candidate it drafted itself (alone or together with
-    others). Models rank their own draft first about half the time against a chance of 1/K."""
+    others; ``author[c]``: the model that drafted candidate ``c``, default model ``c``). Models
+    rank their own draft first about half the time against a chance of 1/K."""
+    author = np.arange(normalised.shape[1]) if author is None else author
     out = normalised.copy()
-    for representative, authors in groups.items():
-        out[authors, representative] = np.nan
+    for representative, drafted in groups.items():
+        out[sorted({int(author[c]) for c in drafted}), representative] = np.nan
     return out
 
 
@@ -174,13 +179,15 @@ def pick_winner(candidates: list[int], combined: np.ndarray, copied: np.ndarray 
 
 
 # -- one round -----------------------------------------------------------------------------------
-def shortcut(groups: dict[int, list[int]], enders: list[int], weights: np.ndarray, fast_finish: bool) -> Tally | None:
-    """A winner without a vote: with ``fast_finish`` the heaviest candidate that ends the
-    answer, or the only candidate there is. None when a vote is needed."""
-    size = len(weights)
-    unscored = np.full((size, size), np.nan)
+def shortcut(
+    groups: dict[int, list[int]], enders: list[int], priority: np.ndarray, fast_finish: bool, verifiers: int
+) -> Tally | None:
+    """A winner without a vote: with ``fast_finish`` the candidate that ends the answer whose
+    author is heaviest (``priority``, per candidate), or the only candidate there is. None when
+    a vote is needed."""
+    unscored = np.full((verifiers, len(priority)), np.nan)
     if fast_finish and enders:
-        return Tally(max(enders, key=lambda i: weights[i]), "fast-finish", unscored, None)
+        return Tally(max(enders, key=lambda i: priority[i]), "fast-finish", unscored, None)
     if len(groups) == 1:
         return Tally(next(iter(groups)), "only-candidate", unscored, None)
     return None
@@ -192,13 +199,15 @@ def tally(
     groups: dict[int, list[int]],
     rule: VoteRule,
     copied: np.ndarray | None = None,
+    author: np.ndarray | None = None,
 ) -> Tally:
     """The weighted vote over the candidates in ``groups``: normalise each verifier's row,
-    pool with the weights (without self-votes unless ``rule.self_vote``), discount copies
-    (``copied``, with the loop guard) and pick the winner."""
+    pool with the weights (without self-votes unless ``rule.self_vote``; ``author``: see
+    ``mask_self_judgements``), discount copies (``copied``, with the loop guard) and pick the
+    winner."""
     unit = rule.segment_tokens if rule.normalise == "segment" else 1
     shares = normalise(scores, rule.scoring, unit)
-    votes = shares if rule.self_vote else mask_self_judgements(shares, groups)
+    votes = shares if rule.self_vote else mask_self_judgements(shares, groups, author)
     combined = (combine_log if rule.pooling == "log" else combine)(votes, weights)
     candidates = list(groups)
     winner = pick_winner(candidates, combined, copied)
@@ -225,10 +234,12 @@ def tally(
 
 def explain(event: RoundEvent) -> str:
     """One or two sentences on why a round's winner won, from its event."""
-    text = f"Round {event.index}: {event.author} {DECISIONS.get(event.decision, event.decision)}"
-    combined = {c.model: c.combined for c in event.candidates if c.combined is not None}
-    if event.decision == "vote" and event.runner_up in combined and event.author in combined:
-        text += f" with {combined[event.author]:.3f} against {combined[event.runner_up]:.3f} ({event.runner_up})."
+    won = winning_candidate(event)
+    text = f"Round {event.index}: {candidate_label(won)} {DECISIONS.get(event.decision, event.decision)}"
+    rivals = [c for c in event.candidates if c is not won and c.combined is not None]
+    if event.decision == "vote" and won.combined is not None and rivals:
+        rival = max(rivals, key=lambda c: c.combined or 0.0)
+        text += f" with {won.combined:.3f} against {rival.combined:.3f} ({candidate_label(rival)})."
         discounted = next((c for c in event.candidates if c.model == event.discounted), None)
         if discounted is not None and discounted.copied:
             text += f" The loop guard discounted {discounted.model}: {discounted.copied:.0%} of it repeats the answer."
@@ -239,3 +250,15 @@ def explain(event: RoundEvent) -> str:
         text += f" Its leading draft's least likely token had p = {event.confidence:.2f}."
     weights = ", ".join(f"{name} {weight:.2f}" for name, weight in event.weights.items())
     return f"{text}\nWeights after this round: {weights}."
+
+
+def candidate_label(candidate: Candidate) -> str:
+    """A candidate's name: its model, and which of its drafts (``#2``...) when the drafting
+    budget gave the model several."""
+    return candidate.model if candidate.sample == 0 else f"{candidate.model} #{candidate.sample + 1}"
+
+
+def winning_candidate(event: RoundEvent) -> Candidate:
+    """The candidate that won a round: its author's, the one the vote liked best."""
+    own = [c for c in event.candidates if c.model == event.author]
+    return max(own, key=lambda c: (c.text == event.text, c.combined or 0.0))

@@ -214,3 +214,22 @@ async def test_learning_that_could_not_be_kept_is_said_after_the_answer(tmp_path
         await wait_until(pilot, lambda: answered(app))
         await pilot.pause(0.2)
         assert sum("were not kept" in text for text in shown_toasts(app)) == count  # said once
+
+
+async def test_the_inspector_lists_several_candidates_of_one_model():
+    """With a drafting budget one model drafts several candidates: one row each, "big #2"."""
+    app = app_with(*pair(), draft_budget=3, model_exit=False, extra_temperature=2.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        rounds = app.screen.chat.turns[-1].rounds
+        assert any(c.sample > 0 for r in rounds for c in r.candidates)
+        view = app.screen.query_one(AnswerView)
+        view.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        table = app.screen.query_one("#candidates")
+        names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        assert "big" in names and "big #2" in names
+        await pilot.press("down")
+        assert app.screen.query_one("#detail") is not None

@@ -144,3 +144,11 @@ def test_explain_a_gated_round_gives_the_leading_drafts_confidence():
     assert "least likely token had p = 0.81." in text
     unsure = round_event("a", [candidate("a", 0.7), candidate("b", 0.3)], runner_up="b", confidence=0.12)
     assert "(b). Its leading draft's least likely token had p = 0.12." in vote.explain(unsure)
+
+
+def test_explain_names_which_of_a_models_drafts_won():
+    first = Candidate("a", "one", False, {}, {"a": 0.2}, 0.2)
+    second = Candidate("a", "text", False, {}, {"a": 0.5}, 0.5, sample=1)
+    other = Candidate("b", "two", False, {}, {"a": 0.3}, 0.3)
+    text = vote.explain(round_event("a", [first, second, other], runner_up="b"))
+    assert "Round 3: a #2 won the weighted vote with 0.500 against 0.300 (b)." in text

@@ -13,7 +13,7 @@ from textual.style import Style
 from textual.widgets import DataTable, Footer, Static
 
 from specem_local.events import RoundEvent
-from specem_local.vote import explain
+from specem_local.vote import candidate_label, explain, winning_candidate
 
 
 class InspectorScreen(ModalScreen[None]):
@@ -54,29 +54,30 @@ class InspectorScreen(ModalScreen[None]):
         table.clear(columns=True)
         verifiers = list(event.weights)
         table.add_column("", width=1)
-        table.add_column("model", width=max(len(c.model) for c in event.candidates))  # whole names: the
+        table.add_column("model", width=max(len(candidate_label(c)) for c in event.candidates))  # whole names: the
         table.add_columns("vote", *[f"by {v}" for v in verifiers])  # table scrolls sideways when narrow
+        won = winning_candidate(event)
         for candidate in sorted(event.candidates, key=lambda c: -(c.combined or 0)):
             colour = Style.parse(self.colours.get(candidate.model, "white"))
             cells: list[str | Content] = [
-                "★" if candidate.model == event.author else "",
-                Content.styled(candidate.model, colour),
+                "★" if candidate is won else "",
+                Content.styled(candidate_label(candidate), colour),
                 "-" if candidate.combined is None else f"{candidate.combined:.3f}",
             ]
             for verifier in verifiers:
                 share = candidate.shares.get(verifier)
                 cells.append("-" if share is None else f"{share:.3f}")
-            table.add_row(*cells, key=candidate.model)
-        self.show_detail(event.author)
+            table.add_row(*cells, key=candidate_label(candidate))
+        self.show_detail(candidate_label(won))
 
-    def show_detail(self, model: str) -> None:
+    def show_detail(self, key: str) -> None:
         """The highlighted candidate in full, with each verifier's raw score."""
-        candidate = next(c for c in self.event.candidates if c.model == model)
+        candidate = next(c for c in self.event.candidates if candidate_label(c) == key)
         raw = ", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate.scores.items())
         ended = " (ends the answer)" if candidate.ended else ""
         self.query_one("#detail", Static).update(
             Content.assemble(
-                (f"{model}{ended}: ", Style.parse(self.colours.get(model, "white"))),
+                (f"{key}{ended}: ", Style.parse(self.colours.get(candidate.model, "white"))),
                 candidate.text,
                 f"\nraw scores (mean per token): {raw or 'none'}",
             )

@@ -1,0 +1,124 @@
+"""A round's drafting: who drafts how many candidates, in what order, and the vote gate.
+
+By default every active drafter drafts one candidate. With ``draft_budget`` the round's drafts
+are shared out by the weights (``feedback.draft_counts``): a member holding most of the weight
+drafts several (its first with its own sampler, the others sampled at ``extra_temperature``,
+each from a stream of its own), a light one none (it still verifies). With ``vote_gate`` the
+heaviest drafter drafts first, and when it was sure of every token its segment is the round's
+only candidate.
+
+Candidates are columns: model ``i``'s first draft is column ``i``, extra drafts follow the
+models (column ``len(members)`` on), and ``author[c]`` is the model that drafted column ``c``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specem_local import feedback
+from specem_local.member import Draft, Member
+from specem_local.sampling import Sampler, make_sampler
+from specem_local.settings import EnsembleSettings
+
+
+@dataclass
+class RoundDrafts:
+    """What a round drafted: every draft by column (empty ones included), who wrote each, and
+    the leading draft's least token probability when the vote gate is on."""
+
+    drafts: dict[int, Draft]
+    author: np.ndarray  # column -> model
+    sample: dict[int, int]  # column -> which of its model's drafts this round (0: the first)
+    confidence: float | None = None
+
+    @property
+    def drafters(self) -> list[int]:
+        """The models that drafted, in model order."""
+        return sorted({int(self.author[c]) for c in self.drafts})
+
+    @property
+    def written(self) -> dict[int, Draft]:
+        """The drafts with text: the round's candidates."""
+        return {c: d for c, d in self.drafts.items() if d.text}
+
+    def last_of(self, model: int) -> Draft | None:
+        """The model's last draft this round: the one whose tokens its KV memory still holds."""
+        columns = [c for c in self.drafts if self.author[c] == model]
+        return self.drafts[max(columns, key=lambda c: self.sample[c])] if columns else None
+
+
+class Drafting:
+    """One answer's drafting plan: the samplers, and each round's drafts."""
+
+    def __init__(self, members: list[Member], settings: EnsembleSettings, cancel: threading.Event) -> None:
+        self.members = members
+        self.settings = settings
+        self.cancel = cancel
+        self.samplers: dict[tuple[int, int], Sampler] = {
+            (i, 0): make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(len(members))
+        }
+        self.extra_settings = dataclasses.replace(settings, temperature=settings.extra_temperature, greedy=False)
+
+    def counts(self, weights: np.ndarray, active: list[int]) -> dict[int, int]:
+        """How many drafts each active drafter writes this round."""
+        budget = self.settings.draft_budget
+        weighted = [i for i in active if weights[i] > 0]
+        if budget == 0 or not weighted:
+            return dict.fromkeys(active, 1)
+        counts = feedback.draft_counts(weights, weighted, budget)
+        counts.update({i: 1 for i in active if weights[i] <= 0})  # draft-only members: one each, beside the budget
+        return {i: counts[i] for i in active if i in counts}
+
+    def sampler(self, model: int, sample: int) -> Sampler:
+        key = (model, sample)
+        if key not in self.samplers:  # a stream of its own, the same for the same seed
+            rng = np.random.default_rng([self.settings.seed, model, sample])
+            self.samplers[key] = make_sampler(self.extra_settings, rng)
+        return self.samplers[key]
+
+    def draft_round(
+        self,
+        counts: dict[int, int],
+        weights: np.ndarray,
+        draft_one: Callable[[int, Sampler], Draft],
+        map_over: Callable[[Callable, list], list],
+    ) -> RoundDrafts:
+        """Draft this round's candidates (``draft_one(model, sampler)`` drafts one); with the
+        vote gate, the heaviest drafter first, and the rest only if it was unsure."""
+        size = len(self.members)
+        columns: dict[tuple[int, int], int] = {}
+        for model in sorted(counts):
+            columns[(model, 0)] = model
+        for model, count in sorted(counts.items()):
+            for sample in range(1, count):
+                columns[(model, sample)] = size + len(columns) - len(counts)
+        author = np.zeros(size + len(columns) - len(counts), dtype=int)
+        for (model, _), column in columns.items():
+            author[column] = model
+        sample_of = {column: sample for (_, sample), column in columns.items()}
+
+        def drafts_of(model: int, first: int = 0) -> list[tuple[int, Draft]]:
+            return [
+                (columns[(model, k)], draft_one(model, self.sampler(model, k))) for k in range(first, counts[model])
+            ]
+
+        done: dict[int, Draft] = {}
+        confidence = None
+        todo = {model: 0 for model in counts}
+        if self.settings.vote_gate > 0 and sum(counts.values()) > 1:
+            leader = max(counts, key=lambda i: weights[i])
+            lead = draft_one(leader, self.sampler(leader, 0))
+            confidence = lead.least_probability()
+            done[leader] = lead
+            if (confidence >= self.settings.vote_gate and lead.text) or self.cancel.is_set():
+                return RoundDrafts(done, author, sample_of, confidence)
+            todo[leader] = 1
+        models = [model for model in sorted(counts) if todo[model] < counts[model]]
+        for found in map_over(lambda model: drafts_of(model, todo[model]), models):
+            done.update(found)
+        return RoundDrafts(dict(sorted(done.items())), author, sample_of, confidence)
