@@ -68,6 +68,7 @@ class Answer:
             settings.self_vote,
             settings.pooling,
             settings.loop_guard,
+            settings.contrast,
         )
         self.wins = dict.fromkeys(self.names, 0)
         self.text = ""

@@ -134,6 +134,14 @@ class EnsembleSettings:
     extra_temperature: float = setting(
         0.8, "experimental", "the temperature of a member's extra drafts (draft_budget)", low=0, high=100, open_low=True
     )
+    contrast: float = setting(
+        0.0,
+        "experimental",
+        "beta: the heaviest verifier against the others, (1+beta) log strong - beta log weak, over "
+        "the candidates it finds plausible (0 = the weighted vote)",
+        low=0,
+        high=10,
+    )
     vote_gate: float = setting(
         0.0,
         "experimental",

@@ -37,6 +37,7 @@ class VoteRule:
     self_vote: bool = True
     pooling: str = "linear"
     loop_guard: bool = False
+    contrast: float = 0.0  # beta: the heaviest verifier against the others (0: the weighted vote)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,33 @@ def combine_log(normalised: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return out
 
 
+PLAUSIBLE = 0.1  # contrast: candidates the strong verifier finds at least this share of its favourite's
+
+
+def combine_contrast(normalised: np.ndarray, weights: np.ndarray, beta: float) -> np.ndarray:
+    """Contrastive vote: the heaviest verifier (the expert) against the others (the amateurs,
+    pooled by their weights as a weighted geometric mean), ``(1 + beta) log expert - beta log
+    amateur`` per candidate, over the candidates the expert finds plausible (at least
+    ``PLAUSIBLE`` of its favourite's share); returned as a distribution over them (0 for the
+    rest, NaN where no verifier scored). O'Brien & Lewis's contrastive decoding, per segment:
+    where the models' tokenizers differ, the segment is the unit all of them can score. A
+    candidate no amateur scored is judged by the expert alone; when the expert scored no
+    candidate (its own, with self-votes masked), the weighted vote decides."""
+    expert = int(np.argmax(weights))
+    strong = normalised[expert]
+    judged = ~np.isnan(strong)
+    if not judged.any():
+        return combine(normalised, weights)
+    plausible = judged & (np.nan_to_num(strong) >= PLAUSIBLE * np.nanmax(strong))
+    log_strong = np.log(np.clip(np.nan_to_num(strong), 1e-12, None))
+    amateurs = [v for v in range(len(weights)) if v != expert and weights[v] > 0]
+    pooled = combine_log(normalised[amateurs], weights[amateurs]) if amateurs else np.full(len(strong), np.nan)
+    log_weak = np.where(np.isnan(pooled), log_strong, np.log(np.clip(np.nan_to_num(pooled), 1e-12, None)))
+    out = np.where(np.isnan(normalised).all(axis=0), np.nan, 0.0)
+    out[plausible] = softmax(((1.0 + beta) * log_strong - beta * log_weak)[plausible])
+    return out
+
+
 def merge_identical(texts: dict[int, str], priority: np.ndarray) -> dict[int, list[int]]:
     """Group drafters whose drafts are the same text: ``{representative: [authors...]}``.
 
@@ -208,7 +236,10 @@ def tally(
     unit = rule.segment_tokens if rule.normalise == "segment" else 1
     shares = normalise(scores, rule.scoring, unit)
     votes = shares if rule.self_vote else mask_self_judgements(shares, groups, author)
-    combined = (combine_log if rule.pooling == "log" else combine)(votes, weights)
+    if rule.contrast > 0:
+        combined = combine_contrast(votes, weights, rule.contrast)
+    else:
+        combined = (combine_log if rule.pooling == "log" else combine)(votes, weights)
     candidates = list(groups)
     winner = pick_winner(candidates, combined, copied)
     plain_winner = pick_winner(candidates, combined)

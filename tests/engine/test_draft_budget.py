@@ -78,3 +78,15 @@ def test_no_budget_is_the_round_as_before():
     assert all(c.sample == 0 for e in split(plain)[1] for c in e.candidates)
     single = fake_ensemble(fake_member("big", RIGHT), draft_budget=3)
     assert single.generate(QUESTION).text == RIGHT  # one model: plain generation, the budget unused
+
+
+def test_a_contrastive_vote_over_the_strong_members_own_drafts():
+    """draft_budget + contrast: the strong member drafts the candidates, the vote contrasts its
+    judgement with the others'; every round's combined scores form a distribution."""
+    settings = dict(segment_tokens=6, model_exit=False, draft_budget=3, contrast=0.5, weight_prior="size")
+    _, rounds, final = split(list(fake_ensemble(*trio(), **settings).stream(QUESTION)))
+    assert final.text == RIGHT
+    for event in rounds:
+        combined = [c.combined for c in event.candidates if c.same_as is None and c.combined is not None]
+        if event.decision == "vote":
+            assert sum(combined) == pytest.approx(1.0) and all(value >= 0 for value in combined)

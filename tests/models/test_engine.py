@@ -259,3 +259,22 @@ def test_vote_gate_on_the_demo_trio(trio):
     always = trio.generate(QUESTION, vote_gate=1e-30, **settings)
     assert always.confident_rounds == always.rounds and always.drafters_per_round == 1.0
     assert always.text == trio.generate(QUESTION, models=[leader], **settings).text
+
+
+def test_draft_budget_and_contrast_on_the_demo_trio(trio):
+    """The strong member drafts several candidates (real KV sequences: a second draft drops
+    the first's cells, an earlier draft that wins is decoded again), all three verify, and the
+    contrastive vote picks among them; the same seed gives the same answer."""
+    settings = dict(greedy=True, max_tokens=40, model_exit=False, draft_budget=3, contrast=0.5, seed=4)
+    events = list(trio.stream(QUESTION, **settings))
+    rounds, final = [e for e in events if isinstance(e, RoundEvent)], events[-1]
+    assert final.text and final.text == "".join(e.text for e in rounds)
+    qwen = "qwen2.5-coder-0.5b"
+    assert any(c.model == qwen and c.sample > 0 for e in rounds for c in e.candidates)
+    for event in rounds:
+        assert event.draft_tokens.keys() == set(event.drafters)
+        if event.decision == "vote":
+            assert {v for c in event.candidates for v in c.scores} == set(trio.model_names)
+    assert trio.generate(QUESTION, **settings).text == final.text
+    plain = trio.generate(QUESTION, greedy=True, max_tokens=40, model_exit=False)
+    assert plain.text  # the ensemble still answers the usual way afterwards

@@ -152,3 +152,28 @@ def test_explain_names_which_of_a_models_drafts_won():
     other = Candidate("b", "two", False, {}, {"a": 0.3}, 0.3)
     text = vote.explain(round_event("a", [first, second, other], runner_up="b"))
     assert "Round 3: a #2 won the weighted vote with 0.500 against 0.300 (b)." in text
+
+
+def test_the_contrastive_vote_prefers_what_the_expert_likes_and_the_amateur_does_not():
+    # the expert (weight 0.9) likes 0 and 1 about equally; the amateur likes 0 much more
+    shares = np.array([[0.45, 0.40, 0.15, 0.0001], [0.70, 0.10, 0.10, 0.10]])
+    weights = np.array([0.9, 0.1])
+    plain = vote.combine(shares, weights)
+    contrast = vote.combine_contrast(shares, weights, 0.5)
+    assert np.argmax(plain) == 0 and np.argmax(contrast) == 1
+    assert contrast[3] == 0.0  # below 0.1 of the expert's favourite: not plausible, however the amateur rates it
+    assert contrast.sum() == pytest.approx(1.0)
+    assert np.allclose(vote.combine_contrast(shares, weights, 0.0)[:3], shares[0, :3] / shares[0, :3].sum())
+
+
+def test_a_contrast_with_no_expert_judgement_falls_back_to_the_weighted_vote():
+    shares = np.array([[np.nan, np.nan], [0.3, 0.7]])
+    weights = np.array([0.9, 0.1])
+    assert np.allclose(vote.combine_contrast(shares, weights, 0.5), vote.combine(shares, weights))
+
+
+def test_tally_with_contrast_picks_the_contrastive_winner():
+    scores = np.log(np.array([[0.45, 0.40, 0.15], [0.70, 0.10, 0.20]]))
+    rule = vote.VoteRule(segment_tokens=1, contrast=0.5)
+    result = vote.tally(scores, np.array([0.9, 0.1]), {0: [0], 1: [1], 2: [2]}, rule)
+    assert result.winner == 1 and result.decision == "vote"
