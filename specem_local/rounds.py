@@ -82,9 +82,11 @@ class Answer:
     @property
     def following(self) -> list[int]:
         """The members that keep up with the answer: all of them while a vote can still happen
-        (two drafters or more); after that only the drafter, since no one will judge again
-        (model exit with one drafter left costs little more than that drafter alone)."""
-        return list(range(len(self.members))) if len(self.active_drafters) > 1 else list(self.active_drafters)
+        (two drafters or more, or a drafting budget of two drafts or more); after that only the
+        drafter, since no one will judge again (model exit with one drafter left costs little
+        more than that drafter alone)."""
+        votes = len(self.active_drafters) > 1 or self.settings.draft_budget > 1
+        return list(range(len(self.members))) if votes else list(self.active_drafters)
 
     def map(self, function: Callable, items: list) -> list:
         return self._map(self.settings, function, items)

@@ -21,6 +21,7 @@ from specem_local.events import Candidate, RoundEvent
 
 DECISIONS = {
     "vote": "won the weighted vote",
+    "contrast": "won the contrastive vote (the heaviest verifier against the others)",
     "fast-finish": "ended the answer first (fast finish: no vote)",
     "only-candidate": "was the only non-empty draft (no vote needed)",
     "confident": "was sure of every token (vote gate: the others did not draft)",
@@ -253,7 +254,7 @@ def tally(
     )
     return Tally(
         winner,
-        "vote",
+        "contrast" if rule.contrast > 0 else "vote",
         shares,
         combined,
         copied,
@@ -268,7 +269,7 @@ def explain(event: RoundEvent) -> str:
     won = winning_candidate(event)
     text = f"Round {event.index}: {candidate_label(won)} {DECISIONS.get(event.decision, event.decision)}"
     rivals = [c for c in event.candidates if c is not won and c.combined is not None]
-    if event.decision == "vote" and won.combined is not None and rivals:
+    if event.decision in ("vote", "contrast") and won.combined is not None and rivals:
         rival = max(rivals, key=lambda c: c.combined or 0.0)
         text += f" with {won.combined:.3f} against {rival.combined:.3f} ({candidate_label(rival)})."
         discounted = next((c for c in event.candidates if c.model == event.discounted), None)

@@ -85,8 +85,26 @@ def test_a_contrastive_vote_over_the_strong_members_own_drafts():
     judgement with the others'; every round's combined scores form a distribution."""
     settings = dict(segment_tokens=6, model_exit=False, draft_budget=3, contrast=0.5, weight_prior="size")
     _, rounds, final = split(list(fake_ensemble(*trio(), **settings).stream(QUESTION)))
-    assert final.text == RIGHT
+    assert final.text == RIGHT and any(e.decision == "contrast" for e in rounds)
+    assert "won the contrastive vote" in vote.explain(next(e for e in rounds if e.decision == "contrast"))
     for event in rounds:
         combined = [c.combined for c in event.candidates if c.same_as is None and c.combined is not None]
-        if event.decision == "vote":
+        if event.decision == "contrast":
             assert sum(combined) == pytest.approx(1.0) and all(value >= 0 for value in combined)
+
+
+def test_with_model_exit_the_light_members_still_follow_and_verify_the_budgets_drafts(tmp_path):
+    """Model exit takes the members known to lose out of drafting from the first round; with a
+    budget the strong one drafts every candidate and the others still keep up and judge them."""
+    from specem_local.learned import calibrate
+    from specem_local.store import WeightStore
+
+    members = trio()
+    store = WeightStore(tmp_path / "specem.db")
+    ensemble = fake_ensemble(*members, weight_store=store, segment_tokens=6, model_exit=True, draft_budget=2)
+    calibrate(store, ensemble.members, ensemble.settings, {"big": 0, "mid": 19, "small": 20}, 20)
+    start, rounds, final = split(list(ensemble.stream(QUESTION, extra_temperature=3.0)))
+    assert start.drafters == ("big",) and final.text == RIGHT
+    voted = [e for e in rounds if e.decision == "vote"]  # the weighted vote: no contrast here
+    assert voted and all(set(c.scores) == {"big", "mid", "small"} for e in voted for c in e.candidates)
+    assert all(m.model.violations == [] for m in members)

@@ -273,7 +273,7 @@ def test_draft_budget_and_contrast_on_the_demo_trio(trio):
     assert any(c.model == qwen and c.sample > 0 for e in rounds for c in e.candidates)
     for event in rounds:
         assert event.draft_tokens.keys() == set(event.drafters)
-        if event.decision == "vote":
+        if event.decision == "contrast":
             assert {v for c in event.candidates for v in c.scores} == set(trio.model_names)
     assert trio.generate(QUESTION, **settings).text == final.text
     plain = trio.generate(QUESTION, greedy=True, max_tokens=40, model_exit=False)

@@ -176,4 +176,4 @@ def test_tally_with_contrast_picks_the_contrastive_winner():
     scores = np.log(np.array([[0.45, 0.40, 0.15], [0.70, 0.10, 0.20]]))
     rule = vote.VoteRule(segment_tokens=1, contrast=0.5)
     result = vote.tally(scores, np.array([0.9, 0.1]), {0: [0], 1: [1], 2: [2]}, rule)
-    assert result.winner == 1 and result.decision == "vote"
+    assert result.winner == 1 and result.decision == "contrast"
