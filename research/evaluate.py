@@ -165,6 +165,8 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             entry["segment_share"] = {name: count / total for name, count in wins.items()}
             entry["mean_final_weights"] = weights
             entry["drafters_per_round"] = sum(map(_drafters_per_round, results)) / len(results)
+            if all("drafted_tokens" in r for r in results):  # every candidate's tokens, per item
+                entry["drafted_tokens_per_item"] = sum(r["drafted_tokens"] for r in results) / len(results)
             rounds = sum(r.get("rounds", 0) for r in results)
             if rounds and any(r.get("confident_rounds") for r in results):  # the vote gate's share
                 entry["confident_share"] = sum(r.get("confident_rounds", 0) for r in results) / rounds
@@ -322,6 +324,7 @@ def run_systems(
                         "drafters_per_round": final.drafters_per_round,
                         "rounds": final.rounds,
                         "confident_rounds": final.confident_rounds,
+                        "drafted_tokens": final.drafted_tokens,
                     }
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -100,6 +100,7 @@ class FinalEvent(_Record):
     weights: dict[str, float]
     plain_generation: bool  # one model: no ensembling took place
     confident_rounds: int = 0  # rounds the vote gate took unvoted
+    drafted_tokens: int = 0  # tokens sampled while drafting, every candidate of every round
     type: str = "final"
 
     @property

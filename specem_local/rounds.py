@@ -76,6 +76,7 @@ class Answer:
         self.rounds = 0
         self.drafter_count = 0
         self.confident_rounds = 0
+        self.drafted_tokens = 0
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
@@ -140,6 +141,7 @@ class Answer:
             weights=weights_dict(self.members, self.weights),
             plain_generation=len(self.members) == 1,
             confident_rounds=self.confident_rounds,
+            drafted_tokens=self.drafted_tokens,
         )
 
     def _prompt_tokens(self, member: Member) -> list[int]:
@@ -189,6 +191,7 @@ class Answer:
         if not drafts:
             return None, "eos" if any(d.ended for d in round_drafts.drafts.values()) else "empty"
         drafters = round_drafts.drafters
+        self.drafted_tokens += sum(d.sampled for d in round_drafts.drafts.values())
         self.rounds += 1
         self.drafter_count += len(drafters)
 

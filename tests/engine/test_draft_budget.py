@@ -108,3 +108,10 @@ def test_with_model_exit_the_light_members_still_follow_and_verify_the_budgets_d
     voted = [e for e in rounds if e.decision == "vote"]  # the weighted vote: no contrast here
     assert voted and all(set(c.scores) == {"big", "mid", "small"} for e in voted for c in e.candidates)
     assert all(m.model.violations == [] for m in members)
+
+
+def test_the_final_record_counts_every_drafted_token():
+    _, rounds, final = split(
+        list(fake_ensemble(*trio(), segment_tokens=6, model_exit=False, draft_budget=3).stream(QUESTION))
+    )
+    assert final.drafted_tokens == sum(sum(e.draft_tokens.values()) for e in rounds) > final.tokens
