@@ -74,7 +74,7 @@ def test_eval_bad_tasks_file(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"question": "no answer"}\n')
     result = specem("eval", str(tasks), "--output", str(tmp_path / "out"))
-    assert result.returncode == 1 and "tasks.jsonl:1: not a task line" in result.stderr
+    assert result.returncode == 1 and 'tasks.jsonl:1: "answer" must be a number or a string' in result.stderr
 
 
 def test_decode_cost_measures_every_member(trio):

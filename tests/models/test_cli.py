@@ -173,7 +173,7 @@ def test_undecodable_prompt_bytes_become_replacement_characters_before_loading(t
         )
         errors = result.stderr.decode()
         assert result.returncode == 1 and "Traceback" not in errors
-        assert "the prompt is not valid UTF-8" in errors and "no file at" in errors  # read before any loading
+        assert "the prompt is not valid UTF-8" in errors and "is no such file" in errors  # read before any loading
     answered = subprocess.run(
         [*SPECEM, "run", "--max-tokens", "8", "--greedy", "-"], input=b"\xff What is 2 + 2?", capture_output=True
     )

@@ -82,7 +82,7 @@ def test_ollama_blobs_without_a_template_or_that_llama_cpp_cannot_load(tmp_path)
     result = specem("run", "--config", str(config), "--max-tokens", "8", "Hi", env=env)
     assert result.returncode == 0, result.stderr
     assert "g: this Ollama model's GGUF has no chat template of its own" in result.stderr
-    engine_only = write_gguf(tmp_path / "engine.gguf", {"general.architecture": "ollama-engine-only"}, [])
+    engine_only = write_gguf(tmp_path / "engine.gguf", {"general.architecture": "ollama-engine-only"}, [("w", (8,), 0)])
     ollama_model(store, "newer:1b", engine_only)
     config.write_text('[[models]]\nname = "n"\nollama = "newer:1b"\n')
     result = specem("run", "--config", str(config), "Hi", env=env)

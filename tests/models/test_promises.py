@@ -65,6 +65,7 @@ def test_the_system_prompt_and_template_overrides_reach_each_members_prompt():
         final = ensemble.generate("Name a colour.", system_prompt="You are Zorblax, a terse pirate.")
     assert final.text
     qwen, gemma, smol = (prompts[name] for name in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"))
-    assert "<|im_start|>system\nYou are Zorblax, a terse pirate.<|im_end|>" in qwen  # its own template
+    # its own template (ChatML; the special tokens themselves have no text)
+    assert "system\nYou are Zorblax, a terse pirate.\nuser\nName a colour.\nassistant\n" in qwen
     assert gemma.endswith("<<system>>You are Zorblax, a terse pirate.<<user>>Name a colour.<<assistant>>")
     assert smol.endswith("You are Zorblax, a terse pirate.\n\n### User:\nName a colour.\n\n### Assistant:\n")

@@ -4,6 +4,7 @@ and raw HTTP. Before, they ran only in-process over fake models (tests/server/te
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -36,6 +37,10 @@ class Fault:
 
 @pytest.fixture(scope="module")
 def served(trio):
+    """The trio served with ``ignore_eos``: every answer runs to its max_tokens, long enough for a
+    fault or a hang-up to land in its middle."""
+    settings = trio.settings
+    trio.settings = dataclasses.replace(settings, ignore_eos=True)
     member = trio.members[0]
     fault = Fault(member.model.decode)
     member.model.decode = fault
@@ -51,6 +56,7 @@ def served(trio):
     server.should_exit = True
     thread.join(30)
     member.model.decode = fault.decode
+    trio.settings = settings
 
 
 def health(base: str) -> dict:
@@ -78,7 +84,7 @@ def test_a_fault_in_a_whole_answer_is_a_500_server_error_then_the_next_answers(s
 
 def test_a_fault_once_a_stream_has_begun_ends_it_with_an_error_chunk(served):
     base, fault = served
-    body = {"model": "specem", "messages": ASK, "max_tokens": 64, "stream": True, "temperature": 0}
+    body = {"model": "specem", "messages": ASK, "max_tokens": 200, "stream": True, "temperature": 0}
     chunks: list[dict] = []
     with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=120) as response:
         assert response.status_code == 200
