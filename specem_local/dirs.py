@@ -78,6 +78,9 @@ def _replace_regular(path: Path, text: str, mode: int) -> None:
         raise
 
 
+FOLDER = "a folder, not a file"
+
+
 def not_a_file(path: Path, *, pipes: bool = False) -> str | None:
     """What is at ``path`` when it is not a file we can read, in words ("no such file", "a
     folder", "a named pipe (FIFO)", "a symlink loop", ...); None for a regular file, and with
@@ -96,7 +99,7 @@ def not_a_file(path: Path, *, pipes: bool = False) -> str | None:
     if stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode)):
         return None
     if stat.S_ISDIR(mode):
-        return "a folder, not a file"
+        return FOLDER
     if stat.S_ISFIFO(mode):
         return "a named pipe (FIFO), not a file"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):

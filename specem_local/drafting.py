@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specem_local import feedback
-from specem_local.member import Draft, Member
+from specem_local.member import Draft
 from specem_local.sampling import Sampler, make_sampler
 from specem_local.settings import EnsembleSettings
 
@@ -35,6 +35,7 @@ class RoundDrafts:
     author: np.ndarray  # column -> model
     sample: dict[int, int]  # column -> which of its model's drafts this round (0: the first)
     confidence: float | None = None
+    gated: bool = False  # the vote gate took the leading draft alone: the others did not draft
 
     @property
     def drafters(self) -> list[int]:
@@ -55,12 +56,12 @@ class RoundDrafts:
 class Drafting:
     """One answer's drafting plan: the samplers, and each round's drafts."""
 
-    def __init__(self, members: list[Member], settings: EnsembleSettings, cancel: threading.Event) -> None:
-        self.members = members
+    def __init__(self, models: int, settings: EnsembleSettings, cancel: threading.Event) -> None:
+        self.models = models  # how many members: the first extra draft's column
         self.settings = settings
         self.cancel = cancel
         self.samplers: dict[tuple[int, int], Sampler] = {
-            (i, 0): make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(len(members))
+            (i, 0): make_sampler(settings, np.random.default_rng([settings.seed, i])) for i in range(models)
         }
         self.extra_settings = dataclasses.replace(settings, temperature=settings.extra_temperature, greedy=False)
 
@@ -90,14 +91,10 @@ class Drafting:
     ) -> RoundDrafts:
         """Draft this round's candidates (``draft_one(model, sampler)`` drafts one); with the
         vote gate, the heaviest drafter first, and the rest only if it was unsure."""
-        size = len(self.members)
-        columns: dict[tuple[int, int], int] = {}
-        for model in sorted(counts):
-            columns[(model, 0)] = model
-        for model, count in sorted(counts.items()):
-            for sample in range(1, count):
-                columns[(model, sample)] = size + len(columns) - len(counts)
-        author = np.zeros(size + len(columns) - len(counts), dtype=int)
+        columns = {(model, 0): model for model in counts}
+        extras = [(model, k) for model, count in sorted(counts.items()) for k in range(1, count)]
+        columns.update({key: self.models + n for n, key in enumerate(extras)})
+        author = np.zeros(self.models + len(extras), dtype=int)
         for (model, _), column in columns.items():
             author[column] = model
         sample_of = {column: sample for (_, sample), column in columns.items()}
@@ -116,7 +113,7 @@ class Drafting:
             confidence = lead.least_probability()
             done[leader] = lead
             if (confidence >= self.settings.vote_gate and lead.text) or self.cancel.is_set():
-                return RoundDrafts(done, author, sample_of, confidence)
+                return RoundDrafts(done, author, sample_of, confidence, gated=True)
             todo[leader] = 1
         models = [model for model in sorted(counts) if todo[model] < counts[model]]
         for found in map_over(lambda model: drafts_of(model, todo[model]), models):

@@ -86,11 +86,8 @@ def draft_counts(weights: np.ndarray, drafters: list[int], budget: int) -> dict[
     share = share / share.sum() * budget if share.sum() > 0 else np.full(len(drafters), budget / len(drafters))
     counts = np.floor(share).astype(int)
     order = sorted(range(len(drafters)), key=lambda k: (-(share[k] - counts[k]), -share[k], k))
-    for k in order[: budget - int(counts.sum())]:
+    for k in order[: budget - int(counts.sum())]:  # the heaviest has the largest floor or remainder
         counts[k] += 1
-    heaviest = max(range(len(drafters)), key=lambda k: (share[k], -k))
-    if counts[heaviest] == 0:  # a budget smaller than the drafters, all nearly equal: still one
-        counts[heaviest] = 1
     return {i: int(c) for i, c in zip(drafters, counts) if c > 0}
 
 

@@ -63,7 +63,7 @@ class Draft:
 
     def least_probability(self) -> float:
         """How sure the drafter was of this segment: its least likely token's probability."""
-        tokens = self.text_tokens if self.text_tokens is not None else self.tokens[: self.sampled]
+        tokens = self.text_tokens if self.text_tokens is not None else self.tokens
         chosen, normalisers = self.scores(tokens, "logprob")
         return least_probability(chosen, normalisers)
 

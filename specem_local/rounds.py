@@ -60,7 +60,7 @@ class Answer:
             leaving = feedback.exiting_drafters(self.weights, judged, 1, 0, settings.exit_share)
             self.active_drafters = [i for i in self.active_drafters if i not in leaving]
         self.share_totals = np.zeros(len(members))
-        self.drafting = Drafting(members, settings, cancel)
+        self.drafting = Drafting(len(members), settings, cancel)
         self.rule = vote.VoteRule(
             settings.scoring,
             settings.segment_tokens,
@@ -200,8 +200,7 @@ class Answer:
         scores = np.full((len(self.members), len(author)), np.nan)
         enders = [c for c in groups if drafts[c].ended]
         result = vote.shortcut(groups, enders, priority, settings.fast_finish, len(self.members))
-        gated = round_drafts.confidence is not None and len(round_drafts.drafts) == 1
-        if gated and result is not None and result.decision == "only-candidate":
+        if round_drafts.gated and result is not None and result.decision == "only-candidate":
             result = vote.Tally(result.winner, "confident", result.shares, None)  # the gate held the others back
             self.confident_rounds += 1
         scored: dict[int, Scored] = {}

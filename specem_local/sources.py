@@ -25,7 +25,7 @@ from specem_local.demo_models import (
     pull_demo,
     verify_demo,
 )
-from specem_local.dirs import not_a_file
+from specem_local.dirs import FOLDER, not_a_file
 from specem_local.errors import SpecemError
 from specem_local.gguf import GGUFHeader, read_model_header
 from specem_local.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
@@ -101,14 +101,14 @@ class PathSource(_NothingMoreToCheck):
         return f"path:{self.written}"
 
     def locate(self) -> Path:
-        if not_a_file(self.path) == "a folder, not a file" or GLOB_CHARACTERS & set(self.written):
+        kind = not_a_file(self.path)
+        if kind == FOLDER or GLOB_CHARACTERS & set(self.written):
             try:
                 return one_gguf(str(self.path), self.path.parent)  # self.path is absolute
             except SpecemError as error:
                 raise SpecemError(
                     f"model {self.model!r}: {error} (path = {self.written!r} in {self.config_name})"
                 ) from None
-        kind = not_a_file(self.path)
         if kind is not None:
             raise SpecemError(
                 f"model {self.model!r}: {self.path} is {kind} (path = {self.written!r} in {self.config_name}); "
