@@ -24,12 +24,19 @@ def _is_word_character(character: str) -> bool:
     return character.isalnum() or character == "_"
 
 
+def _ends_in_number_mark(text: str) -> bool:
+    """``text`` ends in a digit and a decimal point or thousands comma ("3." of "3.5", "1," of
+    "1,500"): a cut there would let another model finish the number."""
+    return len(text) >= 2 and text[-1] in ".," and text[-2].isdigit()
+
+
 def ends_at_word_boundary(text: str, following: bytes) -> bool:
     """Whether a segment may stop after ``text`` when the model's next token is ``following``:
     ``text`` ends in something other than a word character, or the next token starts with
-    whitespace (tokenizers attach a space to the word after it, so the cut goes before it)."""
+    whitespace (tokenizers attach a space to the word after it, so the cut goes before it).
+    Never inside a number: "3." followed by "5" goes on."""
     if text and not _is_word_character(text[-1]):
-        return True
+        return not (_ends_in_number_mark(text) and following[:1].isdigit())
     return following[:1].isspace()
 
 
@@ -38,9 +45,10 @@ def trim_to_word_boundary(text: str) -> str:
 
     "The answer is 4" -> "The answer is" (the next round may continue "42"). The cut goes
     before the whitespace because tokenizers attach a space to the word after it. A draft
-    that ends in whitespace or punctuation is kept; so is one that would become empty.
+    that ends in whitespace or punctuation is kept, unless the punctuation may be inside a
+    number ("costs 1," may go on "500"); so is one that would become empty.
     """
-    if not text or not _is_word_character(text[-1]):
+    if not text or not (_is_word_character(text[-1]) or _ends_in_number_mark(text)):
         return text
     cut = len(text)
     while cut > 0 and not text[cut - 1].isspace():

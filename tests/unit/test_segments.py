@@ -31,7 +31,11 @@ def test_incomplete_utf8_tail(data, tail):
     ("text", "trimmed"),
     [
         ("The answer is 4", "The answer is"),
-        ("The answer is 42.", "The answer is 42."),
+        ("The answer is 42!", "The answer is 42!"),
+        ("The answer is 42.", "The answer is"),  # maybe "42.5": a number is never cut
+        ("It costs $1,", "It costs"),
+        ("Step 1.", "Step"),
+        ("Done.", "Done."),
         ("The answer is\n", "The answer is\n"),
         ("single", "single"),
         ("  lead", "  lead"),
@@ -50,7 +54,11 @@ def test_trim_to_word_boundary(text, trimmed):
         ("The answer is 4", b"2", False),  # "42" is one word
         ("The answer is 42", b" apples", True),  # the next token starts a word
         ("The answer is 42", b"\n", True),
-        ("The answer is 42.", b"5", True),  # already ends outside a word
+        ("The answer is 42.", b"5", False),  # "42.5": never inside a number
+        ("It costs $1,", b"500", False),
+        ("The answer is 42.", b" Next", True),
+        ("The answer is 42.", b"\n", True),
+        ("Done.", b"5", True),  # a full stop after a word, not a decimal point
         ("snake", b"_case", False),
         ("caf", "\u00e9".encode(), False),  # a letter, even non-ASCII
         ("x", b"", False),
