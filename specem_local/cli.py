@@ -302,12 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_flags(serve)
     serve.set_defaults(handler=cmd_serve)
 
-    from specem_research import bench, calibrate, evaluate, pool
+    from specem_research import adaptive, bench, calibrate, evaluate, pool
 
     bench.add_parser(commands, common)
     calibrate.add_parser(commands, common)
     evaluate.add_parser(commands, common)
     pool.add_parser(commands)
+    adaptive.add_parser(commands)
 
     return parser
 

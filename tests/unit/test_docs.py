@@ -43,7 +43,11 @@ def test_a_documented_command_parses_and_its_inputs_exist(doc, line):
         assert (ROOT / words[0]).is_file()
         return
     args = build_parser().parse_args(words[1:])  # exits (fails the test) on a flag that does not exist
-    inputs = [args.tasks] if args.command == "eval" else list(args.runs) if args.command == "eval-pool" else []
+    inputs = {
+        "eval": lambda: [args.tasks],
+        "eval-pool": lambda: list(args.runs),
+        "eval-adaptive": lambda: [voter.rpartition(":")[0] for voter in args.voter],
+    }.get(args.command, list)()
     for name in inputs:
         assert (ROOT / name).exists(), f"{doc}: {name} is not in the repository"
 
