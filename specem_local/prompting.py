@@ -2,7 +2,10 @@
 
 Each model renders the whole conversation with its own chat template (from its GGUF, or an
 override in models.toml), in a sandboxed Jinja environment. Models without a template (base
-models such as Gemma-3-270M) get the plain format below. Message text is always tokenized
+models such as Gemma-3-270M) get the plain format below. A conversation that ends with an
+assistant message is an answer to continue: the prompt is the conversation before it, ready
+for the answer, followed by that message's text (as llama.cpp's server and Anthropic's API
+do with a trailing assistant message). Message text is always tokenized
 as text, never parsed for special tokens: a user typing ``<|im_end|>`` cannot end a turn.
 """
 
@@ -75,10 +78,14 @@ class PromptFormat:
         return PLAIN_STOPS if self.is_plain else ()
 
     def render(self, messages: list[Message]) -> list[tuple[str, bool]]:
-        """The prompt as pieces ``(text, is_message_text)``, ready for the assistant's answer."""
+        """The prompt as pieces ``(text, is_message_text)``, ready for the assistant's answer
+        (or, after a trailing assistant message, for the rest of it)."""
+        asked, partial = split_partial_answer(messages)
         if self.is_plain:
-            return _render_plain(messages)
-        return _render_template(self.template, messages, self.bos_text, self.eos_text)
+            pieces = _render_plain(asked)
+        else:
+            pieces = _render_template(self.template, asked, self.bos_text, self.eos_text)
+        return [*pieces, (partial, True)] if partial else pieces
 
     def tokens(self, messages: list[Message], tokenizer: Tokenizer, *, bos_token: int | None) -> list[int]:
         """Prompt tokens: scaffolding parsed for special tokens, message text as plain text."""
@@ -127,14 +134,26 @@ def _render_template(template: str, messages: list[Message], bos_text: str, eos_
     return pieces
 
 
+def split_partial_answer(messages: list[Message]) -> tuple[list[Message], str]:
+    """The conversation up to the answer, and the start of the answer to continue ("" when
+    the conversation ends with the user's message)."""
+    if messages and messages[-1].role == "assistant":
+        return messages[:-1], messages[-1].content
+    return messages, ""
+
+
 def as_messages(prompt: str | list[Message] | list[dict[str, str]], system_prompt: str = "") -> list[Message]:
-    """Accept a prompt string, Message objects or ``{"role", "content"}`` dicts."""
+    """Accept a prompt string, Message objects or ``{"role", "content"}`` dicts. The last
+    message is the user's, or an assistant message to continue that follows the user's."""
     if isinstance(prompt, str):
         messages = [Message("user", prompt)]
     else:
         messages = [m if isinstance(m, Message) else Message(m["role"], m["content"]) for m in prompt]
-    if not messages or messages[-1].role != "user":
-        raise SpecemError("a conversation must end with a user message")
+    asked, _ = split_partial_answer(messages)
+    if not asked or asked[-1].role != "user":
+        raise SpecemError(
+            "a conversation must end with a user message (or with the start of an answer to continue after one)"
+        )
     if system_prompt and messages[0].role != "system":
         messages.insert(0, Message("system", system_prompt))
     return messages

@@ -117,7 +117,8 @@ def parse_messages(
 ) -> list[dict[str, str]]:
     """A request's ``messages`` as the ensemble's: ``roles`` maps each role the API takes to
     ours, a message carrying any of ``refused`` (tool calls, images) is a 400 naming it, and
-    the last message must be the user's. Shared by OpenAI's and Ollama's routes."""
+    the last message must be the user's, or an assistant message after it (the start of an
+    answer, continued as llama.cpp's server does). Shared by OpenAI's and Ollama's routes."""
     if not isinstance(value, list) or not value:
         raise ApiError(400, "messages must be a non-empty array", "messages")
     messages = []
@@ -134,8 +135,11 @@ def parse_messages(
                 raise ApiError(400, f"{where}.{name} is not supported by the specem ensemble", f"{where}.{name}")
         content = message_text(message.get("content", missing_content), f"{where}.content")
         messages.append({"role": role, "content": content})
-    if messages[-1]["role"] != "user":
-        raise ApiError(400, "the last message must be the user's", "messages")
+    asked = messages[:-1] if messages[-1]["role"] == "assistant" else messages
+    if not asked or asked[-1]["role"] != "user":
+        raise ApiError(
+            400, "the last message must be the user's (or the start of an answer to continue after it)", "messages"
+        )
     return messages
 
 

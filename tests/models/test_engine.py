@@ -278,3 +278,20 @@ def test_draft_budget_and_contrast_on_the_demo_trio(trio):
     assert trio.generate(QUESTION, **settings).text == final.text
     plain = trio.generate(QUESTION, greedy=True, max_tokens=40, model_exit=False)
     assert plain.text  # the ensemble still answers the usual way afterwards
+
+
+def test_continuing_the_first_rounds_of_a_greedy_answer_gives_it_back(trio):
+    """Issue 27: a conversation that ends with an assistant message is continued; every member
+    gets that text in its own tokens. Greedy, from the answer's own first k rounds, the
+    continuation is the rest of the answer."""
+    question = "Name three primary colours."
+    settings = {"greedy": True, "model_exit": False, "fast_finish": False, "segment_tokens": 4}
+    events = list(trio.stream(question, max_tokens=30, **settings))
+    rounds, final = events[1:-1], events[-1]
+    assert len(rounds) >= 3
+    for k in (1, len(rounds) // 2):
+        prefix = "".join(event.text for event in rounds[:k])
+        conversation = [{"role": "user", "content": question}, {"role": "assistant", "content": prefix}]
+        rest = 30 - rounds[k - 1].answer_tokens
+        continued = trio.generate(conversation, max_tokens=rest, **settings)
+        assert prefix + continued.text == final.text

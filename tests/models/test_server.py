@@ -93,6 +93,19 @@ def test_a_stop_string_and_a_multi_turn_conversation(client):
     assert "Ada" in reply.choices[0].message.content
 
 
+def test_a_trailing_assistant_message_is_continued(client):
+    """As llama.cpp's server does: the reply is the rest of the answer, not a new one."""
+    question = ask("Count from one to ten in words, separated by commas.")
+    whole = client.chat.completions.create(model="specem", messages=question, temperature=0, max_tokens=40)
+    text = whole.choices[0].message.content
+    cut = text.index(",") + 1  # "One," (a segment may end anywhere; the text is what counts)
+    started = [*question, {"role": "assistant", "content": text[:cut]}]
+    rest = client.chat.completions.create(model="specem", messages=started, temperature=0, max_tokens=20)
+    continuation = rest.choices[0].message.content
+    assert continuation and not continuation.lstrip().lower().startswith("one")
+    assert "two" in (text[:cut] + continuation).lower()
+
+
 def test_a_client_that_goes_away_cancels_its_answer_and_the_next_is_answered(server, client):
     before = health(server)["cancelled"]
     with httpx.stream(

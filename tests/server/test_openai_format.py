@@ -64,6 +64,14 @@ def test_messages_take_text_parts_and_developer_is_system():
         (body(stop=["a", ""]), 400, "stop"),
         (body(stream="yes"), 400, "stream"),
         ({"model": "specem", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages"),
+        (
+            {
+                "model": "specem",
+                "messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "hi"}],
+            },
+            400,
+            "messages",
+        ),
         ({"model": "specem", "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role"),
         ({"model": "specem", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
     ],

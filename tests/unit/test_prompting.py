@@ -62,8 +62,19 @@ def test_sandbox_blocks_unsafe_templates():
 
 def test_as_messages():
     assert as_messages("hi", "sys")[0] == Message("system", "sys")
-    with pytest.raises(SpecemError, match="end with a user message"):
-        as_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    continued = as_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert continued[-1] == Message("assistant", "b")
+    for wrong in (
+        [{"role": "assistant", "content": "b"}],
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "assistant", "content": "c"},
+        ],
+        [{"role": "system", "content": "s"}],
+    ):
+        with pytest.raises(SpecemError, match="end with a user message"):
+            as_messages(wrong)
     with pytest.raises(SpecemError, match="role must be one of"):
         as_messages([{"role": "robot", "content": "a"}])
 
@@ -72,3 +83,15 @@ def test_as_messages():
 def test_message_text_must_be_text(content):
     with pytest.raises(SpecemError, match="message"):
         Message("user", content)
+
+
+def test_a_trailing_assistant_message_is_continued_in_every_format():
+    asked = [Message("user", "2+2?")]
+    partial = [*asked, Message("assistant", "The answer")]
+    template = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    for prompt_format in (PromptFormat(None), PromptFormat(template)):
+        pieces = prompt_format.render(partial)
+        assert pieces == [*prompt_format.render(asked), ("The answer", True)]  # no end of turn after it
