@@ -22,6 +22,10 @@ class Turn:
     rounds: list[RoundEvent] = field(default_factory=list)
     final: FinalEvent | None = None
     error: str | None = None  # the answer failed after it began, or was interrupted; the text so far is kept
+    kind: str = ""  # how an answer came: "" (asked), "regenerated", "continued", "alone: NAME"; "edited"
+    alternatives: list[Turn] = field(default_factory=list)  # other versions of this message, oldest first
+    message_id: int | None = None  # its row in the history, once saved
+    prefix: str = ""  # an answer continued from given text: that text (its events carry only the rest)
 
     @property
     def stopped(self) -> bool:
@@ -47,7 +51,12 @@ class Turn:
             self.content += event.text
         elif isinstance(event, FinalEvent):
             self.final = event
-            self.content = event.text
+            self.content = self.prefix + event.text
+
+    def versions(self) -> list[Turn]:
+        """This message and its other versions, oldest first (this one, the shown one, is the
+        newest unless another was chosen to be shown)."""
+        return sorted([self, *self.alternatives], key=lambda turn: turn.message_id or 1 << 62)
 
 
 def new_chat_id() -> str:
@@ -64,7 +73,8 @@ class Chat:
     origin: str = "chat"  # which front end started it: chat, run, serve, api (a script), import
 
     def messages(self) -> list[dict[str, str]]:
-        """The conversation as the engine takes it (stopped answers included as they stand)."""
+        """The conversation as the engine takes it (stopped answers included as they stand; of
+        each message, the version shown)."""
         return [{"role": t.role, "content": t.content} for t in self.turns if t.content or t.role == "user"]
 
 

@@ -69,10 +69,30 @@ def _create_preferences(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE preferences (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
 
+def _add_alternatives_and_choices(db: sqlite3.Connection) -> None:
+    """Issue 27. Other versions of a message (a regenerated answer, one continued from a picked
+    candidate, each member's answer alone, an edited question) point at the one shown
+    (``alternative_of``) and say how they came (``kind``); the user's choices are kept as labels
+    with the change they made to the weights (so they can be undone); a weights record counts
+    the choices in it and says what it started from (``base``). Every existing row stays."""
+    for statement in (
+        "ALTER TABLE messages ADD COLUMN alternative_of INTEGER REFERENCES messages(id) ON DELETE CASCADE",
+        "ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX messages_alternatives ON messages(alternative_of)",
+        "CREATE TABLE choices (id INTEGER PRIMARY KEY, ensemble TEXT NOT NULL, kind TEXT NOT NULL,"
+        " rewards TEXT NOT NULL, change TEXT NOT NULL, message_id INTEGER, created REAL NOT NULL,"
+        " undone INTEGER NOT NULL DEFAULT 0)",
+        "ALTER TABLE weights ADD COLUMN choices INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE weights ADD COLUMN base TEXT NOT NULL DEFAULT ''",
+    ):
+        db.execute(statement)
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_weights,
     _create_history,
     _create_preferences,
+    _add_alternatives_and_choices,
 ]  # append only
 
 

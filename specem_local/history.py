@@ -81,6 +81,42 @@ class History:
         *asked_ids, answer_id = self._insert(chat, [*((t, _state(t)) for t in asked), (turn, "streaming")])
         return AnswerRecord(self, chat.id, answer_id, turn, asked_ids)
 
+    def start_version(self, chat: Chat, turn: Turn, of: Turn, *, shown: bool) -> AnswerRecord:
+        """Another version of the answer ``of`` (regenerated, continued from a picked candidate,
+        a member's answer alone), about to stream. ``shown``: it becomes the answer shown, and
+        ``of`` with its other versions become its alternatives; else it is one of ``of``'s."""
+        if of.message_id is None:
+            raise SpecemError("that answer is not in the history; it cannot have other versions")
+        with self._transaction() as db:
+            turn.message_id = _insert_message(
+                db, chat.id, turn, "streaming", _writer(), time.time(), None if shown else of.message_id
+            )
+            if shown:
+                _make_shown(db, turn.message_id, of.message_id)
+        return AnswerRecord(self, chat.id, turn.message_id, turn)
+
+    def start_edited(self, chat: Chat, question: Turn, answer: Turn, old: Turn) -> AnswerRecord:
+        """The last question asked again as edited (``question``), and its answer about to
+        stream: the old question ``old`` and the versions of its answer become the new
+        question's alternatives (kept, not shown)."""
+        if old.message_id is None:
+            raise SpecemError("that question is not in the history; it cannot be edited")
+        record = self.start_answer(chat, answer, asked=[question])
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE messages SET alternative_of = ? WHERE chat_id = ?"
+                " AND ((id >= ? AND id < ? AND alternative_of IS NULL) OR alternative_of = ?)",
+                (question.message_id, chat.id, old.message_id, question.message_id, old.message_id),
+            )
+        return record
+
+    def show_version(self, shown: Turn, version: Turn) -> None:
+        """Show ``version`` in place of ``shown`` (which becomes one of its alternatives)."""
+        if shown.message_id is None or version.message_id is None:
+            raise SpecemError("that answer is not in the history")
+        with self._transaction() as db:
+            _make_shown(db, version.message_id, shown.message_id)
+
     def start_new_chat(self, origin: str, asked: Sequence[Turn]) -> AnswerRecord:
         """A new chat of ``asked`` (titled from the last of them) and an answer about to stream:
         what a one-shot answer (``specem run``, a server request) records."""
@@ -97,6 +133,8 @@ class History:
             )
             ids = [_insert_message(db, chat.id, turn, state, _writer(), now) for turn, state in turns]
         chat.updated = now
+        for (turn, _), message_id in zip(turns, ids):
+            turn.message_id = message_id
         return ids
 
     def update(self, message_id: int, turn: Turn, rounds_saved: int) -> None:
@@ -146,16 +184,19 @@ class History:
         with self._reading() as db:
             query = "SELECT id, title, created, updated, origin FROM chats WHERE id = ?"
             row = db.execute(query, (chat_id,)).fetchone()
-            turns = [
-                _turn(db, *message)
-                for message in db.execute(
-                    "SELECT id, role, content, state, error, final, format FROM messages WHERE chat_id = ? ORDER BY id",
-                    (chat_id,),
-                ).fetchall()
-            ]
+            rows = db.execute(
+                "SELECT id, role, content, state, error, final, format, kind, alternative_of FROM messages"
+                " WHERE chat_id = ? ORDER BY id",
+                (chat_id,),
+            ).fetchall()
+            turns = {row[0]: _turn(db, *row[:8]) for row in rows}
+        for message_id, *_, alternative_of in rows:
+            if alternative_of in turns:
+                turns[alternative_of].alternatives.append(turns[message_id])
+        shown = [turns[row[0]] for row in rows if row[-1] is None or row[-1] not in turns]
         if row is None:
             raise SpecemError(f"no chat {chat_id!r} in the history; `specem history list` shows the ids")
-        return Chat(row[0], row[1], row[2], row[3], turns, row[4])
+        return Chat(row[0], row[1], row[2], row[3], shown, row[4])
 
     def search(self, query: str, limit: int = 20) -> list[Match]:
         """Messages whose text has every word of ``query`` (full-text, any order), best first."""
@@ -289,12 +330,31 @@ def _json(final: FinalEvent | None) -> str | None:
 
 
 def _insert_message(
-    db: sqlite3.Connection, chat_id: str, turn: Turn, state: str, writer: str | None, when: float
+    db: sqlite3.Connection,
+    chat_id: str,
+    turn: Turn,
+    state: str,
+    writer: str | None,
+    when: float,
+    alternative_of: int | None = None,
 ) -> int:
     cursor = db.execute(
-        "INSERT INTO messages (chat_id, role, content, state, error, final, format, writer, created, updated)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (chat_id, turn.role, turn.content, state, turn.error, _json(turn.final), EVENT_FORMAT, writer, when, when),
+        "INSERT INTO messages (chat_id, role, content, state, error, final, format, writer, created, updated,"
+        " alternative_of, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            chat_id,
+            turn.role,
+            turn.content,
+            state,
+            turn.error,
+            _json(turn.final),
+            EVENT_FORMAT,
+            writer,
+            when,
+            when,
+            alternative_of,
+            turn.kind,
+        ),
     )
     message_id = int(cursor.lastrowid or 0)
     _insert_rounds(db, message_id, turn.rounds, 0)
@@ -308,6 +368,12 @@ def _insert_rounds(db: sqlite3.Connection, message_id: int, rounds: list[RoundEv
     )
 
 
+def _make_shown(db: sqlite3.Connection, version: int, shown: int) -> None:
+    """``version`` becomes the message shown; ``shown`` and its other versions its alternatives."""
+    db.execute("UPDATE messages SET alternative_of = ? WHERE alternative_of = ? OR id = ?", (version, shown, shown))
+    db.execute("UPDATE messages SET alternative_of = NULL WHERE id = ?", (version,))
+
+
 def _turn(
     db: sqlite3.Connection,
     message_id: int,
@@ -317,10 +383,17 @@ def _turn(
     error: str | None,
     final: str | None,
     format_version: int,
+    kind: str = "",
 ) -> Turn:
     """A stored message as a turn. A record this version cannot read keeps the text and says why."""
     if format_version > EVENT_FORMAT:
-        return Turn(role, content, error=error or f"recorded by a newer specem-local (format {format_version})")
+        return Turn(
+            role,
+            content,
+            error=error or f"recorded by a newer specem-local (format {format_version})",
+            kind=kind,
+            message_id=message_id,
+        )
     try:
         rounds = [
             event_from_dict(json.loads(row[0]))
@@ -328,7 +401,9 @@ def _turn(
         ]
         final_event = event_from_dict(json.loads(final)) if final else None
     except ValueError as problem:
-        return Turn(role, content, error=error or f"its records could not be read ({problem})")
+        return Turn(
+            role, content, error=error or f"its records could not be read ({problem})", kind=kind, message_id=message_id
+        )
     if state == "streaming":  # another process is writing it now
         error = error or "still being written by another window"
     return Turn(
@@ -337,6 +412,8 @@ def _turn(
         [r for r in rounds if isinstance(r, RoundEvent)],
         final_event if isinstance(final_event, FinalEvent) else None,
         error,
+        kind,
+        message_id=message_id,
     )
 
 

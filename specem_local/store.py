@@ -10,9 +10,11 @@ the starting prior, or a calibration), and counts the answers and labelled items
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -30,6 +32,23 @@ class StoredWeights:
     answers: int  # answers learned from since the anchor was set
     calibrated_items: int  # labelled items behind the anchor (0: the anchor is a prior)
     updated: float  # seconds since the epoch
+    choices: int = 0  # the user's choices (picks, thumbs, comparisons) applied to the anchor
+    base: str = ""  # what the anchor started from before those choices: "built-in", "prior" ("": as the counts say)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of the user's choices, kept as a label: what it rewarded and the change it made to
+    the log-weights (``change``, by member identity: undoing it subtracts exactly that)."""
+
+    id: int
+    ensemble: str  # the weights key
+    kind: str  # "pick", "thumbs-up", "thumbs-down", "best"
+    rewards: dict[str, float]  # member name -> reward in [0, 1]
+    change: dict[str, float]
+    message_id: int | None
+    created: float
+    undone: bool
 
 
 def ensemble_key(members: Sequence[str]) -> str:
@@ -73,36 +92,108 @@ class WeightStore:
     def update(self, key: str, change: Callable[[StoredWeights | None], StoredWeights]) -> StoredWeights:
         """Read, change and write one record in a single transaction."""
         with self._transaction() as db:
-            record = change(_read(db, key))
-            if not _finite(record):
-                raise SpecemError(f"weights for {key}: not finite ({record.log_weights}); not kept")
-            db.execute(
-                "INSERT OR REPLACE INTO weights VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    json.dumps(record.log_weights, allow_nan=False),
-                    json.dumps(record.anchor, allow_nan=False),
-                    record.answers,
-                    record.calibrated_items,
-                    record.updated,
+            return _write(db, change(_read(db, key)))
+
+    def choose(
+        self,
+        key: str,
+        change: Callable[[StoredWeights | None], tuple[StoredWeights, dict[str, float]]],
+        kind: str,
+        rewards: dict[str, float],
+        message_id: int | None = None,
+    ) -> Choice:
+        """Apply one of the user's choices and keep it, in one transaction: ``change`` returns
+        the new record and the change it made to the log-weights."""
+        with self._transaction() as db:
+            record, delta = change(_read(db, key))
+            _write(db, record)
+            now = time.time()
+            cursor = db.execute(
+                "INSERT INTO choices (ensemble, kind, rewards, change, message_id, created) VALUES (?, ?, ?, ?, ?, ?)",
+                (key, kind, json.dumps(rewards), json.dumps(delta, allow_nan=False), message_id, now),
+            )
+            return Choice(int(cursor.lastrowid or 0), key, kind, rewards, delta, message_id, now, False)
+
+    def undo_choice(self, key: str) -> Choice | None:
+        """Take back the latest choice still in this ensemble's weights: its change is
+        subtracted from the log-weights and the anchor. None when there is none to undo."""
+        with self._transaction() as db:
+            record = _read(db, key)
+            row = db.execute(
+                f"SELECT {_CHOICE_COLUMNS} FROM choices WHERE ensemble = ? AND undone = 0 ORDER BY id DESC LIMIT 1",
+                (key,),
+            ).fetchone()
+            if record is None or row is None or record.choices < 1:
+                return None
+            choice = _choice(row)
+
+            def back(values: dict[str, float]) -> dict[str, float]:
+                return {name: value - choice.change.get(name, 0.0) for name, value in values.items()}
+
+            _write(
+                db,
+                dataclasses.replace(
+                    record,
+                    log_weights=back(record.log_weights),
+                    anchor=back(record.anchor),
+                    choices=record.choices - 1,
+                    updated=time.time(),
                 ),
             )
-            return record
+            db.execute("UPDATE choices SET undone = 1 WHERE id = ?", (choice.id,))
+            return dataclasses.replace(choice, undone=True)
+
+    def choices(self, key: str | None = None) -> list[Choice]:
+        """The user's choices (undone ones included, marked), oldest first; one ensemble's or all."""
+        with self._transaction() as db:
+            rows = db.execute(
+                f"SELECT {_CHOICE_COLUMNS} FROM choices WHERE ? IS NULL OR ensemble = ? ORDER BY id", (key, key)
+            ).fetchall()
+        return [_choice(row) for row in rows]
 
     def reset(self, key: str) -> bool:
-        """Forget an ensemble's weights (its next answer starts from the prior)."""
+        """Forget an ensemble's weights (its next answer starts from the prior, or its built-in
+        calibration); the choices in them stay in the history as labels, marked undone."""
         with self._transaction() as db:
+            db.execute("UPDATE choices SET undone = 1 WHERE ensemble = ?", (key,))
             return db.execute("DELETE FROM weights WHERE key = ?", (key,)).rowcount > 0
+
+
+_CHOICE_COLUMNS = "id, ensemble, kind, rewards, change, message_id, created, undone"
+
+
+def _choice(row: tuple) -> Choice:
+    return Choice(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5], row[6], bool(row[7]))
+
+
+def _write(db: sqlite3.Connection, record: StoredWeights) -> StoredWeights:
+    if not _finite(record):
+        raise SpecemError(f"weights for {record.key}: not finite ({record.log_weights}); not kept")
+    db.execute(
+        "INSERT OR REPLACE INTO weights VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            record.key,
+            json.dumps(record.log_weights, allow_nan=False),
+            json.dumps(record.anchor, allow_nan=False),
+            record.answers,
+            record.calibrated_items,
+            record.updated,
+            record.choices,
+            record.base,
+        ),
+    )
+    return record
 
 
 def _read(db: sqlite3.Connection, key: str) -> StoredWeights | None:
     row = db.execute(
-        "SELECT log_weights, anchor, answers, calibrated_items, updated FROM weights WHERE key = ?", (key,)
+        "SELECT log_weights, anchor, answers, calibrated_items, updated, choices, base FROM weights WHERE key = ?",
+        (key,),
     ).fetchone()
     if row is None:
         return None
     try:
-        record = StoredWeights(key, json.loads(row[0]), json.loads(row[1]), row[2], row[3], row[4])
+        record = StoredWeights(key, json.loads(row[0]), json.loads(row[1]), row[2], row[3], row[4], row[5], row[6])
         if _finite(record):
             return record
     except (ValueError, TypeError, AttributeError):

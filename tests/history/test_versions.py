@@ -1,0 +1,87 @@
+"""Issue 27 in the history: other versions of an answer (regenerated, continued from a pick, a
+member alone), an edited question, which version is shown, and the migration that adds them."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from specem_local.chats import Chat, Turn
+from specem_local.database import MIGRATIONS
+from specem_local.history import History
+from specem_local.store import WeightStore
+from tests.history.test_history import answer_events
+
+
+@pytest.fixture
+def history(tmp_path):
+    return History(tmp_path / "specem.db", chat_files=tmp_path / "chats")
+
+
+def answered(history: History, chat: Chat, question: str = "Six times seven?") -> tuple[Turn, Turn]:
+    asked, answer = Turn("user", question), Turn("assistant", "")
+    chat.turns += [asked, answer]
+    record = history.start_answer(chat, answer, asked=[asked])
+    for event in answer_events():
+        record.event(event)
+    return asked, answer
+
+
+def streamed(record, text: str) -> None:
+    record.turn.content = text
+    record.flush()
+
+
+def test_a_regenerated_answer_is_shown_and_the_first_kept_as_an_alternative(history):
+    chat = Chat()
+    _, first = answered(history, chat)
+    again = Turn("assistant", "", kind="regenerated")
+    streamed(history.start_version(chat, again, first, shown=True), "Forty-two.")
+    alone = Turn("assistant", "", kind="alone: small")
+    streamed(history.start_version(chat, alone, again, shown=False), "Seven.")
+    loaded = history.load(chat.id)
+    assert [t.role for t in loaded.turns] == ["user", "assistant"]
+    shown = loaded.turns[1]
+    assert shown.content == "Forty-two." and shown.kind == "regenerated"
+    assert [t.content for t in shown.versions()] == [first.content, "Forty-two.", "Seven."]
+    assert loaded.messages()[-1]["content"] == "Forty-two."  # the next question follows the shown one
+    history.show_version(shown, shown.alternatives[0])  # back to the first
+    again_loaded = history.load(chat.id).turns[1]
+    assert again_loaded.content == first.content and len(again_loaded.alternatives) == 2
+
+
+def test_an_edited_question_keeps_the_old_one_and_its_answers(history):
+    chat = Chat()
+    old_question, old_answer = answered(history, chat, "Six times sevn?")
+    question, answer = Turn("user", "Six times seven?"), Turn("assistant", "")
+    record = history.start_edited(chat, question, answer, old_question)
+    streamed(record, "42")
+    loaded = history.load(chat.id)
+    assert [t.content for t in loaded.turns] == ["Six times seven?", "42"]
+    assert {t.content for t in loaded.turns[0].alternatives} == {"Six times sevn?", old_answer.content}
+    assert history.chats()[0].messages == 4  # every version is kept
+
+
+def test_the_migration_keeps_every_chat_and_every_weight(tmp_path):
+    """A database of the previous schema (3) with a chat and learned weights opens as 4, whole."""
+    path = tmp_path / "specem.db"
+    with sqlite3.connect(path) as db:
+        for step in MIGRATIONS[:3]:
+            step(db)
+        db.execute("PRAGMA user_version = 3")
+        db.execute("INSERT INTO chats VALUES ('c1', 'old chat', 'chat', 1.0, 2.0)")
+        for role, content in (("user", "hi"), ("assistant", "hello")):
+            db.execute(
+                "INSERT INTO messages (chat_id, role, content, state, format, created, updated)"
+                " VALUES ('c1', ?, ?, 'done', 2, 1.0, 1.0)",
+                (role, content),
+            )
+        db.execute("INSERT INTO weights VALUES ('a + b', '{\"a\": 0.1}', '{\"a\": 0.0}', 3, 20, 1.0)")
+    chat = History(path, chat_files=tmp_path / "none").load("c1")
+    assert [(t.role, t.content, t.alternatives) for t in chat.turns] == [("user", "hi", []), ("assistant", "hello", [])]
+    record = WeightStore(path).get("a + b")
+    assert (record.answers, record.calibrated_items, record.choices, record.base) == (3, 20, 0, "")
+    assert History(path, chat_files=tmp_path / "none").search("hello")[0].chat_id == "c1"
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
