@@ -153,7 +153,7 @@ class Ensemble:
         """Where the next answer's starting weights come from, in words (as its ``StartEvent``)."""
         members = self._select(models)
         start = self._starting_weights(members, with_overrides(self.settings, **overrides))
-        return origin_words(start.origin, start.answers, start.items)
+        return origin_words(start.origin, start.answers, start.items, start.choices)
 
     def mix_advice(self) -> str | None:
         """Said once when a front end starts: the largest model is ``feedback.SIZE_GAP`` times

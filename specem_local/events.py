@@ -58,12 +58,13 @@ class StartEvent(_Record):
     weights_from: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
     learned_answers: int = 0  # answers the carried weights were learned from
     calibrated_items: int = 0  # labelled items they were calibrated on
+    choices: int = 0  # the user's choices (picks, thumbs, comparisons) in them
     type: str = "start"
 
     @property
     def weights_origin(self) -> str:
         """Where the starting weights came from, in words."""
-        return origin_words(self.weights_from, self.learned_answers, self.calibrated_items)
+        return origin_words(self.weights_from, self.learned_answers, self.calibrated_items, self.choices)
 
 
 @dataclass(frozen=True)
@@ -120,17 +121,19 @@ def finish_note(final: FinalEvent) -> str | None:
     return None
 
 
-def origin_words(weights_from: str, answers: int, items: int) -> str:
+def origin_words(weights_from: str, answers: int, items: int, choices: int = 0) -> str:
     """ "the prior", "carried over from 3 answers", "calibrated on 20 items, then 1 answer",
-    "the built-in calibration (20 items)"."""
+    "the built-in calibration (20 items)", "the built-in calibration (20 items) and 14 of your
+    choices"."""
     learned = f"{answers} answer{'s' if answers != 1 else ''}"
+    chosen = f" and {choices} of your choices" if choices else ""
     if weights_from == "built-in":
-        return f"the built-in calibration ({items} items)"
+        return f"the built-in calibration ({items} items){chosen}"
     if weights_from == "calibrated":
-        return f"calibrated on {items} items" + (f", then {learned}" if answers else "")
+        return f"calibrated on {items} items" + (f", then {learned}" if answers else "") + chosen
     if weights_from == "carried":
-        return f"carried over from {learned}"
-    return "the prior"
+        return f"carried over from {learned}{chosen}"
+    return f"the prior{chosen}"
 
 
 Event = StartEvent | RoundEvent | FinalEvent

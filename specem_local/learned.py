@@ -7,7 +7,9 @@ every answer starts from them. With ``carry_weights``, each answer also hands on
 learned to the next (``feedback.carried``); measured on the demo trio, that label-free
 learning drifts towards the member the others agree with, not the strong one, so it is off
 by default (docs/quality.md). The built-in ensembles ship a calibration of their own
-(``data/calibrations.json``), so they start from one before the user has made any.
+(``data/calibrations.json``), so they start from one before the user has made any. The user's
+own choices (``choices.py``: picks, thumbs, comparisons) move the anchor itself, so every
+answer starts from them, and can be undone one by one.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from importlib import resources
 import numpy as np
 
 from specem_local import feedback
+from specem_local.choices import choice_change
 from specem_local.member import Member
 from specem_local.settings import EnsembleSettings
-from specem_local.store import StoredWeights, WeightStore, ensemble_key
+from specem_local.store import Choice, StoredWeights, WeightStore, ensemble_key
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class StartingWeights:
     origin: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
     answers: int = 0  # answers they were learned from
     items: int = 0  # labelled items they were calibrated on
+    choices: int = 0  # the user's choices applied to them
 
 
 def member_identity(member: Member) -> str:
@@ -89,8 +93,8 @@ def starting_weights(store: WeightStore | None, members: list[Member], settings:
         return StartingWeights(start)
     key = key_of(members)
     record = store.get(key)
-    if record is not None and (settings.carry_weights or record.calibrated_items):
-        carried, origin = settings.carry_weights, "calibrated" if record.calibrated_items else "carried"
+    if record is not None and (settings.carry_weights or record.calibrated_items or record.choices):
+        carried, origin = settings.carry_weights, _origin(record)
     else:
         record, carried, origin = built_in_calibrations().get(key), False, "built-in"
         if record is None:
@@ -98,7 +102,69 @@ def starting_weights(store: WeightStore | None, members: list[Member], settings:
     verifies = np.array([m.spec.verifies for m in members], dtype=bool)
     stored = record.log_weights if carried else record.anchor
     weights = feedback.from_log_weights(_log_weights(stored, members), verifies)
-    return StartingWeights(weights, origin, record.answers if carried else 0, record.calibrated_items)
+    return StartingWeights(weights, origin, record.answers if carried else 0, record.calibrated_items, record.choices)
+
+
+def _origin(record: StoredWeights) -> str:
+    """Where a stored record's anchor came from, before the user's choices."""
+    if record.base == "built-in":
+        return "built-in"
+    if record.calibrated_items:
+        return "calibrated"
+    return "carried" if record.answers else "prior"
+
+
+def choose(
+    store: WeightStore,
+    members: list[Member],
+    settings: EnsembleSettings,
+    kind: str,
+    rewards: dict[str, float],
+    message_id: int | None = None,
+) -> Choice:
+    """Keep one of the user's choices (``choices.py``) and move the ensemble's weights by it: the
+    kept record (else the built-in calibration, else the prior) plus the choice's step, on the
+    anchor and the carried log-weights alike. Rewards for models that do not verify are left out."""
+    key = key_of(members)
+    identity = {m.name: member_identity(m) for m in members if m.spec.verifies}
+    delta = {identity[name]: step for name, step in choice_change(rewards).items() if name in identity}
+    verifiers = [m for m in members if m.spec.verifies]
+    names = [member_identity(m) for m in verifiers]
+    prior_now = np.log(prior(members, settings)[[m.spec.verifies for m in members]])
+    prior_now -= prior_now.mean()
+
+    def change(record: StoredWeights | None) -> tuple[StoredWeights | None, dict[str, float]]:
+        if not delta or len(verifiers) < 2:
+            return None, {}
+        base = record.base if record is not None else ""
+        if record is None:
+            record = built_in_calibrations().get(key)
+            base = "built-in" if record is not None else "prior"
+            record = record or StoredWeights(key, _by_name(names, prior_now), _by_name(names, prior_now), 0, 0, 0.0)
+
+        def moved(values: dict[str, float]) -> dict[str, float]:
+            return {n: values.get(n, float(p)) + delta.get(n, 0.0) for n, p in zip(names, prior_now)}
+
+        return (
+            StoredWeights(
+                key,
+                moved(record.log_weights),
+                moved(record.anchor),
+                record.answers,
+                record.calibrated_items,
+                time.time(),
+                record.choices + 1,
+                base,
+            ),
+            delta,
+        )
+
+    return store.choose(key, change, kind, rewards, message_id)
+
+
+def undo_choice(store: WeightStore, members: list[Member]) -> Choice | None:
+    """Take back the latest choice for this ensemble (None: there is none)."""
+    return store.undo_choice(key_of(members))
 
 
 def remember(
@@ -128,14 +194,21 @@ def remember(
         record = record or built_in_calibrations().get(key_of(members))
         if record is None:
             anchor = log_weights = prior_now
-            answers, items = 0, 0
+            answers, items, chosen, base = 0, 0, 0, ""
         else:  # a member that became a verifier since (its role changed) starts at the prior
             anchor = np.array([record.anchor.get(name, p) for name, p in zip(names, prior_now)])
             log_weights = np.array([record.log_weights.get(name, p) for name, p in zip(names, prior_now)])
-            answers, items = record.answers, record.calibrated_items
+            answers, items, chosen, base = record.answers, record.calibrated_items, record.choices, record.base
         learned = feedback.carried(log_weights, anchor, change, settings.weight_memory)
         return StoredWeights(
-            key_of(members), _by_name(names, learned), _by_name(names, anchor), answers + 1, items, time.time()
+            key_of(members),
+            _by_name(names, learned),
+            _by_name(names, anchor),
+            answers + 1,
+            items,
+            time.time(),
+            chosen,
+            base,
         )
 
     return store.update(key_of(members), carry)

@@ -104,6 +104,7 @@ class Answer:
             weights_from=self.start.origin,
             learned_answers=self.start.answers,
             calibrated_items=self.start.items,
+            choices=self.start.choices,
         )
         finish = ""
         if not self.cancel.is_set():

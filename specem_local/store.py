@@ -97,16 +97,18 @@ class WeightStore:
     def choose(
         self,
         key: str,
-        change: Callable[[StoredWeights | None], tuple[StoredWeights, dict[str, float]]],
+        change: Callable[[StoredWeights | None], tuple[StoredWeights | None, dict[str, float]]],
         kind: str,
         rewards: dict[str, float],
         message_id: int | None = None,
     ) -> Choice:
         """Apply one of the user's choices and keep it, in one transaction: ``change`` returns
-        the new record and the change it made to the log-weights."""
+        the new record (None: the weights stay as they are) and the change it made to the
+        log-weights."""
         with self._transaction() as db:
             record, delta = change(_read(db, key))
-            _write(db, record)
+            if record is not None:
+                _write(db, record)
             now = time.time()
             cursor = db.execute(
                 "INSERT INTO choices (ensemble, kind, rewards, change, message_id, created) VALUES (?, ?, ?, ?, ?, ?)",
@@ -123,9 +125,12 @@ class WeightStore:
                 f"SELECT {_CHOICE_COLUMNS} FROM choices WHERE ensemble = ? AND undone = 0 ORDER BY id DESC LIMIT 1",
                 (key,),
             ).fetchone()
-            if record is None or row is None or record.choices < 1:
+            if row is None:
                 return None
             choice = _choice(row)
+            db.execute("UPDATE choices SET undone = 1 WHERE id = ?", (choice.id,))
+            if record is None or not choice.change or record.choices < 1:  # it changed nothing kept
+                return dataclasses.replace(choice, undone=True)
 
             def back(values: dict[str, float]) -> dict[str, float]:
                 return {name: value - choice.change.get(name, 0.0) for name, value in values.items()}
@@ -140,7 +145,6 @@ class WeightStore:
                     updated=time.time(),
                 ),
             )
-            db.execute("UPDATE choices SET undone = 1 WHERE id = ?", (choice.id,))
             return dataclasses.replace(choice, undone=True)
 
     def choices(self, key: str | None = None) -> list[Choice]:

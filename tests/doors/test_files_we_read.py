@@ -179,7 +179,7 @@ def test_nan_and_inf_never_enter_the_weights_nor_the_json(tmp_path):
         store.update("a + b", lambda _old: bad)
     assert store.ensemble_keys() == []
     with sqlite3.connect(tmp_path / "specem.db") as db:  # what an older version may have written
-        db.execute("INSERT INTO weights VALUES ('a + b', '{\"a\": NaN, \"b\": 0}', '{}', 1, 0, 0)")
+        db.execute("INSERT INTO weights VALUES ('a + b', '{\"a\": NaN, \"b\": 0}', '{}', 1, 0, 0, 0, '')")
     with pytest.raises(SpecemError, match="damaged in the database; forget them with: specem weights reset"):
         store.get("a + b")
     listed = specem(tmp_path, "weights", "list")
