@@ -35,7 +35,7 @@ def thumbs_rewards(wins: dict[str, int], up: bool) -> dict[str, float]:
 
 def best_rewards(best: str, compared: list[str], ensemble_wins: dict[str, int]) -> dict[str, float]:
     """The best answer of a comparison: a member alone (it is rewarded, the other members
-    compared are not), or the ensemble's answer (a thumbs up on it)."""
+    compared are not), or the ensemble's answer (a thumbs up on it; kept as "best-ensemble")."""
     if best == ENSEMBLE:
         return thumbs_rewards(ensemble_wins, up=True)
     return {name: 1.0 if name == best else 0.0 for name in dict.fromkeys([best, *compared]) if name != ENSEMBLE}
@@ -48,3 +48,34 @@ def choice_change(rewards: dict[str, float], rate: float = CHOICE_RATE) -> dict[
         return {}
     mean = sum(rewards.values()) / len(rewards)
     return {name: rate * (reward - mean) for name, reward in rewards.items()}
+
+
+def leaderboard(segments_won: dict[str, int], made: list[tuple[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per model, over the user's history: segments won, picks for and against, thumbs (up and
+    down, each answer's counted by the share of it the model wrote), comparisons won and
+    entered. ``made``: each choice still in force as (kind, rewards)."""
+    fields = ("segments_won", "picked", "picked_against", "thumbs_up", "thumbs_down", "best", "compared")
+    board: dict[str, dict[str, float]] = {}
+
+    def row(name: str) -> dict[str, float]:
+        return board.setdefault(name, dict.fromkeys(fields, 0))
+
+    for name, count in segments_won.items():
+        row(name)["segments_won"] = count
+    for kind, rewards in made:
+        for name, reward in rewards.items():
+            entry = row(name)
+            if kind == "pick":
+                entry["picked" if reward else "picked_against"] += 1
+            elif kind == "thumbs-up":
+                entry["thumbs_up"] += reward
+            elif kind == "thumbs-down":
+                entry["thumbs_down"] += 1 - reward
+            elif kind == "best":
+                entry["compared"] += 1
+                entry["best"] += reward == 1.0
+            elif kind == "best-ensemble":  # the ensemble's answer was the best: it won, each member was compared
+                entry["compared"] += 1
+        if kind == "best-ensemble":
+            row(ENSEMBLE)["best"] += 1
+    return dict(sorted(board.items(), key=lambda item: -item[1]["segments_won"]))

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specem_local import history_commands, model_commands
+from specem_local import history_commands, model_commands, weights_commands
 from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
@@ -24,13 +24,11 @@ from specem_local.terminal import (
     printable,
     recording_off,
     settings_overrides,
-    when,
     whole_number,
 )
 
 if TYPE_CHECKING:
     from specem_local.history import AnswerRecord
-    from specem_local.store import StoredWeights
 
 ANSI_COLOURS = {
     "red": 31,
@@ -47,55 +45,6 @@ ANSI_COLOURS = {
     "bright_magenta": 95,
     "bright_cyan": 96,
 }
-
-
-# -- specem weights -------------------------------------------------------------------------------
-def cmd_weights_list(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from specem_local.learned import built_in_calibrations, names_in, stored_weights
-    from specem_local.store import WeightStore
-
-    records, damaged = WeightStore().all()
-    if args.json:
-        print(json.dumps([{**dataclasses.asdict(r), "weights": stored_weights(r)} for r in records], indent=2))
-        return 0
-    for key in damaged:
-        print(printable(f"{' + '.join(names_in(key))}: damaged in the database; forget it with: specem weights reset"))
-    if not records and not damaged:
-        print("no weights learned yet: every ensemble starts from its prior (a built-in one from its calibration)")
-    for record in records:
-        origin = f"calibrated on {record.calibrated_items} items, then " if record.calibrated_items else ""
-        answers = f"{record.answers} answer{'s' if record.answers != 1 else ''}"
-        print(
-            f"{' + '.join(names_in(record.key))}: {weights_text(record)}  ({origin}{answers}; {when(record.updated)})"
-        )
-    for record in built_in_calibrations().values():
-        items = record.calibrated_items
-        print(f"built in: {' + '.join(names_in(record.key))}: {weights_text(record)}  (calibrated on {items} items)")
-    return 0
-
-
-def weights_text(record: StoredWeights) -> str:
-    from specem_local.learned import stored_weights
-
-    return ", ".join(f"{name} {weight:.3f}" for name, weight in stored_weights(record).items())
-
-
-def cmd_weights_reset(args: argparse.Namespace) -> int:
-    from specem_local.learned import names_in
-    from specem_local.store import WeightStore
-
-    store = WeightStore()
-    configured = {spec.name for spec in config_from_args(args).models}
-    gone = [key for key in store.ensemble_keys() if args.all or configured >= set(names_in(key))]
-    for key in gone:
-        store.reset(key)
-    print(
-        f"forgot the weights of {len(gone)} ensemble{'s' if len(gone) != 1 else ''}; "
-        "they start from the prior (a built-in ensemble from its built-in calibration)"
-    )
-    return 0
 
 
 # -- specem run ------------------------------------------------------------------------------------
@@ -245,16 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_commands.add_parser(commands, common)
     history_commands.add_parser(commands)
 
-    weights = commands.add_parser("weights", help="the weights carried over from answer to answer")
-    weight_commands = weights.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
-    listing = weight_commands.add_parser("list", help="every ensemble's learned weights, and the built-in ones")
-    listing.add_argument("--json", action="store_true", help="the stored records as JSON")
-    listing.set_defaults(handler=cmd_weights_list)
-    reset = weight_commands.add_parser(
-        "reset", parents=[common], help="forget the configured models' learned weights (any subset of them)"
-    )
-    reset.add_argument("--all", action="store_true", help="forget every ensemble's weights")
-    reset.set_defaults(handler=cmd_weights_reset)
+    weights_commands.add_parser(commands, common)
 
     run = commands.add_parser("run", parents=[common], help="answer one prompt with the ensemble")
     run.add_argument("prompt", help="the prompt, or - to read it from stdin")

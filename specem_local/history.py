@@ -211,6 +211,11 @@ class History:
         )
         return [Match(*row) for row in rows]
 
+    def segments_won(self) -> dict[str, int]:
+        """Per model, the segments it wrote in every answer in the history (every version)."""
+        rows = self._read("SELECT json_extract(event, '$.author'), COUNT(*) FROM rounds GROUP BY 1", ())
+        return {str(author): count for author, count in rows if author is not None}
+
     def _read(self, query: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._reading() as db:
             return db.execute(query, parameters).fetchall()
