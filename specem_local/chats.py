@@ -5,6 +5,8 @@ history (``history.py``) stores them; ``chat_files.py`` reads and writes them as
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -59,6 +61,34 @@ class Turn:
         return sorted([self, *self.alternatives], key=lambda turn: turn.message_id or 1 << 62)
 
 
+def with_version_shown(shown: Turn, version: Turn) -> Turn:
+    """``version`` as the message shown, holding every other version of ``shown`` (``shown``
+    included) as its alternatives; returns it."""
+    others = [turn for turn in shown.versions() if turn is not version]
+    for turn in others:
+        turn.alternatives = []
+    version.alternatives = others
+    return version
+
+
+def picked_start(answer: Turn, round_index: int, text: str, model: str) -> Turn:
+    """A new version of ``answer`` that keeps its rounds before ``round_index`` and puts the
+    picked candidate (``text`` by ``model``) in that round's place: the start of an answer to
+    continue from there (its ``prefix``)."""
+    kept = answer.rounds[:round_index]
+    picked = dataclasses.replace(answer.rounds[round_index], text=text, author=model, decision="picked")
+    prefix = "".join(event.text for event in kept) + text
+    return Turn("assistant", prefix, [*kept, picked], kind="continued", prefix=prefix)
+
+
+_FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown answer, without their fences."""
+    return [match.group(2).rstrip("\n") for match in _FENCE.finditer(text)]
+
+
 def new_chat_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -72,10 +102,10 @@ class Chat:
     turns: list[Turn] = field(default_factory=list)
     origin: str = "chat"  # which front end started it: chat, run, serve, api (a script), import
 
-    def messages(self) -> list[dict[str, str]]:
+    def messages(self, turns: int | None = None) -> list[dict[str, str]]:
         """The conversation as the engine takes it (stopped answers included as they stand; of
-        each message, the version shown)."""
-        return [{"role": t.role, "content": t.content} for t in self.turns if t.content or t.role == "user"]
+        each message, the version shown); ``turns``: only the first so many."""
+        return [{"role": t.role, "content": t.content} for t in self.turns[:turns] if t.content or t.role == "user"]
 
 
 def title_for(text: str) -> str:

@@ -72,7 +72,7 @@ class RoundEvent(_Record):
     index: int  # 1-based round number
     text: str  # the winning segment, appended to the answer
     author: str
-    decision: str  # a key of vote.DECISIONS: "vote", "contrast", "fast-finish", "only-candidate", "confident"
+    decision: str  # a key of vote.DECISIONS: "vote", "contrast", "fast-finish", "only-candidate", "confident", "picked"
     candidates: tuple[Candidate, ...]
     weights: dict[str, float]  # verifier weights after this round's update
     drafters: tuple[str, ...]  # models that drafted this round

@@ -81,34 +81,29 @@ class History:
         *asked_ids, answer_id = self._insert(chat, [*((t, _state(t)) for t in asked), (turn, "streaming")])
         return AnswerRecord(self, chat.id, answer_id, turn, asked_ids)
 
-    def start_version(self, chat: Chat, turn: Turn, of: Turn, *, shown: bool) -> AnswerRecord:
+    def start_version(self, chat: Chat, turn: Turn, of: Turn) -> AnswerRecord:
         """Another version of the answer ``of`` (regenerated, continued from a picked candidate,
-        a member's answer alone), about to stream. ``shown``: it becomes the answer shown, and
-        ``of`` with its other versions become its alternatives; else it is one of ``of``'s."""
+        a member's answer alone), about to stream, kept as one of ``of``'s alternatives (a front
+        end that wants it shown calls ``show_version`` once it has streamed: an answer that fails
+        before its first segment is then taken back without touching the others)."""
         if of.message_id is None:
             raise SpecemError("that answer is not in the history; it cannot have other versions")
         with self._transaction() as db:
-            turn.message_id = _insert_message(
-                db, chat.id, turn, "streaming", _writer(), time.time(), None if shown else of.message_id
-            )
-            if shown:
-                _make_shown(db, turn.message_id, of.message_id)
+            turn.message_id = _insert_message(db, chat.id, turn, "streaming", _writer(), time.time(), of.message_id)
         return AnswerRecord(self, chat.id, turn.message_id, turn)
 
-    def start_edited(self, chat: Chat, question: Turn, answer: Turn, old: Turn) -> AnswerRecord:
-        """The last question asked again as edited (``question``), and its answer about to
-        stream: the old question ``old`` and the versions of its answer become the new
-        question's alternatives (kept, not shown)."""
-        if old.message_id is None:
+    def mark_edited(self, question: Turn, old: Turn) -> None:
+        """``question`` was asked as an edit of the earlier question ``old``: the old question
+        and everything after it in the chat (its answer, with its versions) become the new
+        question's alternatives (kept, not shown), as do earlier edits of it."""
+        if old.message_id is None or question.message_id is None:
             raise SpecemError("that question is not in the history; it cannot be edited")
-        record = self.start_answer(chat, answer, asked=[question])
         with self._transaction() as db:
             db.execute(
-                "UPDATE messages SET alternative_of = ? WHERE chat_id = ?"
+                "UPDATE messages SET alternative_of = ? WHERE chat_id = (SELECT chat_id FROM messages WHERE id = ?)"
                 " AND ((id >= ? AND id < ? AND alternative_of IS NULL) OR alternative_of = ?)",
-                (question.message_id, chat.id, old.message_id, question.message_id, old.message_id),
+                (question.message_id, old.message_id, old.message_id, question.message_id, old.message_id),
             )
-        return record
 
     def show_version(self, shown: Turn, version: Turn) -> None:
         """Show ``version`` in place of ``shown`` (which becomes one of its alternatives)."""

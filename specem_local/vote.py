@@ -25,6 +25,7 @@ DECISIONS = {
     "fast-finish": "ended the answer first (fast finish: no vote)",
     "only-candidate": "was the only non-empty draft (no vote needed)",
     "confident": "was sure of every token (vote gate: the others did not draft)",
+    "picked": "was picked by you over the vote's winner (the answer went on from it)",
 }
 
 

@@ -37,9 +37,11 @@ def test_a_regenerated_answer_is_shown_and_the_first_kept_as_an_alternative(hist
     chat = Chat()
     _, first = answered(history, chat)
     again = Turn("assistant", "", kind="regenerated")
-    streamed(history.start_version(chat, again, first, shown=True), "Forty-two.")
+    streamed(history.start_version(chat, again, first), "Forty-two.")
+    assert history.load(chat.id).turns[1].content == first.content  # shown once it has streamed
+    history.show_version(first, again)
     alone = Turn("assistant", "", kind="alone: small")
-    streamed(history.start_version(chat, alone, again, shown=False), "Seven.")
+    streamed(history.start_version(chat, alone, again), "Seven.")
     loaded = history.load(chat.id)
     assert [t.role for t in loaded.turns] == ["user", "assistant"]
     shown = loaded.turns[1]
@@ -55,8 +57,9 @@ def test_an_edited_question_keeps_the_old_one_and_its_answers(history):
     chat = Chat()
     old_question, old_answer = answered(history, chat, "Six times sevn?")
     question, answer = Turn("user", "Six times seven?"), Turn("assistant", "")
-    record = history.start_edited(chat, question, answer, old_question)
+    record = history.start_answer(chat, answer, asked=[question])
     streamed(record, "42")
+    history.mark_edited(question, old_question)
     loaded = history.load(chat.id)
     assert [t.content for t in loaded.turns] == ["Six times seven?", "42"]
     assert {t.content for t in loaded.turns[0].alternatives} == {"Six times sevn?", old_answer.content}

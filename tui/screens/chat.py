@@ -9,6 +9,7 @@ its own cancel token, made when the message is sent, so Esc works from the first
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import work
@@ -24,8 +25,9 @@ from specem_local.chats import Chat, Turn, title_for
 from specem_local.config import builtin_ensembles
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.history import AnswerRecord, History
+from specem_tui.screens.chat_versions import AnswerVersions
 from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
 from specem_tui.screens.history import HistoryScreen
@@ -54,7 +56,7 @@ class AnswerFailed(Message):
         self.error = error
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(AnswerVersions, Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New"),
@@ -62,6 +64,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+e", "export", "Export", priority=True),  # the input box would take it (end of line)
         Binding("f2", "settings", "Settings"),
         Binding("ctrl+r", "reset_weights", "Reset weights"),
+        Binding("ctrl+z", "undo_choice", "Undo choice", show=False),
         Binding("ctrl+l", "switch_ensemble", "Ensemble"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "app.quit", "Quit"),
@@ -79,7 +82,11 @@ class ChatScreen(Screen[None]):
         self.settings, self.settings_problem = remembered_settings(ensemble.settings, ensemble.model_names)
         self.answer: AnswerStream | None = None  # the answer being written
         self.answering: AnswerView | None = None  # where it is shown
-        self.asked: UserMessage | None = None  # and the question it answers
+        self.asked: UserMessage | None = None  # and the question it answers (None: a version of an answer)
+        self.after_answer: Callable[[Turn], None] | None = None  # runs when the answer ends
+        self.taken_back: Callable[[], None] | None = None  # runs when it fails before its first segment
+        self.editing: Turn | None = None  # the last question, being edited in the input box
+        self.streamed = 0  # rounds of the answer being written so far
         self.warnings_said = 0  # the ensemble's warnings shown so far
         self.title = f"specem-chat — {self.chat.title}"  # set before the Header mounts (no race)
 
@@ -140,27 +147,57 @@ class ChatScreen(Screen[None]):
         if self.answer is not None:
             self.notify("Still answering; Esc stops it.", severity="warning")
             return
-        settings = self.settings
-        history = [*self.chat.messages(), {"role": "user", "content": message.text}]
-        try:  # a bad setting or model choice fails here, before anything is shown
-            answer = self.ensemble.stream(
-                history, models=list(settings.models), **dataclasses.asdict(settings.ensemble)
-            )
-        except SpecemError as error:
-            self.notify(str(error), severity="error", timeout=10)
+        editing = self.editing is not None and len(self.chat.turns) >= 2 and self.chat.turns[-2] is self.editing
+        kept = len(self.chat.turns) - 2 if editing else None  # an edit asks again in place of the last question
+        answer = self.open_answer([*self.chat.messages(kept), {"role": "user", "content": message.text}])
+        if answer is None:  # a bad setting or model choice fails here, before anything is shown
             return
         self.query_one(PromptInput).clear()
+        self.editing = None
         if not self.chat.turns:
             self.chat.title = title_for(message.text)
             self.title = f"specem-chat — {self.chat.title}"
         user_turn, answer_turn = Turn("user", message.text), Turn("assistant", "")
+        conversation = self.query_one("#conversation", VerticalScroll)
+        replaced: list[Turn] = []
+        if editing:
+            replaced = self.chat.turns[-2:]
+            del self.chat.turns[-2:]
+            user_turn.alternatives = list(replaced)
+            for view in [*conversation.query(UserMessage), *conversation.query(AnswerView)][-2:]:
+                view.remove()
         self.chat.turns += [user_turn, answer_turn]
         self.record_question(user_turn, answer_turn)
-        conversation = self.query_one("#conversation", VerticalScroll)
-        self.asked, self.answering = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
-        conversation.mount(self.asked, self.answering)
+        self.asked, view = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
+        conversation.mount(self.asked, view)
         conversation.scroll_end(animate=False)
-        self.answer = answer
+        after = (lambda _turn: self.keep_edit(user_turn, replaced[0])) if replaced else None
+        self.begin(answer, view, after=after, taken_back=(lambda: self.put_back(replaced)) if replaced else None)
+
+    def open_answer(
+        self, messages: list[dict[str, str]], models: list[str] | None = None, **overrides: object
+    ) -> AnswerStream | None:
+        """An answer to ``messages`` with the chat's settings (and ``overrides``); a bad setting
+        is said here and nothing starts."""
+        settings = {**dataclasses.asdict(self.settings.ensemble), **overrides}
+        try:
+            return self.ensemble.stream(messages, models=models or list(self.settings.models), **settings)
+        except SpecemError as error:
+            self.notify(str(error), severity="error", timeout=10)
+            return None
+
+    def begin(
+        self,
+        answer: AnswerStream,
+        view: AnswerView,
+        after: Callable[[Turn], None] | None = None,
+        taken_back: Callable[[], None] | None = None,
+    ) -> None:
+        """Stream ``answer`` into the version ``view`` shows. ``after(turn)`` runs when it ends
+        (done, stopped or failed after its first segment); ``taken_back()`` when it failed
+        before its first segment and was taken back."""
+        self.answer, self.answering, self.after_answer, self.taken_back = answer, view, after, taken_back
+        self.streamed = 0  # its rounds so far (a version continued from a pick starts with some)
         self.generate(answer)
 
     @work(thread=True, exclusive=True, group="answer")
@@ -187,6 +224,7 @@ class ChatScreen(Screen[None]):
         else:
             view.turn.add(event)
         if isinstance(event, RoundEvent):
+            self.streamed += 1
             view.refresh_segments()
             self.query_one(WeightsPanel).add_round(event)
             self.query_one("#conversation", VerticalScroll).scroll_end(animate=False)
@@ -194,13 +232,14 @@ class ChatScreen(Screen[None]):
             self.end_answer()
 
     def on_answer_failed(self, message: AnswerFailed) -> None:
-        """Before the first segment: take the question back into the input box. After it:
-        keep the answer so far, marked as failed. Either way, say why."""
+        """Before the first segment: take the question back into the input box (or drop the
+        version that was to be written). After it: keep the answer so far, marked as failed.
+        Either way, say why."""
         view = self.answering
         if view is None or message.answer is not self.answer:
             return
         self.notify(message.error, severity="error", timeout=10)
-        if view.turn.rounds:
+        if self.streamed:
             if self.record is not None:
                 self.record.fail(message.error)  # sets the turn's error and writes it
                 self.say_if_not_saved()
@@ -208,21 +247,29 @@ class ChatScreen(Screen[None]):
                 view.turn.error = message.error
             self.end_answer()
             return
-        user_turn = self.chat.turns[-2]
-        del self.chat.turns[-2:]
-        view.remove()
-        if self.asked is not None:
+        taken_back = self.taken_back
+        if self.asked is None:  # a version of an answer: the answer shown before comes back
+            self.drop_version(view)
+        else:
+            user_turn = self.chat.turns[-2]
+            del self.chat.turns[-2:]
+            view.remove()
             self.asked.remove()
-        self.query_one(PromptInput).text = user_turn.content
-        if self.record is not None:
-            self.forget_question([*self.record.asked_ids, self.record.message_id])
-        self.answer = self.answering = self.asked = self.record = None
+            self.query_one(PromptInput).text = user_turn.content
+            if self.record is not None:
+                self.forget_question([*self.record.asked_ids, self.record.message_id])
+        self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
+        if taken_back is not None:
+            taken_back()
 
     def end_answer(self) -> None:
         assert self.answering is not None
         self.answering.finish()
-        self.answer = self.answering = self.asked = self.record = None
+        after, turn = self.after_answer, self.answering.turn
+        self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
         self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)
+        if after is not None:
+            after(turn)
 
     def say_new_warnings(self) -> None:
         """The ensemble's warnings not shown yet: each is said once."""
@@ -257,7 +304,15 @@ class ChatScreen(Screen[None]):
 
     # -- inspector -----------------------------------------------------------------------------------
     def on_answer_view_inspect_requested(self, message: AnswerView.InspectRequested) -> None:
-        self.app.push_screen(InspectorScreen(message.view.turn.rounds, message.index, self.colours))
+        """The candidate inspector; on the last answer, g there goes on from the candidate picked."""
+        view = message.view
+
+        def picked(choice: tuple[int, Candidate] | None) -> None:
+            if choice is not None and not self.busy():
+                self.go_on_from(view, *choice)
+
+        can_go_on = self.is_last(view) and self.answer is None
+        self.app.push_screen(InspectorScreen(view.turn.rounds, message.index, self.colours, can_go_on), picked)
 
     # -- actions -------------------------------------------------------------------------------------
     def busy(self) -> bool:

@@ -1,6 +1,7 @@
 """The candidate inspector: every model's candidate for one round, each verifier's score,
 the combined vote, and why the winner won (as the vote itself says: ``vote.explain``).
-Left/Right step through the rounds."""
+Left/Right step through the rounds; on the last answer, g goes on from the highlighted
+candidate (the answer is cut at that round and continues from it)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,36 @@ from textual.screen import ModalScreen
 from textual.style import Style
 from textual.widgets import DataTable, Footer, Static
 
-from specem_local.events import RoundEvent
+from specem_local.events import Candidate, RoundEvent
 from specem_local.vote import candidate_label, explain, winning_candidate
 
 
-class InspectorScreen(ModalScreen[None]):
+class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
     BINDINGS = [
         Binding("escape,q", "dismiss", "Close"),
         Binding("left,p", "step(-1)", "Prev round", priority=True),
         Binding("right,n", "step(1)", "Next round", priority=True),
+        Binding("g", "go_on", "Go on from this one"),
     ]
 
-    def __init__(self, rounds: list[RoundEvent], index: int, colours: dict[str, str]) -> None:
+    def __init__(self, rounds: list[RoundEvent], index: int, colours: dict[str, str], can_go_on: bool = False) -> None:
         super().__init__()
         self.rounds = rounds
         self.index = index
         self.colours = colours
+        self.can_go_on = can_go_on
+        self.highlighted: str | None = None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.can_go_on if action == "go_on" else True
+
+    def action_go_on(self) -> None:
+        """Dismiss with (round index, the highlighted candidate): the chat goes on from it."""
+        candidate = next((c for c in self.event.candidates if candidate_label(c) == self.highlighted), None)
+        if candidate is None or candidate is winning_candidate(self.event):
+            self.notify("Highlight a candidate other than the winner (★) to go on from it.")
+            return
+        self.dismiss((self.index, candidate))
 
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector"):
@@ -72,6 +87,7 @@ class InspectorScreen(ModalScreen[None]):
 
     def show_detail(self, key: str) -> None:
         """The highlighted candidate in full, with each verifier's raw score."""
+        self.highlighted = key
         candidate = next(c for c in self.event.candidates if candidate_label(c) == key)
         raw = ", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate.scores.items())
         ended = " (ends the answer)" if candidate.ended else ""

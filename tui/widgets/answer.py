@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
@@ -11,16 +12,28 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
 
-from specem_local.chats import Turn
+from specem_local.chats import Turn, code_blocks
 from specem_local.events import finish_note
 
 
 class UserMessage(Static):
-    """What the user asked."""
+    """What the user asked (an edited question says how many earlier versions it has)."""
 
     def __init__(self, turn: Turn) -> None:
         super().__init__(Content(turn.content), classes="user-message")
-        self.border_title = "You"
+        earlier = sum(t.role == "user" for t in turn.alternatives)
+        self.border_title = (
+            f"You (edited; {earlier} earlier version{'s' if earlier != 1 else ''} kept)" if earlier else "You"
+        )
+
+
+def version_label(turn: Turn) -> str:
+    """Who wrote a version of an answer, for its border."""
+    if turn.kind.startswith("alone: "):
+        return f"{turn.kind.removeprefix('alone: ')} alone"
+    return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (went on from your pick)"}.get(
+        turn.kind, "Ensemble"
+    )
 
 
 class SegmentText(Static):
@@ -40,15 +53,27 @@ class SegmentText(Static):
 
 
 class AnswerView(Vertical, can_focus=True):
-    """One ensemble answer. While it streams, each segment is tinted by the model that wrote
-    it; when complete it is rendered as Markdown (``m`` toggles back). Left/Right select a
-    segment, Enter opens the candidate inspector for that round."""
+    """One ensemble answer and its other versions. While it streams, each segment is tinted by
+    the model that wrote it; when complete it is rendered as Markdown (``m`` toggles back).
+    Left/Right select a segment, Enter opens the candidate inspector for that round; [ and ]
+    show the other versions (regenerated, continued from a pick, each model alone). What
+    changes the chat (regenerate, edit, compare, thumbs, best) is asked of the chat screen."""
 
     BINDINGS = [
         ("left", "move(-1)", "Prev segment"),
         ("right", "move(1)", "Next segment"),
         ("enter", "inspect", "Inspect"),
         ("m", "toggle_markdown", "Markdown"),
+        Binding("left_square_bracket", "request('version', -1)", "Prev version", show=False),
+        Binding("right_square_bracket", "request('version', 1)", "Next version", show=False),
+        Binding("r", "request('regenerate')", "Regenerate"),
+        Binding("e", "request('edit')", "Edit question", show=False),
+        Binding("k", "request('compare')", "Compare", show=False),
+        Binding("b", "request('best')", "Best", show=False),
+        Binding("plus", "request('thumbs-up')", "Thumbs up", show=False),
+        Binding("minus", "request('thumbs-down')", "Thumbs down", show=False),
+        Binding("c", "copy", "Copy"),
+        Binding("y", "copy_code", "Copy code", show=False),
     ]
 
     selected: reactive[int] = reactive(-1)
@@ -60,11 +85,40 @@ class AnswerView(Vertical, can_focus=True):
             self.view = view
             self.index = index
 
+    class Requested(Message):
+        """The user asked for something that changes the chat: ``action`` is "version" (with
+        ``step``), "regenerate", "edit", "compare", "best", "thumbs-up" or "thumbs-down"."""
+
+        def __init__(self, view: AnswerView, action: str, step: int = 0) -> None:
+            super().__init__()
+            self.view = view
+            self.action = action
+            self.step = step
+
     def __init__(self, turn: Turn, colours: dict[str, str]) -> None:
         super().__init__(classes="answer")
-        self.turn = turn
+        self.shown = turn  # the version in the conversation (its alternatives are the others)
+        self.turn = turn  # the version on screen
         self.colours = colours
-        self.border_title = "Ensemble"
+        self.border_title = self.title_text()
+
+    def title_text(self) -> str:
+        versions = self.shown.versions()
+        where = f" · {versions.index(self.turn) + 1}/{len(versions)}" if len(versions) > 1 else ""
+        return version_label(self.turn) + where
+
+    def display_version(self, turn: Turn, shown: Turn | None = None) -> None:
+        """Show ``turn`` (one of the versions of ``shown``, by default the current one's)."""
+        self.shown = shown or self.shown
+        self.turn = turn
+        self.selected = -1
+        self.border_title = self.title_text()
+        self.border_subtitle = ""
+        if turn.done:
+            self.finish()
+        else:
+            self.show_markdown = False
+            self.refresh_segments()
 
     def compose(self) -> ComposeResult:
         yield SegmentText(self.segments_content(), classes="segments")
@@ -127,6 +181,22 @@ class AnswerView(Vertical, can_focus=True):
     def action_inspect(self) -> None:
         if self.turn.rounds:
             self.post_message(self.InspectRequested(self, max(self.selected, 0)))
+
+    def action_request(self, action: str, step: int = 0) -> None:
+        self.post_message(self.Requested(self, action, step))
+
+    def action_copy(self) -> None:
+        """The answer's text to the clipboard (OSC 52: works over SSH in most terminals)."""
+        self.app.copy_to_clipboard(self.turn.content)
+        self.notify(f"Copied the answer ({len(self.turn.content)} characters).")
+
+    def action_copy_code(self) -> None:
+        blocks = code_blocks(self.turn.content)
+        if not blocks:
+            self.notify("This answer has no code block; c copies all of it.")
+            return
+        self.app.copy_to_clipboard("\n\n".join(blocks))
+        self.notify(f"Copied {len(blocks)} code block{'s' if len(blocks) != 1 else ''}.")
 
     def on_segment_text_clicked(self, message: SegmentText.Clicked) -> None:
         self.focus()
