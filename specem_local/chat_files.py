@@ -26,13 +26,19 @@ def chats_dir() -> Path:
 
 
 def turn_to_json(turn: Turn) -> dict[str, Any]:
-    return {
+    """A turn in the file format; how it came (``kind``) and its other versions only when it has them."""
+    data: dict[str, Any] = {
         "role": turn.role,
         "content": turn.content,
         "rounds": [event.to_dict() for event in turn.rounds],
         "final": turn.final.to_dict() if turn.final else None,
         "error": turn.error,
     }
+    if turn.kind:
+        data["kind"] = turn.kind
+    if turn.alternatives:
+        data["alternatives"] = [turn_to_json(other) for other in turn.alternatives]
+    return data
 
 
 def chat_to_json(chat: Chat) -> dict[str, Any]:
@@ -56,8 +62,13 @@ def turn_from_json(data: Any) -> Turn:
     final = event_from_dict(data["final"]) if data.get("final") is not None else None
     if not all(isinstance(event, RoundEvent) for event in rounds) or not isinstance(final, (FinalEvent, type(None))):
         raise ValueError("a turn's rounds and final record are of the wrong type")
-    error = data.get("error")
-    return Turn(data["role"], data["content"], rounds, final, error if isinstance(error, str) else None)
+    error, kind, others = data.get("error"), data.get("kind", ""), data.get("alternatives", [])
+    if not isinstance(kind, str) or not isinstance(others, list):
+        raise ValueError("a turn's kind must be text and its alternatives a list")
+    alternatives = [turn_from_json(other) for other in others]
+    return Turn(
+        data["role"], data["content"], rounds, final, error if isinstance(error, str) else None, kind, alternatives
+    )
 
 
 def chat_from_json(data: Any) -> Chat:
@@ -153,6 +164,9 @@ def chat_markdown(chat: Chat) -> str:
         if turn.final:
             wins = ", ".join(f"{name}: {count}" for name, count in turn.final.wins.items())
             lines += [f"*Segments won — {wins}*", ""]
+        if turn.alternatives:
+            kinds = ", ".join(other.kind or "asked" for other in turn.alternatives)
+            lines += [f"*{len(turn.alternatives)} other version(s) kept ({kinds}): the JSON export has them.*", ""]
     return "\n".join(lines)
 
 

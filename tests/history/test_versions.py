@@ -88,3 +88,26 @@ def test_the_migration_keeps_every_chat_and_every_weight(tmp_path):
     assert History(path, chat_files=tmp_path / "none").search("hello")[0].chat_id == "c1"
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+
+
+def test_versions_survive_an_export_and_an_import(history, tmp_path):
+    from specem_local.chat_files import chat_from_json, chat_markdown, chat_to_json
+    from specem_local.history import import_chat_files
+
+    chat = Chat()
+    _, first = answered(history, chat)
+    again = Turn("assistant", "", kind="regenerated")
+    streamed(history.start_version(chat, again, first), "Forty-two.")
+    loaded = history.load(chat.id)
+    data = chat_to_json(loaded)
+    assert data["turns"][1]["alternatives"][0]["kind"] == "regenerated"
+    assert "1 other version(s) kept (regenerated)" in chat_markdown(loaded)
+    copy = chat_from_json({**data, "id": "copy"})
+    folder = tmp_path / "import"
+    folder.mkdir()
+    (folder / "copy.json").write_text(__import__("json").dumps(chat_to_json(copy)))
+    with history._transaction() as db:
+        assert import_chat_files(db, folder) == 1
+    imported = history.load("copy")
+    assert [t.kind for t in imported.turns[1].versions()] == ["", "regenerated"]
+    assert imported.turns[1].alternatives[0].content == "Forty-two."

@@ -153,3 +153,18 @@ async def test_a_version_that_cannot_start_leaves_the_answer_as_it_was(monkeypat
         await wait_until(pilot, lambda: answered(app) and view.turn is first)
         assert first.alternatives == [] and app.screen.chat.turns[-1] is first
     assert [t.kind for t in saved_chat().turns[1].versions()] == [""]
+
+
+async def test_f1_shows_the_keys_and_the_personal_leaderboard(tmp_path):
+    from textual.widgets import Markdown
+
+    from specem_tui.screens.help import HelpScreen
+
+    app = app_with(*pair(), weight_store=WeightStore(tmp_path / "weights.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await answer_first(pilot, app)
+        await pilot.press("minus", "f1")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        text = app.screen.query_one(Markdown).source
+        assert "| g (in the inspector, last answer) |" in text and "## Your leaderboard" in text
+        assert "| big | " in text and "+0.0 -" in text

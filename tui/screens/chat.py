@@ -396,4 +396,4 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.app.push_screen(EnsembleScreen(builtin_ensembles()), switch)
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
+        self.app.push_screen(HelpScreen(self.leaderboard()))

@@ -12,29 +12,45 @@ its first segment is taken back without touching the others.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from textual.containers import VerticalScroll
 
 from specem_local import learned
-from specem_local.chats import Turn, picked_start, with_version_shown
-from specem_local.choices import ENSEMBLE, best_rewards, pick_rewards, thumbs_rewards
+from specem_local.chats import Chat, Turn, picked_start, with_version_shown
+from specem_local.choices import ENSEMBLE, best_rewards, leaderboard, pick_rewards, thumbs_rewards
+from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate
-from specem_local.history import AnswerRecord
+from specem_local.history import AnswerRecord, History
+from specem_tui.screens.settings import ChatSettings
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
 
-if TYPE_CHECKING:
-    from specem_tui.screens.chat import ChatScreen
-
 
 class AnswerVersions:
-    """Mixed into ``ChatScreen``."""
+    """Mixed into ``ChatScreen``, whose state and answer plumbing (``open_answer``, ``begin``,
+    ``busy``, ``forget_question``) it uses."""
+
+    chat: Chat
+    history: History
+    ensemble: Ensemble
+    settings: ChatSettings
+    colours: dict[str, str]
+    record: AnswerRecord | None
+    after_answer: Callable[[Turn], None] | None
+    editing: Turn | None
+    open_answer: Callable[..., AnswerStream | None]
+    begin: Callable[..., None]
+    busy: Callable[[], bool]
+    forget_question: Callable[[list[int]], None]
+    notify: Callable[..., None]
+    query_one: Callable[..., Any]
 
     # -- requests from an answer ----------------------------------------------------------------------
-    def on_answer_view_requested(self: ChatScreen, message: AnswerView.Requested) -> None:
+    def on_answer_view_requested(self, message: AnswerView.Requested) -> None:
         view, action = message.view, message.action
         if action in ("best", "thumbs-up", "thumbs-down"):
             self.label(view, action)
@@ -52,12 +68,12 @@ class AnswerVersions:
         elif action == "compare":
             self.compare(view, [name for name in self.settings.models])
 
-    def is_last(self: ChatScreen, view: AnswerView) -> bool:
+    def is_last(self, view: AnswerView) -> bool:
         return bool(self.chat.turns) and view.shown is self.chat.turns[-1]
 
     # -- versions of the last answer ------------------------------------------------------------------
     def start_version(
-        self: ChatScreen, view: AnswerView, version: Turn, messages: list[dict[str, str]], models: list[str] | None
+        self, view: AnswerView, version: Turn, messages: list[dict[str, str]], models: list[str] | None
     ) -> bool:
         """Stream ``version`` of the last answer into ``view``; False if it cannot start."""
         answer = self.open_answer(messages, models, seed=random.randrange(2**31))
@@ -71,14 +87,14 @@ class AnswerVersions:
         self.begin(answer, view, after=None if alone else lambda turn: self.make_shown(view, turn))
         return True
 
-    def record_version(self: ChatScreen, version: Turn, shown: Turn) -> AnswerRecord | None:
+    def record_version(self, version: Turn, shown: Turn) -> AnswerRecord | None:
         try:
             return self.history.start_version(self.chat, version, shown)
         except SpecemError as error:
             self.notify(f"This answer is not being saved: {error}", severity="error", timeout=10)
             return None
 
-    def make_shown(self: ChatScreen, view: AnswerView, version: Turn) -> None:
+    def make_shown(self, view: AnswerView, version: Turn) -> None:
         """``version`` becomes the answer the conversation goes on from."""
         shown = view.shown
         if version is shown:
@@ -92,7 +108,7 @@ class AnswerVersions:
         self.chat.turns[index] = with_version_shown(shown, version)
         view.display_version(version, self.chat.turns[index])
 
-    def drop_version(self: ChatScreen, view: AnswerView) -> None:
+    def drop_version(self, view: AnswerView) -> None:
         """A version that failed before its first segment: gone, and the answer shown is back."""
         version = view.turn
         if version in view.shown.alternatives:
@@ -101,7 +117,7 @@ class AnswerVersions:
             self.forget_question([self.record.message_id])
         view.display_version(view.shown)
 
-    def step_version(self: ChatScreen, view: AnswerView, step: int) -> None:
+    def step_version(self, view: AnswerView, step: int) -> None:
         versions = view.shown.versions()
         if len(versions) < 2:
             self.notify("This answer has one version: r regenerates it, k compares each model alone.")
@@ -112,10 +128,10 @@ class AnswerVersions:
         else:
             view.display_version(version)
 
-    def regenerate(self: ChatScreen, view: AnswerView) -> None:
+    def regenerate(self, view: AnswerView) -> None:
         self.start_version(view, Turn("assistant", "", kind="regenerated"), self.chat.messages(-1), None)
 
-    def compare(self: ChatScreen, view: AnswerView, queue: list[str]) -> None:
+    def compare(self, view: AnswerView, queue: list[str]) -> None:
         """Each model alone on the same conversation, one after another, kept beside the answer."""
         if len(self.settings.models) < 2:
             self.notify("One model is answering: there is nothing to compare it with.")
@@ -128,7 +144,7 @@ class AnswerVersions:
         if self.start_version(view, Turn("assistant", "", kind=f"alone: {name}"), self.chat.messages(-1), [name]):
             self.after_answer = lambda turn: None if turn.stopped else self.compare(view, rest)
 
-    def go_on_from(self: ChatScreen, view: AnswerView, round_index: int, candidate: Candidate) -> None:
+    def go_on_from(self, view: AnswerView, round_index: int, candidate: Candidate) -> None:
         """The answer cut at that round, the picked candidate in the winner's place, and the
         ensemble going on from it; the pick is a label (this model over the winner's)."""
         winner = view.turn.rounds[round_index].author
@@ -137,20 +153,20 @@ class AnswerVersions:
         if self.start_version(view, version, messages, None):
             self.choose("pick", pick_rewards(candidate.model, winner), version.message_id)
 
-    def edit_question(self: ChatScreen) -> None:
+    def edit_question(self) -> None:
         self.editing = self.chat.turns[-2]
         prompt = self.query_one(PromptInput)
         prompt.text = self.editing.content
         prompt.focus()
         self.notify("Edit the question; Enter asks it again (the old question and its answers are kept).")
 
-    def keep_edit(self: ChatScreen, question: Turn, old: Turn) -> None:
+    def keep_edit(self, question: Turn, old: Turn) -> None:
         try:
             self.history.mark_edited(question, old)
         except SpecemError as error:
             self.notify(f"Not saved: {error}", severity="error")
 
-    def put_back(self: ChatScreen, replaced: list[Turn]) -> None:
+    def put_back(self, replaced: list[Turn]) -> None:
         """An edited question whose answer could not start: the question and answer it replaced
         come back (the edit stays in the input box)."""
         self.chat.turns += replaced
@@ -161,7 +177,7 @@ class AnswerVersions:
         self.editing = replaced[0]
 
     # -- choices ------------------------------------------------------------------------------------
-    def label(self: ChatScreen, view: AnswerView, action: str) -> None:
+    def label(self, view: AnswerView, action: str) -> None:
         """A thumb on the version on screen, or that version marked the best of a comparison."""
         turn = view.turn
         if not turn.done or turn.final is None:
@@ -182,7 +198,7 @@ class AnswerVersions:
             return
         self.choose(action, rewards, turn.message_id)
 
-    def choose(self: ChatScreen, kind: str, rewards: dict[str, float], message_id: int | None) -> None:
+    def choose(self, kind: str, rewards: dict[str, float], message_id: int | None) -> None:
         """Keep a choice and move the weights by it; say what changed."""
         store = self.ensemble.weight_store
         if store is None:
@@ -198,7 +214,7 @@ class AnswerVersions:
         self.notify(f"Kept your {kind.replace('-', ' ')}" + (f" ({moved}); Ctrl+Z undoes it." if moved else "."))
         self.refresh_weights()
 
-    def action_undo_choice(self: ChatScreen) -> None:
+    def action_undo_choice(self) -> None:
         store = self.ensemble.weight_store
         members = [m for m in self.ensemble.members if m.name in self.settings.models]
         try:
@@ -209,7 +225,16 @@ class AnswerVersions:
         self.notify(f"Undid your {undone.kind.replace('-', ' ')}." if undone else "No choice to undo.")
         self.refresh_weights()
 
-    def refresh_weights(self: ChatScreen) -> None:
+    def leaderboard(self) -> dict[str, dict[str, float]] | None:
+        """The personal leaderboard for the help screen; None when the history cannot be read."""
+        store = self.ensemble.weight_store
+        try:
+            made = [(c.kind, c.rewards) for c in store.choices() if not c.undone] if store is not None else []
+            return leaderboard(self.history.segments_won(), made)
+        except SpecemError:
+            return None
+
+    def refresh_weights(self) -> None:
         models = list(self.settings.models)
         weights, origin = self.ensemble.starting_weights(models), self.ensemble.weights_origin(models)
         self.query_one(WeightsPanel).reset(weights, models, origin)
