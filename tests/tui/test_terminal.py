@@ -107,3 +107,45 @@ def test_quitting_mid_answer_keeps_the_text_and_chat_id_resumes_it(tmp_path):
         wait_until_gone(30)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
+def test_pick_a_candidate_and_go_on_from_it_in_a_real_terminal(tmp_path):
+    """Issue 27 end to end: the real binary, real models, keys only. Tab to the answer, Enter
+    opens the inspector, Down highlights the losing candidate, g goes on from it."""
+    from specem_local.history import History
+
+    binary = Path(sys.executable).with_name("specem-chat")
+    config = tmp_path / "models.toml"
+    config.write_text(
+        "[ensemble]\nmax_tokens = 24\ngreedy = true\nmodel_exit = false\nsegment_tokens = 6\n"
+        '[[models]]\nname = "qwen"\ndemo = "qwen2.5-coder-0.5b"\n'
+        '[[models]]\nname = "smol"\ndemo = "smollm2-135m"\n'
+    )
+    history = History(tmp_path / "data" / "specem.db", chat_files=tmp_path / "none")
+    command = f"SPECEM_DATA_DIR={tmp_path}/data TERM=xterm-256color {binary} --config {config}"
+    tmux("new-session", "-d", "-s", SESSION, "-x", "100", "-y", "30", command)
+    try:
+        wait_for("Message (Enter sends", 120)
+        tmux("send-keys", "-t", SESSION, "Name a colour of the rainbow.", "Enter")
+        wait_for("tok ·", 120)
+        tmux("send-keys", "-t", SESSION, "Tab")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", SESSION, "Enter")
+        wait_for("Round 1 of", 30)
+        tmux("send-keys", "-t", SESSION, "Down")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", SESSION, "g")
+        wait_for("Ensemble (from your pick) · 2/2", 60)
+        poll_until(
+            lambda: history.load(history.chats()[0].id).turns[-1].kind == "continued", 120, "not kept", every=0.5
+        )
+        tmux("send-keys", "-t", SESSION, "C-q")
+        wait_until_gone(30)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True)
+    answer = history.load(history.chats()[0].id).turns[-1]
+    [first] = answer.alternatives
+    picked = answer.rounds[0]
+    assert picked.decision == "picked" and answer.content.startswith(picked.text)
+    assert picked.author != first.rounds[0].author or picked.text != first.rounds[0].text

@@ -31,7 +31,7 @@ def version_label(turn: Turn) -> str:
     """Who wrote a version of an answer, for its border."""
     if turn.kind.startswith("alone: "):
         return f"{turn.kind.removeprefix('alone: ')} alone"
-    return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (went on from your pick)"}.get(
+    return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (from your pick)"}.get(
         turn.kind, "Ensemble"
     )
 
