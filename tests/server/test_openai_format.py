@@ -178,3 +178,13 @@ def test_numbers_are_checked_where_every_setting_is(extra, field):
     with pytest.raises(SettingError) as caught:
         with_overrides(EnsembleSettings(), **settings)
     assert caught.value.field == field and len(str(caught.value)) < 200
+
+
+def test_a_trailing_assistant_message_is_kept_to_be_continued():
+    parsed = oa.parse_request(
+        {
+            "model": "specem",
+            "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "It is"}],
+        }
+    )
+    assert parsed.messages[-1] == {"role": "assistant", "content": "It is"}
