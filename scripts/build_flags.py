@@ -22,6 +22,10 @@ from pathlib import Path
 # A user's CMAKE_ARGS that set any of these have chosen the CPU side of the build themselves.
 CPU_SIDE = re.compile(r"-DGGML_(NATIVE|AVX\w*|AMX\w*|FMA|F16C|BMI2|SSE\w*|CPU_\w*)=", re.IGNORECASE)
 
+# ggml's RPC backend, in every build: a member's layers on another machine's server.
+RPC = "-DGGML_RPC=ON"
+RPC_CHOSEN = re.compile(r"-DGGML_RPC=", re.IGNORECASE)
+
 # /proc/cpuinfo flag -> ggml CMake option. Order matters only for readability.
 X86_FEATURE_OPTIONS: tuple[tuple[str, str], ...] = (
     ("avx", "GGML_AVX"),
@@ -59,18 +63,19 @@ def cmake_args_for_x86(flags: set[str]) -> str:
 
 def choose_cmake_args(env: dict[str, str], machine: str, cpuinfo: str | None) -> str:
     """The CMAKE_ARGS to build with: the user's own (a GPU backend, say) followed by the CPU
-    flags derived from ``cpuinfo``, unless the user's already set the CPU side.
+    flags derived from ``cpuinfo``, unless the user's already set the CPU side, and the RPC
+    backend (members on other machines, docs/distributed.md) unless the user chose about it.
 
     On non-x86 machines (Apple Silicon, ARM laptops) llama.cpp's own CPU defaults are right,
-    so only the user's flags are passed.
+    so only the user's flags are passed (with the RPC backend).
     """
     user = env.get("CMAKE_ARGS", "").strip()
     cpu = ""
     if machine.lower() in ("x86_64", "amd64", "i686", "i386") and cpuinfo:
         cpu = cmake_args_for_x86(cpu_flags_from_cpuinfo(cpuinfo))
-    if not user or not cpu or CPU_SIDE.search(user):
-        return user or cpu
-    return f"{user} {cpu}"
+    rpc = "" if RPC_CHOSEN.search(user) else RPC
+    chosen = user if CPU_SIDE.search(user) or not cpu else f"{user} {cpu}".strip()
+    return f"{chosen} {rpc}".strip()
 
 
 def main() -> int:

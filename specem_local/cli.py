@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specem_local import history_commands, model_commands, weights_commands
+from specem_local import history_commands, model_commands, rpc_commands, weights_commands
 from specem_local.config import builtin_ensembles, model_colours
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     history_commands.add_parser(commands)
 
     weights_commands.add_parser(commands, common)
+    rpc_commands.add_parser(commands)
 
     run = commands.add_parser("run", parents=[common], help="answer one prompt with the ensemble")
     run.add_argument("prompt", help="the prompt, or - to read it from stdin")

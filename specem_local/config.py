@@ -23,6 +23,7 @@ else:  # Python 3.10
 from specem_local.demo_models import DEMO_MODELS
 from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, not_a_file, read_text, user_config_path
 from specem_local.errors import SpecemError
+from specem_local.rpc import parse_endpoint, shared_endpoints
 from specem_local.settings import (
     EnsembleSettings,
     Limits,
@@ -56,6 +57,7 @@ class ModelSpec:
     chat_template: str | None = None
     role: str = field(default="both", metadata={"limits": Limits(choices=ROLES)})
     color: str | None = None
+    rpc: tuple[str, ...] = ()  # ggml-rpc servers ("host:port") that hold its layers (docs/distributed.md)
 
     def __post_init__(self) -> None:
         checked(self, f"model {self.name!r}")
@@ -63,6 +65,7 @@ class ModelSpec:
         if self.color is not None:
             check_colour(self.color, f"model {self.name!r}")
         source_key(self)  # exactly one source, with the keys it needs
+        check_rpc(self)
 
     @property
     def drafts(self) -> bool:
@@ -121,6 +124,22 @@ class Config:
 
 
 MAX_NAME = 64
+
+
+def check_rpc(spec: ModelSpec) -> None:
+    """Each ``rpc`` entry is host:port, each named once; the layers are split across several."""
+    for text in spec.rpc:
+        try:
+            parse_endpoint(text)
+        except ValueError as error:
+            raise SpecemError(f"model {spec.name!r}: rpc entry {error}") from None
+    if len({parse_endpoint(text) for text in spec.rpc}) < len(spec.rpc):
+        raise SpecemError(f"model {spec.name!r}: an rpc endpoint is listed twice; list each server once")
+    if len(spec.rpc) > MAX_RPC_SERVERS:
+        raise SpecemError(f"model {spec.name!r}: rpc lists {len(spec.rpc)} servers; ggml-rpc takes at most 16")
+
+
+MAX_RPC_SERVERS = 16  # GGML_RPC_MAX_SERVERS
 
 
 def check_model_name(name: str) -> None:
@@ -198,6 +217,13 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise SpecemError(f"{source}: duplicate model name {duplicates[0]!r}; names must be unique")
+    shared = shared_endpoints({model.name: model.rpc for model in models})
+    if shared:
+        endpoint, first, second = shared
+        raise SpecemError(
+            f"{source}: models {first!r} and {second!r} both use the RPC server {endpoint}; a ggml-rpc server "
+            "serves one client's model at a time: start another (specem rpc-serve --port N) for the second"
+        )
     if not any(model.drafts for model in models):
         raise SpecemError(f'{source}: no model can draft; give at least one role = "both" or "draft"')
     if not any(model.verifies for model in models):

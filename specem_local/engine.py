@@ -261,11 +261,12 @@ class Ensemble:
                 self._in_step.active = False
 
     def _threaded(self, settings: EnsembleSettings) -> bool:
-        """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU, where they
-        were 1.1-1.8x round-robin; on 2 CPU cores they are level without model exit and within
-        about 10% either way with it (docs/performance.md)."""
+        """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU or on
+        another machine (RPC), where the host mostly waits and they were 1.1-1.8x round-robin;
+        on 2 CPU cores they are level without model exit and within about 10% either way with it
+        (docs/performance.md)."""
         if settings.drafting == "auto":
-            return any(m.model.placement.startswith("GPU") for m in self.members)
+            return any(m.model.placement.startswith(("GPU", "RPC")) for m in self.members)
         return settings.drafting == "threads"
 
     def _map(self, settings: EnsembleSettings, function: Callable, items: list) -> list:

@@ -272,6 +272,7 @@ def store_chat(db: sqlite3.Connection, chat: Chat) -> None:
     db.execute(
         "INSERT INTO chats VALUES (?, ?, ?, ?, ?)", (chat.id, chat.title, chat.origin, chat.created, chat.updated)
     )
+
     def insert(turn: Turn, alternative_of: int | None) -> None:
         message_id = _insert_message(db, chat.id, turn, _state(turn), None, chat.updated, alternative_of)
         for other in turn.alternatives:

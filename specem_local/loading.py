@@ -19,6 +19,7 @@ from specem_local.member import Member, can_draft_and_verify
 from specem_local.model import LanguageModel
 from specem_local.prompting import PromptFormat
 from specem_local.ram import available_memory_bytes, memory_warning
+from specem_local.rpc import RpcUnavailable, parse_endpoint, probe
 from specem_local.sources import source_for
 
 ProgressCallback = Callable[[str, float], None]  # (model name, fraction loaded)
@@ -131,8 +132,9 @@ def memory_warnings(config: Config, sizes: dict[str, int]) -> list[str]:
 
     gpus = [d for d in devices() if d.kind in ("GPU", "integrated GPU")] if gpu_offload() else []
     offloaded = {spec.name for spec in config.models if gpus and gpu_layers_for(spec, config) != 0}
-    on_gpu = {name: size for name, size in sizes.items() if name in offloaded}
-    on_host = {name: size for name, size in sizes.items() if name not in offloaded}
+    remote = {spec.name for spec in config.models if spec.rpc}  # their layers live on other machines
+    on_gpu = {name: size for name, size in sizes.items() if name in offloaded - remote}
+    on_host = {name: size for name, size in sizes.items() if name not in offloaded | remote}
     warnings_ = [memory_warning(on_host, available_memory_bytes())]
     if on_gpu:
         warnings_.append(memory_warning(on_gpu, sum(d.free_bytes for d in gpus), "GPU "))
@@ -144,6 +146,27 @@ def _warn(loaded: Loaded, message: str) -> None:
     warnings.warn(message, stacklevel=4)
 
 
+def check_rpc_servers(spec: ModelSpec) -> None:
+    """Before a member's layers are sent to its RPC servers: this build has the RPC backend and
+    every server answers the protocol's greeting in time, in this version (what ggml-rpc would
+    turn into an abort or a hang is a one-line error naming the server)."""
+    if not spec.rpc:
+        return
+    from specem_local.backend import supports_rpc
+
+    if not supports_rpc():
+        raise SpecemError(
+            f"model {spec.name!r} has rpc servers, and this llama.cpp was built without the RPC backend; "
+            "run ./scripts/setup.sh again (it adds -DGGML_RPC=ON)"
+        )
+    for text in spec.rpc:
+        endpoint = parse_endpoint(text)
+        try:
+            probe(endpoint)
+        except RpcUnavailable as why:
+            raise SpecemError(f"model {spec.name!r}: the RPC server {endpoint} cannot take it: {why}") from None
+
+
 def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress: ProgressCallback | None) -> Member:
     from specem_local.backend import LlamaModel
 
@@ -151,6 +174,7 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
         if progress is not None:
             progress(spec.name, fraction)
 
+    check_rpc_servers(spec)
     try:
         model = LlamaModel(
             path,
@@ -159,6 +183,7 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
             n_threads=config.load.threads_per_model,
             n_gpu_layers=gpu_layers_for(spec, config),
             progress=report,
+            rpc=spec.rpc,
         )
     except SpecemError as error:
         if spec.ollama is None:

@@ -64,9 +64,9 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
                 context_length=header.context_length,
                 chat_template=header.chat_template is not None,
                 file_size=header.file_size,
-                runs_on=placement(
-                    offloaded_layers(gpu_layers_for(spec, config), header.layers, gpu_build), header.layers
-                ),
+                runs_on=f"RPC {', '.join(spec.rpc)}"
+                if spec.rpc
+                else placement(offloaded_layers(gpu_layers_for(spec, config), header.layers, gpu_build), header.layers),
             )
         rows.append(row)
     return rows

@@ -90,7 +90,8 @@ class EnsembleServer:
         )
 
     async def models(self, _request: HttpRequest) -> Response:
-        return JSONResponse(oa.models_list(self.ensemble.model_names, self.created))
+        runs_on = {member.name: member.model.placement for member in self.ensemble.members}
+        return JSONResponse(oa.models_list(self.ensemble.model_names, self.created, runs_on))
 
     async def ollama_version(self, _request: HttpRequest) -> Response:
         return JSONResponse({"version": ol.OLLAMA_VERSION})

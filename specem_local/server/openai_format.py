@@ -243,10 +243,8 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
     }
 
 
-def models_list(members: list[str], created: int) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "specem-local", "members": members}
-        ],
-    }
+def models_list(members: list[str], created: int, runs_on: dict[str, str] | None = None) -> dict[str, Any]:
+    """The one model served; ``runs_on``: where each member runs ("CPU", "GPU 25/25 layers",
+    "RPC 192.168.1.20:50052")."""
+    entry = {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "specem-local", "members": members}
+    return {"object": "list", "data": [{**entry, "runs_on": runs_on or {}}]}

@@ -25,7 +25,7 @@ def test_a_gpu_backend_keeps_the_cpu_flags_on_x86():
     cpu = cmake_args_for_x86(cpu_flags_from_cpuinfo(CPUINFO))
     for backend in ("-DGGML_CUDA=on", "-DGGML_VULKAN=on", "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real"):
         args = choose_cmake_args({"CMAKE_ARGS": backend}, "x86_64", CPUINFO)
-        assert args == f"{backend} {cpu}" and "-DGGML_NATIVE=OFF" in args and "AMX_TILE=ON" not in args
+        assert args == f"{backend} {cpu} -DGGML_RPC=ON" and "-DGGML_NATIVE=OFF" in args and "AMX_TILE=ON" not in args
 
 
 def test_user_cmake_args_that_choose_the_cpu_side_pass_through_untouched():
@@ -35,10 +35,17 @@ def test_user_cmake_args_that_choose_the_cpu_side_pass_through_untouched():
         "-DGGML_AMX_TILE=ON",
         "-DGGML_CPU_ALL_VARIANTS=ON",
     ):
-        assert choose_cmake_args({"CMAKE_ARGS": user}, "x86_64", CPUINFO) == user
-    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_METAL=on"}, "arm64", None) == "-DGGML_METAL=on"  # Apple Silicon
-    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=on"}, "aarch64", "flags: fp asimd") == "-DGGML_CUDA=on"
+        assert choose_cmake_args({"CMAKE_ARGS": user}, "x86_64", CPUINFO) == f"{user} -DGGML_RPC=ON"
+    metal = choose_cmake_args({"CMAKE_ARGS": "-DGGML_METAL=on"}, "arm64", None)  # Apple Silicon
+    assert metal == "-DGGML_METAL=on -DGGML_RPC=ON"
+    cuda = choose_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=on"}, "aarch64", "flags: fp asimd")
+    assert cuda == "-DGGML_CUDA=on -DGGML_RPC=ON"
 
 
-def test_non_x86_uses_llama_cpp_defaults():
-    assert choose_cmake_args({}, "arm64", None) == ""
+def test_non_x86_uses_llama_cpp_defaults_with_the_rpc_backend():
+    assert choose_cmake_args({}, "arm64", None) == "-DGGML_RPC=ON"
+
+
+def test_every_build_has_the_rpc_backend_unless_the_user_chose():
+    assert choose_cmake_args({}, "x86_64", CPUINFO).endswith(" -DGGML_RPC=ON")
+    assert choose_cmake_args({"CMAKE_ARGS": "-DGGML_RPC=OFF"}, "arm64", None) == "-DGGML_RPC=OFF"

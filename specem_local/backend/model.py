@@ -1,10 +1,8 @@
-"""The llama.cpp backend: the only module that imports ``llama_cpp``.
-
-One ``LlamaModel`` is one GGUF model with one context: the ``model.LanguageModel`` protocol
-implemented with llama.cpp. It owns the C resources (freed context first, then model), turns
-llama.cpp's return codes into exceptions, and offers the few operations the ensemble needs:
-tokenize, decode a batch of (token, position, sequence) rows with logits for chosen rows, and
-the sequence (KV memory) operations.
+"""One GGUF model with one llama.cpp context: the ``model.LanguageModel`` protocol implemented
+with llama.cpp. It owns the C resources (freed context first, then model), turns llama.cpp's
+return codes into exceptions, and offers the few operations the ensemble needs: tokenize,
+decode a batch of (token, position, sequence) rows with logits for chosen rows, and the
+sequence (KV memory) operations. A model may keep its layers on ggml-rpc servers (``rpc``).
 
 Built on the public low-level API on purpose: the high-level ``Llama(logits_all=True)`` would
 allocate ``n_ctx x n_vocab`` floats per model (gigabytes for 150k-260k vocabularies).
@@ -15,172 +13,24 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import signal
-import sys
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
-def _share_the_cpp_runtime() -> None:
-    """Put the system C++ runtime in the global symbol scope before libllama loads. When numpy
-    (or another extension) loaded it first, privately, libllama's std:: references resolved to
-    the weak copies inside libggml-cuda instead, and a CUDA build crashed in
-    llama_model_load_from_file (std::regex in the tokenizer). Promoting the already-loaded
-    runtime to global scope, as LD_PRELOAD would, fixed it on an H100 (docs/install.md)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
-
-
-_share_the_cpp_runtime()
-import llama_cpp  # noqa: E402  (after the runtime is shared)
-import numpy as np  # noqa: E402
-
-from specem_local.errors import SpecemError  # noqa: E402
-from specem_local.gguf import read_model_header  # noqa: E402
-from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement  # noqa: E402
-from specem_local.scoring import RowScores, row_scores  # noqa: E402
-
-_LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
-_recent_errors: deque[str] = deque(maxlen=8)
-_interrupted = threading.Event()  # Ctrl-C pressed while llama.cpp was calling back into Python
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    """Keep llama.cpp quiet; remember error lines so a failed load can say why."""
-    if level == _LOG_LEVEL_ERROR and text:
-        _recent_errors.append(text.decode("utf-8", errors="replace").strip())
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Run a llama.cpp call with Ctrl-C noted instead of raised, then raise it once llama.cpp
-    has returned. Raised inside a callback from C (the log or progress callback), a
-    KeyboardInterrupt would be printed and dropped by ctypes, and the work would go on. Only
-    the main thread gets signals; a handler someone else installed is left alone."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-    signal.signal(signal.SIGINT, lambda _signal, _frame: _interrupted.set())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    _raise_deferred_interrupt()
-
-
-def _raise_deferred_interrupt() -> None:
-    if _interrupted.is_set():
-        _interrupted.clear()
-        raise KeyboardInterrupt
-
-
-_init_lock = threading.Lock()
-_initialised = False
-
-
-def _init_backend() -> None:
-    global _initialised
-    with _init_lock:
-        if not _initialised:
-            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            llama_cpp.llama_backend_init()
-            _return_large_buffers_to_the_system()
-            _initialised = True
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def _return_large_buffers_to_the_system() -> None:
-    """Logits rows (0.2-1 MB each) are allocated and freed by the thousand. After the first
-    large free, glibc raises its mmap threshold, so later rows come from the heap, which
-    fragments: peak RSS grew 6.6% over 150 short answers (``research/soak.py``), 0.4% with the
-    threshold fixed at glibc's default 128 KiB, at the same speed. Linux with glibc only."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # another C library (musl): nothing to tune
-        return
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is not None:
-        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-
-
-# -- what llama.cpp was built with, and the devices it sees ----------------------------------------
-DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}  # enum ggml_backend_dev_type
-
-
-@dataclass(frozen=True)
-class Device:
-    name: str  # e.g. "CUDA0", "Metal", "CPU"
-    description: str  # e.g. "NVIDIA H100 80GB HBM3"
-    kind: str  # a value of DEVICE_TYPES
-    free_bytes: int
-    total_bytes: int
-
-
-def gpu_offload() -> bool:
-    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan, ...)."""
-    _init_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
-
-
-def system_info() -> str:
-    """llama.cpp's own line about its build: backends and CPU features."""
-    _init_backend()
-    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip(" |")
-
-
-@functools.cache
-def _ggml() -> ctypes.CDLL:
-    """ggml's device API (not bound by llama-cpp-python), from the library it loaded."""
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    names = sorted(folder.glob("libggml.*")) + sorted(folder.glob("ggml.dll"))
-    lib = ctypes.CDLL(str(names[0]) if names else "libggml.so")
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    for function in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
-        function.argtypes = [ctypes.c_void_p]
-        function.restype = ctypes.c_char_p
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    size = ctypes.POINTER(ctypes.c_size_t)
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size, size]
-    return lib
-
-
-def devices() -> list[Device]:
-    """Every device llama.cpp can compute on, with its free and total memory now."""
-    _init_backend()
-    try:
-        lib = _ggml()
-    except (OSError, AttributeError):
-        return []
-    found = []
-    for index in range(lib.ggml_backend_dev_count()):
-        device = lib.ggml_backend_dev_get(index)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-        found.append(
-            Device(
-                (lib.ggml_backend_dev_name(device) or b"").decode(),
-                (lib.ggml_backend_dev_description(device) or b"").decode(),
-                DEVICE_TYPES.get(lib.ggml_backend_dev_type(device), "unknown"),
-                free.value,
-                total.value,
-            )
-        )
-    return found
+from specem_local.backend.devices import gpu_offload, rpc_devices
+from specem_local.backend.library import (
+    ctrl_c_deferred,
+    init_backend,
+    interrupted,
+    llama_cpp,
+    raise_deferred_interrupt,
+    recent_errors,
+)
+from specem_local.errors import SpecemError
+from specem_local.gguf import read_model_header
+from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement
+from specem_local.scoring import RowScores, row_scores
 
 
 class LlamaModel:
@@ -196,31 +46,41 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         progress: Callable[[float], None] | None = None,
+        rpc: Sequence[str] = (),
     ) -> None:
+        """``rpc``: ggml-rpc servers (``host:port``, probed already) that hold every layer, split
+        across them by their free memory; none: the layers stay here (or ``n_gpu_layers`` go
+        to a local GPU)."""
         self._model = None
         self._ctx = None
         self._batch = None
         read_model_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
-        _init_backend()
+        init_backend()
         self.path = path
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
+        self.rpc = tuple(rpc)
+        if self.rpc:  # a NULL-terminated array of the servers' devices, for this model only
+            remote = [device for endpoint in self.rpc for device in rpc_devices(endpoint)]
+            self._devices = (ctypes.c_void_p * (len(remote) + 1))(*remote, None)
+            model_params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            model_params.n_gpu_layers = n_gpu_layers = -1
         if progress is not None:
 
             def on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
                 try:
                     progress(float(fraction))
                 except KeyboardInterrupt:
-                    _interrupted.set()
-                return not _interrupted.is_set()  # False makes llama.cpp stop loading
+                    interrupted.set()
+                return not interrupted.is_set()  # False makes llama.cpp stop loading
 
             self._progress_callback = llama_cpp.llama_progress_callback(on_progress)
             model_params.progress_callback = self._progress_callback
-        _recent_errors.clear()
+        recent_errors.clear()
         with self._freed_on_ctrl_c():
             self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
-            reason = _recent_errors[-1] if _recent_errors else "unknown error"
+            reason = recent_errors[-1] if recent_errors else "unknown error"
             raise SpecemError(f"llama.cpp could not load {path}: {reason}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
@@ -241,7 +101,7 @@ class LlamaModel:
             self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
-            reason = _recent_errors[-1] if _recent_errors else "out of memory?"
+            reason = recent_errors[-1] if recent_errors else "out of memory?"
             raise SpecemError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}: {reason}")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = n_batch
@@ -249,8 +109,8 @@ class LlamaModel:
         self.n_seq_max = n_seq_max
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
         layers = int(llama_cpp.llama_model_n_layer(self._model)) + 1  # the repeating layers and the output
-        self.gpu_layers = offloaded_layers(n_gpu_layers, layers, gpu_offload())
-        self.placement = placement(self.gpu_layers, layers)
+        self.gpu_layers = offloaded_layers(n_gpu_layers, layers, gpu_offload() or bool(self.rpc))
+        self.placement = f"RPC {', '.join(self.rpc)}" if self.rpc else placement(self.gpu_layers, layers)
         self.bos_token = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = int(llama_cpp.llama_vocab_eos(self._vocab))
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
@@ -263,9 +123,9 @@ class LlamaModel:
     def _freed_on_ctrl_c(self) -> Iterator[None]:
         """A loading step that Ctrl-C stops (see ``_ctrl_c_deferred``); what was loaded is freed."""
         try:
-            with _ctrl_c_deferred():
+            with ctrl_c_deferred():
                 yield
-            _raise_deferred_interrupt()  # from the progress callback, in any thread
+            raise_deferred_interrupt()  # from the progress callback, in any thread
         except KeyboardInterrupt:
             self.close()
             raise
@@ -363,7 +223,7 @@ class LlamaModel:
                 batch.n_seq_id[index] = 1
                 batch.seq_id[index][0] = row.seq_id
                 batch.logits[index] = row.wants_logits
-            with _ctrl_c_deferred():
+            with ctrl_c_deferred():
                 code = llama_cpp.llama_decode(self._ctx, batch)
             if code == 1:
                 raise ContextFull(f"no KV cache slot for {len(chunk)} tokens (n_ctx {self.n_ctx})")
