@@ -135,6 +135,11 @@ def check_rpc(spec: ModelSpec) -> None:
             raise SpecemError(f"model {spec.name!r}: rpc entry {error}") from None
     if len({parse_endpoint(text) for text in spec.rpc}) < len(spec.rpc):
         raise SpecemError(f"model {spec.name!r}: an rpc endpoint is listed twice; list each server once")
+    if spec.rpc and spec.n_gpu_layers == 0:
+        raise SpecemError(
+            f"model {spec.name!r}: n_gpu_layers = 0 keeps every layer here, so its rpc servers would hold none; "
+            "leave n_gpu_layers out to send them all, or give how many to send"
+        )
     if len(spec.rpc) > MAX_RPC_SERVERS:
         raise SpecemError(f"model {spec.name!r}: rpc lists {len(spec.rpc)} servers; ggml-rpc takes at most 16")
 

@@ -122,8 +122,11 @@ def _sizes(files: dict[str, Path]) -> dict[str, int]:
 
 
 def gpu_layers_for(spec: ModelSpec, config: Config) -> int:
-    """The layers this model asks to put on the GPU (``n_gpu_layers``, else ``gpu_layers``)."""
-    return config.load.gpu_layers if spec.n_gpu_layers is None else spec.n_gpu_layers
+    """The layers this model asks to put on the GPU (``n_gpu_layers``, else ``gpu_layers``), or
+    on its RPC servers (``n_gpu_layers``, else all of them)."""
+    if spec.n_gpu_layers is not None:
+        return spec.n_gpu_layers
+    return -1 if spec.rpc else config.load.gpu_layers
 
 
 def memory_warnings(config: Config, sizes: dict[str, int]) -> list[str]:

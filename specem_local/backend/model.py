@@ -48,9 +48,9 @@ class LlamaModel:
         progress: Callable[[float], None] | None = None,
         rpc: Sequence[str] = (),
     ) -> None:
-        """``rpc``: ggml-rpc servers (``host:port``, probed already) that hold every layer, split
-        across them by their free memory; none: the layers stay here (or ``n_gpu_layers`` go
-        to a local GPU)."""
+        """``rpc``: ggml-rpc servers (``host:port``, probed already) that hold ``n_gpu_layers`` of
+        its layers (-1: all), split across them by their free memory; none: the layers stay
+        here (or ``n_gpu_layers`` go to a local GPU)."""
         self._model = None
         self._ctx = None
         self._batch = None
@@ -64,7 +64,6 @@ class LlamaModel:
             remote = [device for endpoint in self.rpc for device in rpc_devices(endpoint)]
             self._devices = (ctypes.c_void_p * (len(remote) + 1))(*remote, None)
             model_params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-            model_params.n_gpu_layers = n_gpu_layers = -1
         if progress is not None:
 
             def on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:

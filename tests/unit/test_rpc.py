@@ -62,6 +62,7 @@ def test_models_toml_checks_rpc_entries():
         (('"h:1"',), "rpc must be an array of strings"),
         (('["h:1", "h:1"]',), "listed twice"),
         (('["h:1"]', '["h:1"]'), "both use the RPC server h:1"),
+        (('["h:1"]\nn_gpu_layers = 0',), "its rpc servers would hold none"),
     ):
         with pytest.raises(SpecemError, match=message):
             config(*rpcs)
@@ -152,3 +153,20 @@ def test_nothing_listening_says_how_to_start_it():
         port = free.getsockname()[1]
     with pytest.raises(RpcUnavailable, match="nothing is listening there; start it with: specem rpc-serve"):
         probe(Endpoint("127.0.0.1", port))
+
+
+def test_rpc_serve_refuses_what_it_should_in_one_line(capsys):
+    from specem_local.cli import main
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        for args, message in (
+            (["--host", "0.0.0.0"], "ssh -N -L 50052:127.0.0.1:50052"),
+            (["--host", "192.168.1.5", "--port", "5"], "--allow-unauthenticated"),
+            (["--host", "::1"], "IPv4 addresses and names only"),
+            (["--port", port], f"cannot listen on 127.0.0.1:{port}"),
+            (["--device", "CUDA7"], "--device CUDA7: no such device here; this machine has CPU"),
+        ):
+            assert main(["rpc-serve", *args]) == 1
+            error = capsys.readouterr().err
+            assert message in error and error.count("\n") == 1, error
