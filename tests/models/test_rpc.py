@@ -85,13 +85,18 @@ def test_one_remote_and_two_local_members_answer_through_specem_run(servers, tmp
     assert result.stdout.strip() and "Traceback" not in result.stderr
 
 
-async def test_the_chat_app_answers_with_a_remote_member(servers, tmp_path, monkeypatch):
+async def test_the_chat_app_answers_with_one_remote_and_two_local_members(servers, tmp_path, monkeypatch):
     from specem_tui.app import SpecemChatApp
     from tests.tui.pilot import answered, ask, wait_until
 
     monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
     config = config_file(
-        tmp_path, ("qwen", "qwen2.5-coder-0.5b", None), ("smol", "smollm2-135m", servers[1]), max_tokens=16
+        tmp_path,
+        ("qwen", "qwen2.5-coder-0.5b", None),
+        ("gemma", "gemma-3-270m", None),
+        ("smol", "smollm2-135m", servers[1]),
+        max_tokens=16,
+        model_exit=False,
     )
     app = SpecemChatApp(load_config(config))
     async with app.run_test(size=(80, 24)) as pilot:
