@@ -120,10 +120,13 @@ class ChatScreen(AnswerVersions, Screen[None]):
     def status_text(self) -> str:
         settings = self.settings.ensemble
         mode = "plain generation (1 model)" if len(self.settings.models) == 1 else f"{len(self.settings.models)} models"
-        places = {m.model.placement.split(" ")[0] for m in self.ensemble.members if m.name in self.settings.models}
+        taking_part = [m for m in self.ensemble.members if m.name in self.settings.models]
+        places = {m.model.placement.split(" ")[0] for m in taking_part}
+        remote = [f"{m.name}: {m.model.placement}" for m in taking_part if m.model.placement.startswith("RPC")]
         return (
             f"{mode} on {' + '.join(sorted(places))}\n"
-            f"L={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
+            + "".join(f"{line}\n" for line in remote)
+            + f"L={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
             f"{' · feedback' if settings.feedback else ''}{' · exit' if settings.model_exit else ''}"
             f"{' · fast' if settings.fast_finish else ''}"
         )
