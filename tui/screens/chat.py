@@ -167,7 +167,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
             replaced = self.chat.turns[-2:]
             del self.chat.turns[-2:]
             user_turn.alternatives = list(replaced)
-            for view in [*conversation.query(UserMessage), *conversation.query(AnswerView)][-2:]:
+            for view in list(conversation.children)[-2:]:  # the last question and its answer
                 view.remove()
         self.chat.turns += [user_turn, answer_turn]
         self.record_question(user_turn, answer_turn)
