@@ -170,6 +170,8 @@ def summarise(records: list[dict[str, Any]], systems: list[str], members: list[s
             rounds = sum(r.get("rounds", 0) for r in results)
             if rounds and any(r.get("confident_rounds") for r in results):  # the vote gate's share
                 entry["confident_share"] = sum(r.get("confident_rounds", 0) for r in results) / rounds
+            if any(r.get("contrast_changed") for r in results):  # the token-level contrast's changed choices
+                entry["contrast_changed_share"] = sum(r.get("contrast_changed", 0) for r in results) / entry["tokens"]
             if "start_weights" in results[-1]:  # where carrying the weights over the items got to
                 entry["start_weights_after"] = {
                     str(answers): results[answers]["start_weights"]
@@ -325,6 +327,7 @@ def run_systems(
                         "rounds": final.rounds,
                         "confident_rounds": final.confident_rounds,
                         "drafted_tokens": final.drafted_tokens,
+                        "contrast_changed": final.contrast_changed,
                     }
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")

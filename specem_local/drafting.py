@@ -47,11 +47,6 @@ class RoundDrafts:
         """The drafts with text: the round's candidates."""
         return {c: d for c, d in self.drafts.items() if d.text}
 
-    def last_of(self, model: int) -> Draft | None:
-        """The model's last draft this round: the one whose tokens its KV memory still holds."""
-        columns = [c for c in self.drafts if self.author[c] == model]
-        return self.drafts[max(columns, key=lambda c: self.sample[c])] if columns else None
-
 
 class Drafting:
     """One answer's drafting plan: the samplers, and each round's drafts."""

@@ -44,6 +44,8 @@ class Candidate:
     copied: float | None = None  # share of its words that repeat the answer so far (with loop_guard)
     sample: int = 0  # which of its model's drafts this round (draft_budget: 1, 2... are extra drafts)
     same_as_sample: int | None = None  # with same_as: which of that model's drafts
+    contrasted_with: tuple[str, ...] = ()  # token-level contrast: the amateurs it was drafted against
+    contrast_changed: int | None = None  # ... and on how many of its tokens that changed the top choice
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ class FinalEvent(_Record):
     weights: dict[str, float]
     plain_generation: bool  # one model: no ensembling took place
     confident_rounds: int = 0  # rounds the vote gate took unvoted
-    drafted_tokens: int = 0  # tokens sampled while drafting, every candidate of every round
+    drafted_tokens: int = 0  # tokens decoded while drafting: every candidate, and members reading along
+    contrast_changed: int = 0  # token-level contrast: tokens of the answer whose top choice it changed
     type: str = "final"
 
     @property

@@ -12,15 +12,17 @@ are scored one at a time instead, each tail dropped after it is scored.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specem_local.config import ModelSpec
-from specem_local.model import BatchRow, ContextFull, LanguageModel
+from specem_local.model import BatchRow, ContextFull, LanguageModel, vocabulary_digest
 from specem_local.prompting import PromptFormat
 from specem_local.sampling import Sampler
 from specem_local.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
@@ -39,6 +41,7 @@ class Draft:
     rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted drafted token i; one more at the end
     seconds: float = 0.0
     tokens: list[int] = field(default_factory=list)  # every token drafting decoded into sequence 0
+    contrast_changed: int | None = None  # token-level contrast: tokens whose top choice it changed
 
     @property
     def sampled(self) -> int:
@@ -94,6 +97,7 @@ class Member:
         self.tokens: list[int] = []  # committed sequence 0
         self.last_row: np.ndarray | None = None
         self._draft: Draft | None = None  # this round's draft, while its tokens are in sequence 0
+        self._unread: list[int] = []  # reading along: tokens of the draft not decoded yet
         self._prompt_cache: tuple[list[int], np.ndarray] | None = None
 
     @property
@@ -137,6 +141,17 @@ class Member:
         return len(self._draft.tokens) if self._draft is not None else 0
 
     @property
+    def pending_draft(self) -> Draft | None:
+        """This round's draft whose tokens sequence 0 holds past the committed prefix (its own,
+        or the one it read along), if any."""
+        return self._draft
+
+    @functools.cached_property
+    def vocabulary(self) -> str:
+        """A fingerprint of this model's vocabulary (``model.vocabulary_digest``), found once."""
+        return vocabulary_digest(self.model)
+
+    @property
     def room(self) -> int:
         """KV cells not used by the committed sequence."""
         return self.model.n_ctx - len(self.tokens)
@@ -150,13 +165,15 @@ class Member:
         *,
         at_most: int | None = None,
         ignore_eos: bool = False,
+        on_token: Callable[[int], None] | None = None,
     ) -> Draft:
         """Sample ``tokens`` on sequence 0, then go on (a few tokens, never past ``at_most``)
         until the next token would start a new word, so the segment ends on a whole word and
         whole characters without throwing drafted tokens away. Then post-process: this model's
         stop strings, and a cut back to a word boundary if the extra tokens ran out.
         ``ignore_eos`` resamples instead of ending at an end-of-generation token, and does not
-        end at the template's end-of-turn text either (benchmarks of fixed answer length)."""
+        end at the template's end-of-turn text either (benchmarks of fixed answer length).
+        ``on_token`` sees every token the draft decodes, in order (members reading along)."""
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
@@ -188,6 +205,8 @@ class Member:
             drafted.append(token)
             data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
+            if on_token is not None:
+                on_token(token)
         decoded = list(drafted)
         while incomplete_utf8_tail(data):  # still unfinished: drop the partial character
             ended = False
@@ -203,6 +222,48 @@ class Member:
         text_tokens = drafted[:kept] if kept is not None else None
         self._draft = Draft(text, ended, text_tokens, rows, time.perf_counter() - started, decoded)
         return self._draft
+
+    # -- reading along (token-level contrast) ---------------------------------------------------
+    def begin_reading(self) -> None:
+        """Start reading another member's draft token by token (a member of the same
+        vocabulary): sequence 0 drops this round's earlier tail and follows the new draft."""
+        assert self.last_row is not None
+        if self._draft is not None:
+            self.model.seq_remove(0, len(self.tokens), -1)
+        self._draft = Draft("", False, [], [self.last_row])
+        self._unread = []
+
+    def read(self, token: int) -> None:
+        """The draft's next token. It is decoded when a row is next needed, together with any
+        others read since: where the drafter was sure of a token no contrast is needed, so the
+        reader catches up in one batch instead of one decode per token."""
+        assert self._draft is not None
+        self._draft.tokens.append(token)
+        self._unread.append(token)
+
+    @property
+    def read_row(self) -> np.ndarray:
+        """The logits after the tokens read so far: this model's view of the draft's next token."""
+        self._catch_up()
+        assert self._draft is not None
+        return self._draft.rows[-1]
+
+    def _catch_up(self) -> None:
+        assert self._draft is not None
+        if self._unread:
+            start = len(self.tokens) + len(self._draft.tokens) - len(self._unread)
+            rows = self.model.decode([BatchRow(t, start + i, 0, True) for i, t in enumerate(self._unread)])
+            self._draft.rows.extend(rows)
+            self._unread = []
+
+    def end_reading(self, draft: Draft) -> None:
+        """The draft read along is done: sequence 0 holds its tokens, so this member holds the
+        same candidate (its cells are kept if it wins, and scoring it costs no decode)."""
+        self._catch_up()
+        assert self._draft is not None and self._draft.tokens == draft.tokens
+        self._draft = dataclasses.replace(
+            draft, rows=self._draft.rows, tokens=list(draft.tokens), seconds=0.0, contrast_changed=None
+        )
 
     def own_score(self, draft: Draft, scoring: str, with_end: bool = False) -> float:
         """Score this model's own aligned draft from the logits it drafted with (no decode);

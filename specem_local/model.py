@@ -10,6 +10,7 @@ committed prefix to another sequence is cheap, and every cell of every sequence 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -121,3 +122,15 @@ def offloaded_layers(wanted: int, layers: int, gpu_build: bool) -> int:
 def placement(offloaded: int, layers: int) -> str:
     """Where a model runs, in words: ``GPU 25/25 layers`` or ``CPU``."""
     return f"GPU {offloaded}/{layers} layers" if offloaded else "CPU"
+
+
+def vocabulary_digest(model: LanguageModel) -> str:
+    """A fingerprint of a model's vocabulary: every token's bytes and which tokens end
+    generation. Two models with the same digest spell every token id the same way, so one can
+    read the other's tokens (token-level contrast)."""
+    digest = hashlib.sha256(model.n_vocab.to_bytes(8, "little"))
+    for token in range(model.n_vocab):
+        piece = model.token_bytes(token)
+        digest.update(len(piece).to_bytes(4, "little") + piece)
+    digest.update(np.asarray(model.eog_tokens, dtype=np.int64).tobytes())
+    return digest.hexdigest()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from specem_local import feedback, vote
+from specem_local.contrastive import TokenContrast
 from specem_local.drafting import Drafting, RoundDrafts
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
@@ -59,6 +60,9 @@ class Answer:
             judged = [i for i in self.active_drafters if self.verifies[i]]
             leaving = feedback.exiting_drafters(self.weights, judged, 1, 0, settings.exit_share)
             self.active_drafters = [i for i in self.active_drafters if i not in leaving]
+        self.contrast = self._token_contrast()
+        if self.contrast is not None:  # the amateurs read the expert's drafts along instead of drafting
+            self.active_drafters = [i for i in self.active_drafters if i not in self.contrast.amateurs]
         self.share_totals = np.zeros(len(members))
         self.drafting = Drafting(len(members), settings, cancel)
         self.rule = vote.VoteRule(
@@ -77,6 +81,7 @@ class Answer:
         self.drafter_count = 0
         self.confident_rounds = 0
         self.drafted_tokens = 0
+        self.contrast_changed = 0
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
@@ -87,7 +92,30 @@ class Answer:
         drafter, since no one will judge again (model exit with one drafter left costs little
         more than that drafter alone)."""
         votes = len(self.active_drafters) > 1 or self.settings.draft_budget > 1
-        return list(range(len(self.members))) if votes else list(self.active_drafters)
+        if votes:
+            return list(range(len(self.members)))
+        readers = self.contrast.amateurs if self.contrast is not None else []
+        return sorted({*self.active_drafters, *readers})
+
+    def _token_contrast(self) -> TokenContrast | None:
+        """With ``contrast``: the heaviest drafting verifier is the expert, and the other
+        verifiers of its vocabulary are its amateurs, contrasted token by token as it drafts."""
+        if self.settings.contrast <= 0:
+            return None
+        judged = [i for i in self.active_drafters if self.verifies[i]]
+        if not judged:
+            return None
+        expert = max(judged, key=lambda i: self.weights[i])
+        strong = self.members[expert]
+        amateurs = [
+            i
+            for i, member in enumerate(self.members)
+            if i != expert
+            and self.verifies[i]
+            and member.model.n_vocab == strong.model.n_vocab
+            and member.vocabulary == strong.vocabulary
+        ]
+        return TokenContrast(expert, amateurs, self.settings.contrast) if amateurs else None
 
     def map(self, function: Callable, items: list) -> list:
         return self._map(self.settings, function, items)
@@ -142,7 +170,8 @@ class Answer:
             weights=weights_dict(self.members, self.weights),
             plain_generation=len(self.members) == 1,
             confident_rounds=self.confident_rounds,
-            drafted_tokens=self.drafted_tokens,
+            drafted_tokens=self.drafted_tokens + (self.contrast.read_tokens if self.contrast is not None else 0),
+            contrast_changed=self.contrast_changed,
         )
 
     def _prompt_tokens(self, member: Member) -> list[int]:
@@ -183,6 +212,8 @@ class Answer:
         budget = min(settings.segment_tokens, cap)
 
         def draft(i: int, sampler: Sampler) -> Draft:
+            if self.contrast is not None and i == self.contrast.expert:
+                return self.contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
             return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
         round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.map)
@@ -212,8 +243,9 @@ class Answer:
             self._learn(result, groups, author)
         winner, writer = result.winner, int(author[result.winner])
         winning = drafts[winner]
-        self.tokens += self._commit(winner, writer, winning, round_drafts, scored, following)
+        self.tokens += self._commit(winner, writer, winning, scored, following)
         self.wins[self.names[writer]] += 1
+        self.contrast_changed += winning.contrast_changed or 0
         segment, finish = self._append(winning)
         spent = {self.names[i]: 0.0 for i in drafters}
         sampled = dict.fromkeys(spent, 0)
@@ -239,6 +271,10 @@ class Answer:
             confidence=round_drafts.confidence,
         )
         return event, finish
+
+    @property
+    def _amateur_names(self) -> tuple[str, ...]:
+        return tuple(self.names[i] for i in self.contrast.amateurs) if self.contrast is not None else ()
 
     def _name(self, column: int | None, author: np.ndarray) -> str | None:
         return None if column is None else self.names[author[column]]
@@ -312,6 +348,8 @@ class Answer:
                     copied=float(result.copied[rep]) if result.copied is not None else None,
                     sample=sample[c],
                     same_as_sample=sample[rep] if rep != c else None,
+                    contrasted_with=self._amateur_names if draft.contrast_changed is not None else (),
+                    contrast_changed=draft.contrast_changed,
                 )
             )
         return tuple(out)
@@ -348,16 +386,16 @@ class Answer:
         winner: int,
         writer: int,
         winning: Draft,
-        round_drafts: RoundDrafts,
         scored: dict[int, Scored],
         following: list[int],
     ) -> int:
         """Broadcast the winner to every model that followed this round (a drafter that model exit
         removed in it may be its writer); return its length in the writer's tokens. A model whose
-        last draft (the one its KV memory holds) is the winning text keeps its cells."""
+        pending draft (the one its KV memory holds: its last, or the one it read along) is the
+        winning text keeps its cells."""
 
         def commit(index: int) -> int:
-            own = round_drafts.last_of(index)
+            own = self.members[index].pending_draft
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 

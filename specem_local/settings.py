@@ -137,8 +137,9 @@ class EnsembleSettings:
     contrast: float = setting(
         0.0,
         "experimental",
-        "beta: the heaviest verifier against the others, (1+beta) log strong - beta log weak, over "
-        "the candidates it finds plausible (0 = the weighted vote)",
+        "beta: the heaviest member against the others, (1+beta) log strong - beta log weak over what it "
+        "finds plausible: per token while it drafts, against members of its vocabulary (they read along "
+        "instead of drafting); per segment in the vote (0 = off)",
         low=0,
         high=10,
     )

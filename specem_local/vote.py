@@ -278,6 +278,12 @@ def explain(event: RoundEvent) -> str:
             text += f" The loop guard discounted {discounted.model}: {discounted.copied:.0%} of it repeats the answer."
         if event.ranked_first_by:
             text += f" Ranked first by: {', '.join(event.ranked_first_by)}."
+    if won.contrasted_with:
+        text = text if text.endswith(".") else text + "."
+        text += (
+            f" Drafted against {', '.join(won.contrasted_with)} token by token (contrast): its top choice changed"
+            f" on {won.contrast_changed} token{'' if won.contrast_changed == 1 else 's'}."
+        )
     if event.confidence is not None:
         text = text if text.endswith(".") else text + "."
         text += f" Its leading draft's least likely token had p = {event.confidence:.2f}."

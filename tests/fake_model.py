@@ -8,7 +8,8 @@ a byte-level vocabulary, logits from a script, and a KV memory that checks what 
   ``### Assistant:`` header (the plain prompt format), it finds the longest start of the target
   that the answer ends with and puts ``strength`` on the longest piece that continues it (from
   the beginning again when the answer has left the target), or on the end token (``filler``
-  second) when the answer ends with the whole target.
+  second) when the answer ends with the whole target; ``runner_up`` adds a character always one
+  logit behind (a model torn between two continuations).
 - KV memory (``max_batch`` makes larger batches find no slot, like a fragmented cache): cells
   shared between sequences, counted against ``n_ctx``; a decode must continue each sequence at
   its next position and use sequence ids below ``n_seq_max``; any call after ``close()`` or a
@@ -50,6 +51,7 @@ class FakeModel:
         filler: str = " la",
         on_decode: Callable[[FakeModel, Sequence[BatchRow]], None] | None = None,
         max_batch: int | None = None,
+        runner_up: str | None = None,
     ) -> None:
         self.target = target.encode()
         self.pieces: list[bytes] = [b"", b""] + [bytes([b]) for b in range(256)] + [w.encode() for w in words]
@@ -63,6 +65,7 @@ class FakeModel:
         self.filler = filler.encode()
         self.on_decode = on_decode
         self.max_batch = max_batch  # a larger batch finds no KV slot, as in a fragmented cache
+        self.runner_up = runner_up  # a character it always rates one logit below its choice (torn)
         self.cells: list[Cell] = []
         self.decodes = 0  # decode calls
         self.decoded_rows = 0
@@ -114,6 +117,8 @@ class FakeModel:
         else:
             logits[EOS] = self.strength
             logits[self._longest_piece(self.filler)] = self.strength / 2
+        if self.runner_up is not None:
+            logits[self._longest_piece(self.runner_up.encode())] = self.strength - 1.0
         return logits
 
     def _longest_piece(self, data: bytes) -> int:
