@@ -233,3 +233,17 @@ async def test_the_inspector_lists_several_candidates_of_one_model():
         assert "big" in names and "big #2" in names
         await pilot.press("down")
         assert app.screen.query_one("#detail") is not None
+
+
+async def test_the_inspector_says_a_draft_was_contrasted_token_by_token():
+    """With contrast, a member of the drafter's vocabulary reads along: the inspector names it."""
+    app = app_with(*pair(), contrast=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        view = app.screen.query_one(AnswerView)
+        view.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        why = str(app.screen.query_one("#why").render())
+        assert "Drafted against small token by token (contrast)" in why
