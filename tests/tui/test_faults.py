@@ -22,6 +22,15 @@ from tests.tui.test_chat import ANSWER, app_with, pair
 __all__ = ["data_dir"]  # the autouse fixture
 
 
+async def open_inspector(pilot, app) -> None:
+    """Ask a question, wait for the answer, and open the inspector on it."""
+    await ask(pilot, app, "What is six times seven?")
+    await wait_until(pilot, lambda: answered(app))
+    app.screen.query_one(AnswerView).focus()
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+
+
 def toasts(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
@@ -144,12 +153,7 @@ async def test_the_inspector_shows_whole_model_names():
     )
     app = app_with(*long_names)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ask(pilot, app, "What is six times seven?")
-        await wait_until(pilot, lambda: answered(app))
-        view = app.screen.query_one(AnswerView)
-        view.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        await open_inspector(pilot, app)
         table = app.screen.query_one("#candidates")
         labels = [str(column.label) for column in table.columns.values()]
         assert "by a-rather-long-model-name-q4" in labels and "by another-long-model-name-q8" in labels
@@ -220,14 +224,9 @@ async def test_the_inspector_lists_several_candidates_of_one_model():
     """With a drafting budget one model drafts several candidates: one row each, "big #2"."""
     app = app_with(*pair(), draft_budget=3, model_exit=False, extra_temperature=2.0)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ask(pilot, app, "What is six times seven?")
-        await wait_until(pilot, lambda: answered(app))
-        rounds = app.screen.chat.turns[-1].rounds
+        await open_inspector(pilot, app)
+        rounds = app.screen.rounds  # the inspector's rounds: the answer's
         assert any(c.sample > 0 for r in rounds for c in r.candidates)
-        view = app.screen.query_one(AnswerView)
-        view.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
         table = app.screen.query_one("#candidates")
         names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert "big" in names and "big #2" in names
@@ -239,11 +238,6 @@ async def test_the_inspector_says_a_draft_was_contrasted_token_by_token():
     """With contrast, a member of the drafter's vocabulary reads along: the inspector names it."""
     app = app_with(*pair(), contrast=0.5)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ask(pilot, app, "What is six times seven?")
-        await wait_until(pilot, lambda: answered(app))
-        view = app.screen.query_one(AnswerView)
-        view.focus()
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        await open_inspector(pilot, app)
         why = str(app.screen.query_one("#why").render())
         assert "Drafted against small token by token (contrast)" in why
