@@ -21,12 +21,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import load_config
+from specem_local.models.config import load_config
 from specem_local.events import RoundEvent
 from specem_local.member import Member
-from specem_local.model import BatchRow
-from specem_local.ram import peak_rss_bytes
-from specem_local.scoring import segment_score
+from specem_local.backend.protocol import BatchRow
+from specem_local.backend.ram import peak_rss_bytes
+from specem_local.backend.scoring import segment_score
 from specem_local.terminal import print_table
 
 CANDIDATES = (

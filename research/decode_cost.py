@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.config import load_config
+from specem_local.models.config import load_config
 from specem_local.engine import Ensemble, threads_each
 from specem_local.events import FinalEvent, RoundEvent
 from specem_local.member import Member
-from specem_local.model import BatchRow
+from specem_local.backend.protocol import BatchRow
 from specem_local.sampling import make_sampler
-from specem_local.scoring import KEEP
+from specem_local.backend.scoring import KEEP
 from specem_research.bench import bench_prompts, speed_settings
 
 PREFIX_TOKENS = 100

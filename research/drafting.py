@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import load_config
+from specem_local.models.config import load_config
 from specem_local.engine import Ensemble
 from specem_research.bench import bench_prompts, lockstep_ideal, members_alone, rotated, speed_settings
 

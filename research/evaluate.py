@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import Config, tomllib
+from specem_local.models.config import Config, tomllib
 from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides

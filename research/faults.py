@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from specem_local.demo_models import DEMO_MODELS, assemble_demo
+from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
 from specem_local.history import History
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from specem_local.ram import rss_bytes
+from specem_local.backend.ram import rss_bytes
 
 QUESTIONS = ("What is six times seven?", "Name a planet.", "Write one line about rain.", "What is 2 + 2?")
 

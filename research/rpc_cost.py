@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from specem_local.errors import SpecemError
-from specem_local.rpc import Endpoint, RpcUnavailable, probe
+from specem_local.models.rpc import Endpoint, RpcUnavailable, probe
 
 CANDIDATES, SEGMENT = 3, 10
 
@@ -63,7 +63,7 @@ def resident_bytes() -> int:
 def measure(path: Path, rpc: list[str], layers: int, repeats: int) -> dict[str, float]:
     """Load, decode one token ``repeats`` times, verify a batch ``repeats`` times."""
     from specem_local.backend import LlamaModel
-    from specem_local.model import BatchRow
+    from specem_local.backend.protocol import BatchRow
 
     started = time.perf_counter()
     model = LlamaModel(path, n_ctx=512, n_seq_max=4, n_threads=1, n_gpu_layers=layers, rpc=rpc)
@@ -110,8 +110,8 @@ def main() -> None:
     parser.add_argument("--where", choices=("local", "rpc", "rpc-output-here"), help="one case, in this process")
     parser.add_argument("--rpc", default="", help="the server, for --where rpc*")
     args = parser.parse_args()
-    from specem_local.demo_models import DEMO_MODELS, demo_path
-    from specem_local.gguf import read_model_header
+    from specem_local.models.demo_models import DEMO_MODELS, demo_path
+    from specem_local.models.gguf import read_model_header
 
     path = demo_path(DEMO_MODELS[args.model])
     if args.where:  # one case per process, so its resident memory is its own

@@ -10,15 +10,11 @@ The scripting API::
                 print(event.author, event.text)
 """
 
-# llama.cpp before numpy, on every path (the API, the CLI, the chat app): on a CUDA build,
-# numpy's C++ runtime loaded first made llama_model_load_from_file crash (docs/install.md).
-# backend imports llama_cpp (which loads libllama) and only then numpy.
-import contextlib
+# llama.cpp before numpy, on every path (the API, the CLI, the chat app): the backend's face
+# loads it first (see backend/__init__.py).
+from specem_local import backend as _backend  # noqa: F401, I001
 
-with contextlib.suppress(ImportError, OSError, RuntimeError):  # no usable llama.cpp: said on load
-    from specem_local import backend as _backend  # noqa: F401
-
-from specem_local.config import Config, ModelSpec, load_config
+from specem_local.models.config import Config, ModelSpec, load_config
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings, LoadSettings

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from specem_local import history_commands, model_commands, rpc_commands, weights_commands
-from specem_local.config import builtin_ensembles, model_colours
+from specem_local.models.config import builtin_ensembles, model_colours
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
 from specem_local.terminal import (

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from specem_local import feedback
-from specem_local.config import Config, load_config, with_load_overrides
+from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, origin_words
 from specem_local.learned import StartingWeights, key_of, remember, starting_weights

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specem_local.config import PLAIN_TEMPLATE, Config, ModelSpec
+from specem_local.models.config import PLAIN_TEMPLATE, Config, ModelSpec
 from specem_local.errors import SpecemError
 from specem_local.member import Member, can_draft_and_verify
-from specem_local.model import LanguageModel
+from specem_local.backend.protocol import LanguageModel
 from specem_local.prompting import PromptFormat
-from specem_local.ram import available_memory_bytes, memory_warning
-from specem_local.rpc import RpcUnavailable, parse_endpoint, probe
-from specem_local.sources import source_for
+from specem_local.backend.ram import available_memory_bytes, memory_warning
+from specem_local.models.rpc import RpcUnavailable, parse_endpoint, probe
+from specem_local.models.sources import source_for
 
 ProgressCallback = Callable[[str, float], None]  # (model name, fraction loaded)
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specem_local.config import Config
+from specem_local.models.config import Config
 from specem_local.errors import SpecemError
 from specem_local.terminal import config_from_args, human_count, print_table, printable
 
@@ -29,8 +29,8 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
     from specem_local.backend import gpu_offload
     from specem_local.loading import gpu_layers_for
-    from specem_local.model import offloaded_layers, placement
-    from specem_local.sources import model_status, source_for
+    from specem_local.backend.protocol import offloaded_layers, placement
+    from specem_local.models.sources import model_status, source_for
 
     gpu_build = gpu_offload()
     rows = []
@@ -133,8 +133,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def cmd_models_pull(args: argparse.Namespace) -> int:
-    from specem_local.demo_models import DEMO_MODELS
-    from specem_local.sources import DemoSource, source_for
+    from specem_local.models.demo_models import DEMO_MODELS
+    from specem_local.models.sources import DemoSource, source_for
 
     config = config_from_args(args)
     configured = {spec.name: spec for spec in config.models}
@@ -166,8 +166,8 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_models_scan(args: argparse.Namespace) -> int:
-    from specem_local.ram import available_memory_bytes
-    from specem_local.scan import scan
+    from specem_local.backend.ram import available_memory_bytes
+    from specem_local.models.scan import scan
 
     found = scan([Path(folder) for folder in args.folders])
     config = config_from_args(args)
@@ -229,7 +229,7 @@ def _found_row(model: Any, room: int | None) -> dict[str, Any]:
 
 
 def cmd_models_add(args: argparse.Namespace) -> int:
-    from specem_local.models_file import add_model, file_to_edit, parse_source
+    from specem_local.models.models_file import add_model, file_to_edit, parse_source
 
     entry = parse_source(args.source)
     path = file_to_edit(args.config)

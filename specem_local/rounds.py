@@ -21,7 +21,7 @@ from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.learned import StartingWeights
 from specem_local.member import Draft, Member, Scored
-from specem_local.model import ContextFull
+from specem_local.backend.protocol import ContextFull
 from specem_local.prompting import Message
 from specem_local.sampling import Sampler
 from specem_local.segments import copied_fraction, find_stop

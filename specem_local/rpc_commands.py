@@ -17,7 +17,7 @@ import threading
 
 from specem_local.dirs import cache_dir
 from specem_local.errors import SpecemError
-from specem_local.rpc import DEFAULT_PORT, PROTOCOL, SAFE_REACH, is_loopback
+from specem_local.models.rpc import DEFAULT_PORT, PROTOCOL, SAFE_REACH, is_loopback
 from specem_local.terminal import whole_number
 
 

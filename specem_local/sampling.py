@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specem_local.config import EnsembleSettings
+from specem_local.models.config import EnsembleSettings
 
 Sampler = Callable[[np.ndarray], int]
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specem_local.config import Config, load_config, with_load_overrides
+from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings, Setting, describe
 
 _CONVERTERS = {"int": int, "float": float, "str": str}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import Config, ModelSpec, load_config
+from specem_local.models.config import Config, ModelSpec, load_config
 from specem_local.settings import EnsembleSettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specem_local.model import BatchRow, ContextFull
+from specem_local.backend.protocol import BatchRow, ContextFull
 from specem_local.prompting import PLAIN_ANSWER_HEADER
-from specem_local.scoring import RowScores, row_scores
+from specem_local.backend.scoring import RowScores, row_scores
 
 EOS, BOS = 0, 1
 BYTE_BASE = 2

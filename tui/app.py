@@ -14,11 +14,11 @@ from textual.app import App
 from textual.message import Message
 
 from specem_local.chats import Chat
-from specem_local.config import Config, builtin_ensembles, load_config, model_colours
+from specem_local.models.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
 from specem_local.history import History
-from specem_local.scan import FoundModel
+from specem_local.models.scan import FoundModel
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.loading import LoadingScreen
 
@@ -97,7 +97,7 @@ class SpecemChatApp(App[None]):
     def add_model(self, found: FoundModel) -> None:
         """Add a model found on this disk to models.toml (the file in use, else the user's),
         then load the ensemble with it; the chat goes on."""
-        from specem_local.models_file import add_model, file_to_edit, free_name
+        from specem_local.models.models_file import add_model, file_to_edit, free_name
 
         explicit = None if self.config.source.startswith("<") else self.config.source
         try:

@@ -28,9 +28,9 @@ from specem_local.backend.library import (
     recent_errors,
 )
 from specem_local.errors import SpecemError
-from specem_local.gguf import read_model_header
-from specem_local.model import BatchRow, ContextFull, offloaded_layers, placement
-from specem_local.scoring import RowScores, row_scores
+from specem_local.models.gguf import read_model_header
+from specem_local.backend.protocol import BatchRow, ContextFull, offloaded_layers, placement
+from specem_local.backend.scoring import RowScores, row_scores
 
 
 class LlamaModel:

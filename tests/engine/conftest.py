@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specem_local.config import ModelSpec
+from specem_local.models.config import ModelSpec
 from specem_local.engine import Ensemble
 from specem_local.loading import prompt_format_for
 from specem_local.member import Member

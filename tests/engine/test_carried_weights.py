@@ -184,7 +184,7 @@ def test_a_built_in_calibration_applies_until_the_user_makes_one(tmp_path, monke
 def test_the_shipped_calibrations_are_for_the_built_in_ensembles():
     """Each names the members of a built-in ensemble (a renamed or re-quantised member is a
     different ensemble and starts from the prior) and puts most weight on its strongest."""
-    from specem_local.config import builtin_ensembles, load_config
+    from specem_local.models.config import builtin_ensembles, load_config
 
     keys = {" + ".join(sorted(m.name for m in load_config(ensemble=name).models)) for name in builtin_ensembles()}
     assert learned.built_in_calibrations()

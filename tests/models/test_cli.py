@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.demo_models import DEMO_MODELS, assemble_demo, demo_path, is_verified
+from specem_local.models.demo_models import DEMO_MODELS, assemble_demo, demo_path, is_verified
 from tests.conftest import ROOT
 
 SPECEM = [sys.executable, "-m", "specem_local.cli"]

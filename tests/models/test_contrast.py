@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from specem_local.config import load_config
+from specem_local.models.config import load_config
 from specem_local.engine import Ensemble
 from specem_local.events import RoundEvent
-from specem_local.model import BatchRow
+from specem_local.backend.protocol import BatchRow
 from specem_local.prompting import as_messages
 from specem_local.settings import EnsembleSettings
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from specem_local.demo_models import DEMO_MODELS, demo_path
+from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from specem_local.dirs import cache_dir
 from tests.conftest import write_gguf
 from tests.models.test_cli import assert_clean_error, specem

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specem_local.demo_models import DEMO_MODELS, demo_path
+from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from specem_local.engine import Ensemble
 from specem_local.learned import calibrate
 from tests.conftest import demo_config

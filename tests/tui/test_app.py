@@ -132,7 +132,7 @@ async def test_settings_apply_to_the_next_answer():
 async def test_a_model_that_fails_to_load_is_reported_and_the_rest_run(tmp_path):
     from dataclasses import replace
 
-    from specem_local.config import ModelSpec
+    from specem_local.models.config import ModelSpec
 
     bad = tmp_path / "broken.gguf"
     bad.write_text("not a model")

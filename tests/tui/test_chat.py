@@ -11,7 +11,7 @@ import pytest
 
 from specem_local.chat_files import chat_from_json, chat_to_json, chats_dir
 from specem_local.chats import Chat
-from specem_local.config import Config, ModelSpec
+from specem_local.models.config import Config, ModelSpec
 from specem_local.history import History
 from specem_local.settings import EnsembleSettings
 from specem_local.store import WeightStore
@@ -250,7 +250,7 @@ async def test_the_settings_form_has_every_setting_and_checks_it():
 
 
 async def test_ctrl_l_switches_to_another_built_in_ensemble_and_the_chat_goes_on():
-    from specem_local.config import load_config
+    from specem_local.models.config import load_config
     from specem_tui.screens.ensembles import EnsembleScreen
 
     def load(config, **_):
@@ -276,9 +276,9 @@ async def test_ctrl_l_switches_to_another_built_in_ensemble_and_the_chat_goes_on
 
 
 async def test_a_model_found_on_this_disk_is_added_to_models_toml_and_the_ensemble_reloads(tmp_path, monkeypatch):
-    from specem_local.config import load_config
-    from specem_local.gguf import read_header
-    from specem_local.scan import FoundModel
+    from specem_local.models.config import load_config
+    from specem_local.models.gguf import read_header
+    from specem_local.models.scan import FoundModel
     from specem_tui.screens import found as found_screen
     from specem_tui.screens.settings import SettingsScreen
     from tests.conftest import write_gguf

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import find_config_path, load_config, parse_config
+from specem_local.models.config import find_config_path, load_config, parse_config
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings, with_overrides
 
@@ -102,7 +102,7 @@ def test_lookup_order(tmp_path, monkeypatch):
 
 def test_user_config_dir_is_used_before_the_bundled_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from specem_local.config import user_config_path
+    from specem_local.models.config import user_config_path
 
     user_config_path().parent.mkdir(parents=True, exist_ok=True)
     user_config_path().write_text(GOOD)
@@ -117,7 +117,7 @@ def test_overrides_are_validated():
 
 
 def test_the_built_in_models_toml_lists_every_setting_at_its_default_in_its_group():
-    from specem_local.config import tomllib
+    from specem_local.models.config import tomllib
     from specem_local.settings import GROUPS, LoadSettings, describe
 
     text = (Path(__file__).resolve().parents[2] / "specem_local" / "data" / "models.toml").read_text()
@@ -130,7 +130,7 @@ def test_the_built_in_models_toml_lists_every_setting_at_its_default_in_its_grou
 
 
 def test_built_in_ensembles_by_name():
-    from specem_local.config import builtin_ensembles
+    from specem_local.models.config import builtin_ensembles
 
     assert list(builtin_ensembles()) == ["demo", "demo-1.5b"]
     larger = load_config(ensemble="demo-1.5b")

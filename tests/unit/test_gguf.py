@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from specem_local.errors import SpecemError
-from specem_local.gguf import read_header, read_model_header
+from specem_local.models.gguf import read_header, read_model_header
 from tests.conftest import write_gguf
 
 

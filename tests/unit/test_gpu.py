@@ -7,9 +7,9 @@ import pytest
 
 from specem_local import backend, loading
 from specem_local.backend import Device
-from specem_local.config import parse_config
+from specem_local.models.config import parse_config
 from specem_local.loading import memory_warnings
-from specem_local.model import offloaded_layers, placement
+from specem_local.backend.protocol import offloaded_layers, placement
 from specem_local.model_commands import model_rows
 from tests.conftest import write_gguf
 

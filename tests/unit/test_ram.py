@@ -1,4 +1,4 @@
-from specem_local.ram import available_memory_bytes, memory_warning, peak_rss_bytes
+from specem_local.backend.ram import available_memory_bytes, memory_warning, peak_rss_bytes
 
 
 def test_warning_with_numbers_when_models_exceed_memory():

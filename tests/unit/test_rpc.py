@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import parse_config
+from specem_local.models.config import parse_config
 from specem_local.errors import SpecemError
-from specem_local.rpc import (
+from specem_local.models.rpc import (
     CONNECTION_CAPS,
     HELLO_COMMAND,
     PROTOCOL,

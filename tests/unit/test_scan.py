@@ -10,10 +10,10 @@ import pytest
 from huggingface_hub import try_to_load_from_cache
 
 from specem_local import cli
-from specem_local.config import load_config
+from specem_local.models.config import load_config
 from specem_local.errors import SpecemError
-from specem_local.models_file import add_model, file_to_edit, parse_source
-from specem_local.scan import scan
+from specem_local.models.models_file import add_model, file_to_edit, parse_source
+from specem_local.models.scan import scan
 from tests.conftest import ROOT, write_gguf
 from tests.stores import lmstudio_model, ollama_model
 from tests.unit.test_local_stores import gguf, home
@@ -149,8 +149,8 @@ def test_sources_on_the_command_line(tmp_path, gguf):
 
 
 def test_an_hf_entry_resolves_from_the_cache_offline(stores, gguf, tmp_path, monkeypatch):
-    from specem_local.config import parse_config
-    from specem_local.sources import source_for
+    from specem_local.models.config import parse_config
+    from specem_local.models.sources import source_for
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     entry = '[[models]]\nname = "t"\nhf = "someone/Tiny-GGUF"\nfile = "{}"\n'

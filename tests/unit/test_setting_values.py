@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.config import parse_config
+from specem_local.models.config import parse_config
 from specem_local.errors import SettingError, SpecemError
 from specem_local.settings import EnsembleSettings, LoadSettings, describe, with_overrides
 

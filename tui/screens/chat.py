@@ -22,7 +22,7 @@ from textual.widgets import Footer, Header, Static
 
 from specem_local.chat_files import export_chat
 from specem_local.chats import Chat, Turn, title_for
-from specem_local.config import builtin_ensembles
+from specem_local.models.config import builtin_ensembles
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent

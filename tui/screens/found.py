@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from specem_local.scan import FoundModel, scan
+from specem_local.models.scan import FoundModel, scan
 from specem_local.terminal import human_count
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from specem_local.config import Config, ModelSpec, source_key
-from specem_local.demo_models import (
+from specem_local.models.config import Config, ModelSpec, source_key
+from specem_local.models.demo_models import (
     DEMO_MODELS,
     DemoModel,
     assemble_demo,
@@ -27,8 +27,8 @@ from specem_local.demo_models import (
 )
 from specem_local.dirs import FOLDER, not_a_file
 from specem_local.errors import SpecemError
-from specem_local.gguf import GGUFHeader, read_model_header
-from specem_local.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
+from specem_local.models.gguf import GGUFHeader, read_model_header
+from specem_local.models.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
 
 
 # -- the sources ---------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specem_local.errors import SpecemError
-from specem_local.gguf import GGUFHeader, read_header
-from specem_local.local_stores import (
+from specem_local.models.gguf import GGUFHeader, read_header
+from specem_local.models.local_stores import (
     gguf_files,
     is_model_file,
     llama_cpp_cache_dirs,

@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from specem_local.errors import SpecemError
-from specem_local.scoring import RowScores
+from specem_local.backend.scoring import RowScores
 
 
 class ContextFull(SpecemError):
