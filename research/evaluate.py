@@ -282,7 +282,7 @@ def run_systems(
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
-    from specem_local.store import WeightStore
+    from specem_local.storage.weights import WeightStore
 
     stores = items_path.parent / "weights"
     with Ensemble.from_config(config) as ensemble:

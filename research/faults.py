@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
-from specem_local.history import History
+from specem_local.storage.history import History
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 AT_A_TERMINAL = (  # SIGINT as at a terminal, even when started from a background job

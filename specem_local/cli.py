@@ -28,7 +28,7 @@ from specem_local.terminal import (
 )
 
 if TYPE_CHECKING:
-    from specem_local.history import AnswerRecord
+    from specem_local.storage.history import AnswerRecord
 
 ANSI_COLOURS = {
     "red": 31,
@@ -119,8 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def start_record(prompt: str) -> AnswerRecord | None:
     """Record this answer in the history (as it streams); a history that cannot be written is
     said once and the answer goes on."""
-    from specem_local.chats import Turn
-    from specem_local.history import History
+    from specem_local.storage.chats import Turn
+    from specem_local.storage.history import History
 
     try:
         return History().start_new_chat("run", [Turn("user", prompt)])

@@ -32,7 +32,7 @@ from specem_local.member import Member, can_draft_and_verify
 from specem_local.prompting import Message, as_messages
 from specem_local.rounds import Answer, weights_dict
 from specem_local.settings import EnsembleSettings, with_overrides
-from specem_local.store import WeightStore
+from specem_local.storage.weights import WeightStore
 
 Prompt = str | list[Message] | list[dict[str, str]]
 

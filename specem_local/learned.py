@@ -26,7 +26,7 @@ from specem_local import feedback
 from specem_local.choices import choice_change
 from specem_local.member import Member
 from specem_local.settings import EnsembleSettings
-from specem_local.store import Choice, StoredWeights, WeightStore, ensemble_key
+from specem_local.storage.weights import Choice, StoredWeights, WeightStore, ensemble_key
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from specem_local.chats import Turn
+from specem_local.storage.chats import Turn
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.events import Event, FinalEvent
-from specem_local.history import AnswerRecord, History
+from specem_local.storage.history import AnswerRecord, History
 
 _END = object()
 

@@ -18,7 +18,7 @@ import pytest
 
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent
-from specem_local.store import StoredWeights, WeightStore
+from specem_local.storage.weights import StoredWeights, WeightStore
 from tests.conftest import write_gguf
 from tests.doors.test_files_we_write import specem
 

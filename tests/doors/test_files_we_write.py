@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.chats import Turn
+from specem_local.storage.chats import Turn
 from specem_local.dirs import replace_file
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent
-from specem_local.history import History
+from specem_local.storage.history import History
 from specem_local.terminal import printable
 from tests.conftest import ROOT
 

@@ -7,7 +7,7 @@ from specem_local.engine import Ensemble
 from specem_local.loading import prompt_format_for
 from specem_local.member import Member
 from specem_local.settings import EnsembleSettings
-from specem_local.store import WeightStore
+from specem_local.storage.weights import WeightStore
 from tests.fake_model import FakeModel
 
 QUESTION = "What is six times seven?"

@@ -14,7 +14,7 @@ from specem_local.engine import Ensemble
 from specem_local.events import FinalEvent, StartEvent
 from specem_local.learned import calibrate, key_of, member_identity
 from specem_local.settings import EnsembleSettings
-from specem_local.store import StoredWeights, WeightStore
+from specem_local.storage.weights import StoredWeights, WeightStore
 from tests.engine.conftest import QUESTION, fake_member
 
 RIGHT = "The answer is 42, because six times seven is forty-two."

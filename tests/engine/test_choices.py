@@ -10,7 +10,7 @@ import pytest
 from specem_local import choices, learned
 from specem_local.engine import Ensemble
 from specem_local.settings import EnsembleSettings
-from specem_local.store import WeightStore
+from specem_local.storage.weights import WeightStore
 from tests.engine.test_carried_weights import trio
 
 

@@ -97,7 +97,7 @@ def test_with_model_exit_the_light_members_still_follow_and_verify_the_budgets_d
     """Model exit takes the members known to lose out of drafting from the first round; with a
     budget the strong one drafts every candidate and the others still keep up and judge them."""
     from specem_local.learned import calibrate
-    from specem_local.store import WeightStore
+    from specem_local.storage.weights import WeightStore
 
     members = trio()
     store = WeightStore(tmp_path / "specem.db")

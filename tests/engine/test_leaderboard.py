@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 from specem_local import choices, learned
-from specem_local.chats import Chat, Turn
+from specem_local.storage.chats import Chat, Turn
 from specem_local.cli import main
 from specem_local.engine import Ensemble
-from specem_local.history import History
+from specem_local.storage.history import History
 from specem_local.settings import EnsembleSettings
-from specem_local.store import WeightStore
+from specem_local.storage.weights import WeightStore
 from tests.engine.test_carried_weights import trio
 
 

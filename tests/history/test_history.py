@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from specem_local import history as history_module
-from specem_local.chat_files import chat_to_json, export_chat
-from specem_local.chats import INTERRUPTED, Chat, Turn
-from specem_local.database import MIGRATIONS
+from specem_local.storage import history as history_module
+from specem_local.storage.chat_files import chat_to_json, export_chat
+from specem_local.storage.chats import INTERRUPTED, Chat, Turn
+from specem_local.storage.database import MIGRATIONS
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent
-from specem_local.history import History
-from specem_local.store import WeightStore
+from specem_local.storage.history import History
+from specem_local.storage.weights import WeightStore
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
 
@@ -93,11 +93,11 @@ def test_two_windows_on_one_chat_both_keep_their_turns(history):
 def test_an_answer_whose_process_died_is_marked_interrupted_with_its_text_kept(tmp_path):
     script = f"""
 import os, signal
-from specem_local.chats import Chat, Turn
+from specem_local.storage.chats import Chat, Turn
 from specem_local.events import RoundEvent
-from specem_local.history import History
+from specem_local.storage.history import History
 from tests.history.test_history import answer_events
-import specem_local.history as h
+import specem_local.storage.history as h
 h.FLUSH_SECONDS = 0.0
 history = History({str(tmp_path / "specem.db")!r}, chat_files={str(tmp_path / "none")!r})
 chat = Chat(id="killed")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.chats import Chat, Turn
-from specem_local.database import Database
+from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.database import Database
 from specem_local.errors import SpecemError
-from specem_local.history import History
+from specem_local.storage.history import History
 from tests.doors.test_files_we_write import specem
 
 
@@ -114,7 +114,7 @@ def test_a_full_disk_is_one_line_and_the_next_write_after_room_is_made_lands(tmp
 def test_a_disk_io_error_on_a_roomy_disk_does_not_blame_a_full_disk(tmp_path):
     """Checked against 38f6557: deleting specem.db-wal under a running answer said "is the disk
     full?" on a disk with gigabytes free. SQLite says "disk I/O error" for both."""
-    from specem_local.database import FULL_HINT, IO_HINT, _hint
+    from specem_local.storage.database import FULL_HINT, IO_HINT, _hint
 
     error = sqlite3.OperationalError("disk I/O error")
     assert _hint(error, tmp_path / "specem.db") == IO_HINT and "specem.db-wal" in IO_HINT

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from specem_local.chats import Chat, Turn
-from specem_local.database import MIGRATIONS
-from specem_local.history import History
-from specem_local.store import WeightStore
+from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.database import MIGRATIONS
+from specem_local.storage.history import History
+from specem_local.storage.weights import WeightStore
 from tests.history.test_history import answer_events
 
 
@@ -91,8 +91,8 @@ def test_the_migration_keeps_every_chat_and_every_weight(tmp_path):
 
 
 def test_versions_survive_an_export_and_an_import(history, tmp_path):
-    from specem_local.chat_files import chat_from_json, chat_markdown, chat_to_json
-    from specem_local.history import import_chat_files
+    from specem_local.storage.chat_files import chat_from_json, chat_markdown, chat_to_json
+    from specem_local.storage.history import import_chat_files
 
     chat = Chat()
     _, first = answered(history, chat)

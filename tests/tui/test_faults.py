@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from specem_local import history as history_module
-from specem_local.chats import Chat, Turn
-from specem_local.history import History
+from specem_local.storage import history as history_module
+from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.history import History
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen

@@ -70,7 +70,7 @@ def test_real_binary_answers_in_a_real_terminal(tmp_path):
 def test_quitting_mid_answer_keeps_the_text_and_chat_id_resumes_it(tmp_path):
     """Ctrl+Q while an answer streams: the history keeps what was written, marked stopped; then
     ``specem-chat --chat ID`` opens that chat with the text on the screen."""
-    from specem_local.history import History
+    from specem_local.storage.history import History
 
     binary = Path(sys.executable).with_name("specem-chat")
     config = tmp_path / "models.toml"
@@ -113,7 +113,7 @@ def test_quitting_mid_answer_keeps_the_text_and_chat_id_resumes_it(tmp_path):
 def test_pick_a_candidate_and_go_on_from_it_in_a_real_terminal(tmp_path):
     """Issue 27 end to end: the real binary, real models, keys only. Tab to the answer, Enter
     opens the inspector, Down highlights the losing candidate, g goes on from it."""
-    from specem_local.history import History
+    from specem_local.storage.history import History
 
     binary = Path(sys.executable).with_name("specem-chat")
     config = tmp_path / "models.toml"

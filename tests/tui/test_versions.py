@@ -4,8 +4,8 @@ and every version kept in the history."""
 
 from __future__ import annotations
 
-from specem_local.history import History
-from specem_local.store import WeightStore
+from specem_local.storage.history import History
+from specem_local.storage.weights import WeightStore
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.widgets.answer import AnswerView
 from specem_tui.widgets.prompt import PromptInput

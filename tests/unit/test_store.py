@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from specem_local.database import MIGRATIONS
+from specem_local.storage.database import MIGRATIONS
 from specem_local.errors import SpecemError
-from specem_local.store import StoredWeights, WeightStore, ensemble_key
+from specem_local.storage.weights import StoredWeights, WeightStore, ensemble_key
 
 
 def record(key: str, answers: int = 1) -> StoredWeights:

@@ -18,12 +18,12 @@ from typing import Any
 from textual.containers import VerticalScroll
 
 from specem_local import learned
-from specem_local.chats import Chat, Turn, picked_start, with_version_shown
+from specem_local.storage.chats import Chat, Turn, picked_start, with_version_shown
 from specem_local.choices import ENSEMBLE, best_rewards, leaderboard, pick_rewards, thumbs_rewards
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate
-from specem_local.history import AnswerRecord, History
+from specem_local.storage.history import AnswerRecord, History
 from specem_tui.screens.settings import ChatSettings
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput

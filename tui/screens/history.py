@@ -12,7 +12,7 @@ from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
 from specem_local.errors import SpecemError
-from specem_local.history import History
+from specem_local.storage.history import History
 from specem_local.terminal import when
 
 

@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
 
-from specem_local.chats import Turn, code_blocks
+from specem_local.storage.chats import Turn, code_blocks
 from specem_local.events import finish_note
 
 

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specem_local.database import Database
+from specem_local.storage.database import Database
 from specem_local.errors import SpecemError
 
 

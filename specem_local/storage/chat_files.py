@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specem_local.chats import EVENT_FORMAT, Chat, Turn
+from specem_local.storage.chats import EVENT_FORMAT, Chat, Turn
 from specem_local.dirs import data_dir, replace_file
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
 

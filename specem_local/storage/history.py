@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.chat_files import chats_dir, read_chat_file
-from specem_local.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn, title_for
-from specem_local.database import Database
+from specem_local.storage.chat_files import chats_dir, read_chat_file
+from specem_local.storage.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn, title_for
+from specem_local.storage.database import Database
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 
