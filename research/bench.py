@@ -23,7 +23,7 @@ from typing import Any
 
 from specem_local.models.config import load_config
 from specem_local.events import RoundEvent
-from specem_local.member import Member
+from specem_local.engine.member import Member
 from specem_local.backend.protocol import BatchRow
 from specem_local.backend.ram import peak_rss_bytes
 from specem_local.backend.scoring import segment_score

@@ -26,7 +26,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
-    from specem_local.learned import calibrate
+    from specem_local.engine.learned import calibrate
     from specem_local.settings import with_overrides
 
     tasks = load_tasks(Path(args.tasks))[: args.limit]

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from specem_local import sampling
+from specem_local.engine import sampling
 from specem_local.backend.scoring import KEEP, row_scores
 from specem_local.settings import EnsembleSettings
 

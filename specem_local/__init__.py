@@ -39,12 +39,8 @@ __all__ = [
 
 def __getattr__(name: str):
     # Imported lazily so that `specem models list` and config errors never load the engine.
-    if name in ("Ensemble", "AnswerStream"):
+    if name in ("Ensemble", "AnswerStream", "Message"):
         from specem_local import engine
 
         return getattr(engine, name)
-    if name == "Message":
-        from specem_local.prompting import Message
-
-        return Message
     raise AttributeError(name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specem_local.backend.protocol import BatchRow, ContextFull
-from specem_local.prompting import PLAIN_ANSWER_HEADER
+from specem_local.engine.prompting import PLAIN_ANSWER_HEADER
 from specem_local.backend.scoring import RowScores, row_scores
 
 EOS, BOS = 0, 1

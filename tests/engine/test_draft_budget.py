@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specem_local import feedback, vote
+from specem_local.engine import feedback, vote
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_round import RIGHT, split, trio
 
@@ -96,7 +96,7 @@ def test_a_contrastive_vote_over_the_strong_members_own_drafts():
 def test_with_model_exit_the_light_members_still_follow_and_verify_the_budgets_drafts(tmp_path):
     """Model exit takes the members known to lose out of drafting from the first round; with a
     budget the strong one drafts every candidate and the others still keep up and judge them."""
-    from specem_local.learned import calibrate
+    from specem_local.engine.learned import calibrate
     from specem_local.storage.weights import WeightStore
 
     members = trio()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from specem_local import choices, learned
+from specem_local.engine import choices, learned
 from specem_local.storage.chats import Chat, Turn
 from specem_local.cli import main
 from specem_local.engine import Ensemble

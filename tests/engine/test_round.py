@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specem_local import feedback, vote
+from specem_local.engine import feedback, vote
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
@@ -246,7 +246,7 @@ def test_settings_per_answer_are_checked():
 def test_a_winner_that_model_exit_removes_in_its_own_round_is_still_committed(monkeypatch):
     """Model exit judges cumulative shares, so the round's winner can be the drafter that
     leaves in that round; its segment must still reach every model that followed the round."""
-    from specem_local import feedback
+    from specem_local.engine import feedback
 
     def keep_only_the_last(shares, active, rounds, warmup, exit_share):
         return active[:-1] if rounds >= 1 else []

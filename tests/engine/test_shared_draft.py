@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from specem_local.member import Member
-from specem_local.sampling import greedy_sampler
+from specem_local.engine.member import Member
+from specem_local.engine.sampling import greedy_sampler
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
 TARGET = "The answer is 42, because six times seven is forty-two."

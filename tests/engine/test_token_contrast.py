@@ -3,7 +3,7 @@ expert drafts against its amateurs, which read every drafted token along instead
 
 from __future__ import annotations
 
-from specem_local import vote
+from specem_local.engine import vote
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_round import RIGHT, WRONG, split
 

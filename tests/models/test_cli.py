@@ -153,7 +153,7 @@ def test_partial_demo_file_is_rebuilt_not_used(tmp_path, monkeypatch):
 
 
 def test_model_too_large_for_free_memory_warns_with_numbers(monkeypatch):
-    import specem_local.loading as loading
+    import specem_local.engine.loading as loading
     from specem_local.engine import Ensemble
     from tests.conftest import demo_config
 

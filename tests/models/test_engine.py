@@ -7,8 +7,8 @@ import pytest
 
 from specem_local.engine import Ensemble
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.segments import copied_fraction
-from specem_local.vote import pick_winner
+from specem_local.engine.segments import copied_fraction
+from specem_local.engine.vote import pick_winner
 from tests.conftest import demo_config
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?"

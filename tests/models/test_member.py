@@ -7,10 +7,10 @@ import pytest
 
 from specem_local.backend import LlamaModel
 from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
-from specem_local.loading import prompt_format_for
-from specem_local.member import Member
+from specem_local.engine.loading import prompt_format_for
+from specem_local.engine.member import Member
 from specem_local.backend.protocol import BatchRow
-from specem_local.prompting import Message
+from specem_local.engine.prompting import Message
 from specem_local.backend.scoring import segment_score
 from tests.conftest import demo_config
 
@@ -85,7 +85,7 @@ def test_adopted_winner_gives_same_next_logits_as_fresh_decode(key, tolerance):
 
 def test_own_draft_is_scored_from_drafting_logits():
     m = member("smollm2-135m")
-    from specem_local.sampling import greedy_sampler
+    from specem_local.engine.sampling import greedy_sampler
 
     draft = m.draft(8, greedy_sampler(), threading.Event())
     assert draft.aligned and draft.text
@@ -96,7 +96,7 @@ def test_own_draft_is_scored_from_drafting_logits():
 
 
 def test_ending_is_scored_the_same_from_drafting_logits_and_in_line():
-    from specem_local.sampling import greedy_sampler
+    from specem_local.engine.sampling import greedy_sampler
 
     m = member("qwen2.5-coder-0.5b")
     draft = m.draft(16, greedy_sampler(), threading.Event())
@@ -111,7 +111,7 @@ def test_ending_is_scored_the_same_from_drafting_logits_and_in_line():
 
 @pytest.mark.parametrize("length", [1, 3, 5, 8])
 def test_drafts_end_on_a_whole_word_without_discarding_tokens(length):
-    from specem_local.sampling import greedy_sampler
+    from specem_local.engine.sampling import greedy_sampler
 
     m = member("qwen2.5-coder-0.5b")
     draft = m.draft(length, greedy_sampler(), threading.Event())
@@ -135,7 +135,7 @@ def test_special_token_text_in_a_prompt_stays_text():
 @pytest.mark.parametrize("key", ["smollm2-135m", "gemma-3-270m"])
 def test_candidates_sharing_the_verifiers_draft_score_as_without_it(key):
     """The shared start is scored from the drafting rows and its cells are shared, not decoded."""
-    from specem_local.sampling import greedy_sampler
+    from specem_local.engine.sampling import greedy_sampler
 
     drafted = member(key)
     draft = drafted.draft(12, greedy_sampler(), threading.Event())

@@ -1,6 +1,6 @@
 import itertools
 
-from specem_local.learned import built_in_calibrations, names_in
+from specem_local.engine.learned import built_in_calibrations, names_in
 from specem_research.choices import careful_choices, simulate, size_prior
 
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from specem_local.contrastive import contrast_logits
-from specem_local.vote import PLAUSIBLE
+from specem_local.engine.contrastive import contrast_logits
+from specem_local.engine.vote import PLAUSIBLE
 
 
 def test_only_what_the_expert_finds_plausible_can_be_chosen():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specem_local import feedback, vote
+from specem_local.engine import feedback, vote
 
 
 def test_wins_exclude_self_judgement():

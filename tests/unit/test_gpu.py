@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from specem_local import backend, loading
+from specem_local import backend
+
+from specem_local.engine import loading
 from specem_local.backend import Device
 from specem_local.models.config import parse_config
-from specem_local.loading import memory_warnings
+from specem_local.engine.loading import memory_warnings
 from specem_local.backend.protocol import offloaded_layers, placement
 from specem_local.model_commands import model_rows
 from tests.conftest import write_gguf

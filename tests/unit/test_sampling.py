@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specem_local.sampling import filtered_probabilities, make_sampler, top_k_ids
+from specem_local.engine.sampling import filtered_probabilities, make_sampler, top_k_ids
 from specem_local.settings import EnsembleSettings
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from specem_local.segments import (
+from specem_local.engine.segments import (
     copied_fraction,
     ends_at_word_boundary,
     find_stop,

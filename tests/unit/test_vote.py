@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from specem_local import vote
+from specem_local.engine import vote
 from specem_local.events import Candidate, RoundEvent
 
 

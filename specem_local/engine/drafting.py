@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specem_local import feedback
-from specem_local.member import Draft
-from specem_local.sampling import Sampler, make_sampler
+from specem_local.engine import feedback
+from specem_local.engine.member import Draft
+from specem_local.engine.sampling import Sampler, make_sampler
 from specem_local.settings import EnsembleSettings
 
 

@@ -19,10 +19,10 @@ import threading
 
 import numpy as np
 
-from specem_local.member import Draft, Member
-from specem_local.sampling import Sampler
+from specem_local.engine.member import Draft, Member
+from specem_local.engine.sampling import Sampler
 from specem_local.settings import EnsembleSettings
-from specem_local.vote import PLAUSIBLE
+from specem_local.engine.vote import PLAUSIBLE
 
 
 def plausible(expert: np.ndarray) -> np.ndarray:

@@ -22,9 +22,9 @@ from importlib import resources
 
 import numpy as np
 
-from specem_local import feedback
-from specem_local.choices import choice_change
-from specem_local.member import Member
+from specem_local.engine import feedback
+from specem_local.engine.choices import choice_change
+from specem_local.engine.member import Member
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import Choice, StoredWeights, WeightStore, ensemble_key
 
