@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specem_local.commands import print_table, whole_number
 from specem_local.errors import SpecemError
-from specem_local.terminal import print_table, whole_number
 from specem_research.evaluate import read_records
 from specem_research.stats import mcnemar_exact_p, wilson_interval
 

@@ -21,13 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.config import load_config
+from specem_local.backend import BatchRow, peak_rss_bytes, segment_score
+from specem_local.commands import print_table
+from specem_local.engine import Member
 from specem_local.events import RoundEvent
-from specem_local.engine.member import Member
-from specem_local.backend.protocol import BatchRow
-from specem_local.backend.ram import peak_rss_bytes
-from specem_local.backend.scoring import segment_score
-from specem_local.terminal import print_table
+from specem_local.models import load_config
 
 CANDIDATES = (
     " The answer depends on how light scatters in the air.",
@@ -215,8 +213,8 @@ def first_segment(ensemble, prompt: str) -> dict[str, Any]:
 
 def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
     from specem_local.backend import devices
+    from specem_local.commands import build_description
     from specem_local.engine import Ensemble
-    from specem_local.model_commands import build_description
 
     plan = QUICK if quick else FULL
     gpu_free_before = {d.name: d.free_bytes for d in devices() if d.kind != "CPU"}

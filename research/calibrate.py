@@ -17,16 +17,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specem_local.commands import (
+    add_settings_flags,
+    config_from_args,
+    print_table,
+    settings_overrides,
+    whole_number,
+)
 from specem_local.errors import SpecemError
-from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
 from specem_research.evaluate import load_tasks
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from specem_local.engine import Ensemble
-    from specem_local.engine.learned import calibrate
+    from specem_local.engine import Ensemble, calibrate
     from specem_local.settings import with_overrides
 
     tasks = load_tasks(Path(args.tasks))[: args.limit]

@@ -21,9 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specem_local.engine import feedback
-from specem_local.engine.choices import best_rewards, choice_change
-from specem_local.engine.learned import built_in_calibrations, names_in
+from specem_local.engine import best_rewards, built_in_calibrations, choice_change, feedback, names_in
 from specem_research.evaluate import member_systems, read_records
 
 

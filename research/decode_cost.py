@@ -27,13 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.models.config import load_config
-from specem_local.engine import Ensemble, threads_each
+from specem_local.backend import KEEP, BatchRow
+from specem_local.engine import Ensemble, Member, make_sampler, threads_each
 from specem_local.events import FinalEvent, RoundEvent
-from specem_local.engine.member import Member
-from specem_local.backend.protocol import BatchRow
-from specem_local.engine.sampling import make_sampler
-from specem_local.backend.scoring import KEEP
+from specem_local.models import load_config
 from specem_research.bench import bench_prompts, speed_settings
 
 PREFIX_TOKENS = 100

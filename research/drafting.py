@@ -13,8 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.config import load_config
 from specem_local.engine import Ensemble
+from specem_local.models import load_config
 from specem_research.bench import bench_prompts, lockstep_ideal, members_alone, rotated, speed_settings
 
 MODES = {

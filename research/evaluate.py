@@ -21,11 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.config import Config, tomllib
+from specem_local.commands import (
+    add_settings_flags,
+    config_from_args,
+    print_table,
+    settings_overrides,
+    whole_number,
+)
 from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
+from specem_local.models import Config, tomllib
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
-from specem_local.terminal import add_settings_flags, config_from_args, print_table, settings_overrides, whole_number
 from specem_research.grading import extract_choice, extract_number, normalise_number, numbers_equal
 from specem_research.stats import mcnemar_exact_p, wilson_interval
 
@@ -282,7 +288,7 @@ def run_systems(
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
-    from specem_local.storage.weights import WeightStore
+    from specem_local.storage import WeightStore
 
     stores = items_path.parent / "weights"
     with Ensemble.from_config(config) as ensemble:

@@ -37,13 +37,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
-from specem_local.storage.history import History
+from specem_local.models import DEMO_MODELS, assemble_demo
+from specem_local.storage import History
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 AT_A_TERMINAL = (  # SIGINT as at a terminal, even when started from a background job
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'specem_local.cli', *sys.argv[1:]])"
+    "os.execv(sys.executable, [sys.executable, '-m', 'specem_local', *sys.argv[1:]])"
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from specem_local.backend.ram import rss_bytes
+from specem_local.backend import rss_bytes
 
 QUESTIONS = ("What is six times seven?", "Name a planet.", "Write one line about rain.", "What is 2 + 2?")
 
@@ -40,7 +40,7 @@ def start_server(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with log.open("wb") if log is not None else contextlib.nullcontext(subprocess.PIPE) as output:
-        command = [sys.executable, "-m", "specem_local.cli", "serve", "--port", str(port), "--log-level", "warning"]
+        command = [sys.executable, "-m", "specem_local", "serve", "--port", str(port), "--log-level", "warning"]
         process = subprocess.Popen(
             [*command, *options],
             stdout=output,

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specem_local.commands import print_table
 from specem_local.errors import SpecemError
-from specem_local.terminal import print_table
 from specem_research.evaluate import (
     member_systems,
     paired_comparison,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from specem_local.errors import SpecemError
-from specem_local.models.rpc import Endpoint, RpcUnavailable, probe
+from specem_local.models import Endpoint, RpcUnavailable, probe
 
 CANDIDATES, SEGMENT = 3, 10
 
@@ -35,7 +35,7 @@ def free_port() -> int:
 def start_rpc_server(threads: int = 1, *extra: str) -> tuple[subprocess.Popen, str]:
     """A ``specem rpc-serve`` process on a free loopback port, once it answers the greeting."""
     port = free_port()
-    command = [sys.executable, "-m", "specem_local.cli", "rpc-serve", "--port", str(port), "--threads", str(threads)]
+    command = [sys.executable, "-m", "specem_local", "rpc-serve", "--port", str(port), "--threads", str(threads)]
     process = subprocess.Popen([*command, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -62,8 +62,7 @@ def resident_bytes() -> int:
 
 def measure(path: Path, rpc: list[str], layers: int, repeats: int) -> dict[str, float]:
     """Load, decode one token ``repeats`` times, verify a batch ``repeats`` times."""
-    from specem_local.backend import LlamaModel
-    from specem_local.backend.protocol import BatchRow
+    from specem_local.backend import BatchRow, LlamaModel
 
     started = time.perf_counter()
     model = LlamaModel(path, n_ctx=512, n_seq_max=4, n_threads=1, n_gpu_layers=layers, rpc=rpc)
@@ -110,8 +109,7 @@ def main() -> None:
     parser.add_argument("--where", choices=("local", "rpc", "rpc-output-here"), help="one case, in this process")
     parser.add_argument("--rpc", default="", help="the server, for --where rpc*")
     args = parser.parse_args()
-    from specem_local.models.demo_models import DEMO_MODELS, demo_path
-    from specem_local.models.gguf import read_model_header
+    from specem_local.models import DEMO_MODELS, demo_path, read_model_header
 
     path = demo_path(DEMO_MODELS[args.model])
     if args.where:  # one case per process, so its resident memory is its own

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
+from specem_local.backend import KEEP, row_scores
 from specem_local.engine import sampling
-from specem_local.backend.scoring import KEEP, row_scores
 from specem_local.settings import EnsembleSettings
 
 VOCABULARIES = {"smollm2-135m": 49_152, "qwen2.5-coder-0.5b": 151_936, "gemma-3-270m": 262_144}
@@ -74,8 +74,8 @@ def sampling_ms(top_k_ids, row: np.ndarray, repeats: int = 200) -> float:
 def members_alone_before_after(repeats: int = 4) -> None:
     """Each demo member answering alone (160 tokens, the bench's story prompt), the old and
     the new top-k alternated in one process; medians."""
-    from specem_local.models.config import load_config
     from specem_local.engine import Ensemble
+    from specem_local.models import load_config
     from specem_research.bench import bench_prompts, members_alone, rotated, speed_settings
 
     prompt, common = bench_prompts()["story"], speed_settings(160)

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from specem_local import Ensemble
-from specem_local.storage.chats import Turn
-from specem_local.models.config import load_config
+from specem_local.backend import peak_rss_bytes, rss_bytes
 from specem_local.events import FinalEvent, RoundEvent
-from specem_local.storage.history import History
-from specem_local.backend.ram import peak_rss_bytes, rss_bytes
+from specem_local.models import load_config
+from specem_local.storage import History, Turn
 
 QUESTIONS = (
     "What is six times seven?",

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specem_local.backend.protocol import BatchRow, ContextFull
-from specem_local.engine.prompting import PLAIN_ANSWER_HEADER
 from specem_local.backend.scoring import RowScores, row_scores
+from specem_local.engine.prompting import PLAIN_ANSWER_HEADER
 
 EOS, BOS = 0, 1
 BYTE_BASE = 2

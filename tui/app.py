@@ -13,12 +13,12 @@ from textual import work
 from textual.app import App
 from textual.message import Message
 
-from specem_local.storage.chats import Chat
-from specem_local.models.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
-from specem_local.storage.history import History
+from specem_local.models.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.models.scan import FoundModel
+from specem_local.storage.chats import Chat
+from specem_local.storage.history import History
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.loading import LoadingScreen
 

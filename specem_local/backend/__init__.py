@@ -7,30 +7,28 @@ imports ``llama_cpp``), ``devices`` lists what can compute (local devices, ggml-
 and runs an RPC server, ``model`` is one GGUF model with its context (``LlamaModel``), ``ram``
 reads host memory.
 
-May import: ``models`` (GGUF headers), ``settings``, ``errors``, ``dirs``. The names from
-``library``, ``devices`` and ``model`` are looked up when first used, so a llama.cpp that cannot
-load costs the commands that need a model, not every command.
+May import: ``models`` (GGUF headers), ``settings``, ``errors``, ``dirs``. A llama.cpp that
+cannot load costs the commands that need a model, not every command: its names then raise
+the reason when used.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING
-
 # llama.cpp before numpy: on a CUDA build, numpy's C++ runtime loaded first made
-# llama_model_load_from_file crash (docs/install.md). library imports llama_cpp (which loads
-# libllama) and only then numpy; a llama.cpp that cannot load is said when a model loads.
-with contextlib.suppress(ImportError, OSError, RuntimeError):
-    from specem_local.backend import library as _library  # noqa: F401
+# llama_model_load_from_file crash (docs/install.md). The top-level package imports this face
+# first of all, and library imports llama_cpp (which loads libllama) and only then numpy.
+try:
+    from specem_local.backend.devices import Device, devices, gpu_offload
+    from specem_local.backend.library import supports_rpc, system_info
+    from specem_local.backend.model import LlamaModel
+except (ImportError, OSError, RuntimeError) as _error:
+    _unavailable: BaseException | None = _error
+else:
+    _unavailable = None
 
 from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel
 from specem_local.backend.ram import peak_rss_bytes, rss_bytes
 from specem_local.backend.scoring import KEEP, RowScores, row_scores, segment_score
-
-if TYPE_CHECKING:
-    from specem_local.backend.devices import Device, devices, gpu_offload
-    from specem_local.backend.library import supports_rpc, system_info
-    from specem_local.backend.model import LlamaModel
 
 __all__ = [
     "KEEP",
@@ -50,21 +48,8 @@ __all__ = [
     "system_info",
 ]
 
-_LAZY = {
-    "Device": "devices",
-    "devices": "devices",
-    "gpu_offload": "devices",
-    "supports_rpc": "library",
-    "system_info": "library",
-    "LlamaModel": "model",
-}
-
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"specem_local.backend.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
+    if _unavailable is not None and name in __all__:
+        raise _unavailable  # llama.cpp could not load: the reason, where a model is needed
     raise AttributeError(name)

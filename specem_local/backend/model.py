@@ -27,10 +27,10 @@ from specem_local.backend.library import (
     raise_deferred_interrupt,
     recent_errors,
 )
-from specem_local.errors import SpecemError
-from specem_local.models.gguf import read_model_header
 from specem_local.backend.protocol import BatchRow, ContextFull, offloaded_layers, placement
 from specem_local.backend.scoring import RowScores, row_scores
+from specem_local.errors import SpecemError
+from specem_local.models.gguf import read_model_header
 
 
 class LlamaModel:

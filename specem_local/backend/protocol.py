@@ -17,8 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specem_local.errors import SpecemError
 from specem_local.backend.scoring import RowScores
+from specem_local.errors import SpecemError
 
 
 class ContextFull(SpecemError):

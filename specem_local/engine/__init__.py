@@ -11,8 +11,26 @@ Knows nothing of the front ends.
 """
 
 from specem_local.engine import feedback, learned, sampling
+from specem_local.engine.choices import best_rewards, choice_change
 from specem_local.engine.ensemble import AnswerStream, Ensemble, threads_each
+from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
+from specem_local.engine.sampling import make_sampler
 
-__all__ = ["AnswerStream", "Ensemble", "Member", "Message", "feedback", "learned", "sampling", "threads_each"]
+__all__ = [
+    "AnswerStream",
+    "Ensemble",
+    "Member",
+    "Message",
+    "best_rewards",
+    "built_in_calibrations",
+    "calibrate",
+    "choice_change",
+    "feedback",
+    "learned",
+    "make_sampler",
+    "names_in",
+    "sampling",
+    "threads_each",
+]

@@ -21,8 +21,8 @@ import numpy as np
 
 from specem_local.engine.member import Draft, Member
 from specem_local.engine.sampling import Sampler
-from specem_local.settings import EnsembleSettings
 from specem_local.engine.vote import PLAUSIBLE
+from specem_local.settings import EnsembleSettings
 
 
 def plausible(expert: np.ndarray) -> np.ndarray:

@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from specem_local.engine import feedback
-from specem_local.models.config import Config, load_config, with_load_overrides
-from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent, origin_words
 from specem_local.engine.learned import StartingWeights, key_of, remember, starting_weights
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message, as_messages
 from specem_local.engine.rounds import Answer, weights_dict
+from specem_local.errors import SpecemError
+from specem_local.events import Event, FinalEvent, origin_words
+from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import EnsembleSettings, with_overrides
 from specem_local.storage.weights import WeightStore
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specem_local.models.config import PLAIN_TEMPLATE, Config, ModelSpec
-from specem_local.errors import SpecemError
-from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.backend.protocol import LanguageModel
-from specem_local.engine.prompting import PromptFormat
 from specem_local.backend.ram import available_memory_bytes, memory_warning
+from specem_local.engine.member import Member, can_draft_and_verify
+from specem_local.engine.prompting import PromptFormat
+from specem_local.errors import SpecemError
+from specem_local.models.config import PLAIN_TEMPLATE, Config, ModelSpec
 from specem_local.models.rpc import RpcUnavailable, parse_endpoint, probe
 from specem_local.models.sources import source_for
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specem_local.models.config import ModelSpec
 from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel, vocabulary_digest
+from specem_local.backend.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
 from specem_local.engine.prompting import PromptFormat
 from specem_local.engine.sampling import Sampler
-from specem_local.backend.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
 from specem_local.engine.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.models.config import ModelSpec
 
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
 

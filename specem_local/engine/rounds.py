@@ -14,17 +14,17 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from specem_local.backend.protocol import ContextFull
 from specem_local.engine import feedback, vote
 from specem_local.engine.contrastive import TokenContrast
 from specem_local.engine.drafting import Drafting, RoundDrafts
-from specem_local.errors import SpecemError
-from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.backend.protocol import ContextFull
 from specem_local.engine.prompting import Message
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
+from specem_local.errors import SpecemError
+from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
 MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads

@@ -20,9 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-from specem_local.models.demo_models import DEMO_MODELS
 from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, not_a_file, read_text, user_config_path
 from specem_local.errors import SpecemError
+from specem_local.models.demo_models import DEMO_MODELS
 from specem_local.models.rpc import parse_endpoint, shared_endpoints
 from specem_local.settings import (
     EnsembleSettings,

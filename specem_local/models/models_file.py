@@ -9,9 +9,9 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from specem_local.models.config import SOURCE_KEYS, bundled_config_text, find_config_path, parse_config
 from specem_local.dirs import not_a_file, read_text, replace_file, user_config_path
 from specem_local.errors import SpecemError
+from specem_local.models.config import SOURCE_KEYS, bundled_config_text, find_config_path, parse_config
 from specem_local.models.gguf import read_model_header
 from specem_local.models.sources import GLOB_CHARACTERS
 

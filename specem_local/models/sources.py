@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from specem_local.dirs import FOLDER, not_a_file
+from specem_local.errors import SpecemError
 from specem_local.models.config import Config, ModelSpec, source_key
 from specem_local.models.demo_models import (
     DEMO_MODELS,
@@ -25,8 +27,6 @@ from specem_local.models.demo_models import (
     pull_demo,
     verify_demo,
 )
-from specem_local.dirs import FOLDER, not_a_file
-from specem_local.errors import SpecemError
 from specem_local.models.gguf import GGUFHeader, read_model_header
 from specem_local.models.local_stores import llama_cpp_cached, lmstudio_file, ollama_blob, one_gguf
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from specem_local.storage.chats import Turn
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.events import Event, FinalEvent
+from specem_local.storage.chats import Turn
 from specem_local.storage.history import AnswerRecord, History
 
 _END = object()

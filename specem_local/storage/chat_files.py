@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specem_local.storage.chats import EVENT_FORMAT, Chat, Turn
 from specem_local.dirs import data_dir, replace_file
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
+from specem_local.storage.chats import EVENT_FORMAT, Chat, Turn
 
 FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
 

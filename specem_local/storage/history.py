@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specem_local.errors import SpecemError
+from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 from specem_local.storage.chat_files import chats_dir, read_chat_file
 from specem_local.storage.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn, title_for
 from specem_local.storage.database import Database
-from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 
 FLUSH_SECONDS = 1.0
 STALE_SECONDS = 600  # an answer still "streaming" with no write for this long was interrupted

@@ -20,8 +20,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specem_local.storage.database import Database
 from specem_local.errors import SpecemError
+from specem_local.storage.database import Database
 
 
 @dataclass(frozen=True)

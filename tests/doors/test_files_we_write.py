@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.storage.chats import Turn
 from specem_local.dirs import replace_file
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent
+from specem_local.storage.chats import Turn
 from specem_local.storage.history import History
-from specem_local.terminal import printable
+from specem_local.text import printable
 from tests.conftest import ROOT
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2JRED"
@@ -27,7 +27,7 @@ HOSTILE = "\x1b]0;PWNED\x07\x1b[2JRED"
 
 def specem(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specem_local.cli", *args],
+        [sys.executable, "-m", "specem_local", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

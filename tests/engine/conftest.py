@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specem_local.models.config import ModelSpec
 from specem_local.engine import Ensemble
 from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member
+from specem_local.models.config import ModelSpec
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import WeightStore
 from tests.fake_model import FakeModel

@@ -9,10 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specem_local.engine import feedback, learned
-from specem_local.engine import Ensemble
-from specem_local.events import FinalEvent, StartEvent
+from specem_local.engine import Ensemble, feedback, learned
 from specem_local.engine.learned import calibrate, key_of, member_identity
+from specem_local.events import FinalEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import StoredWeights, WeightStore
 from tests.engine.conftest import QUESTION, fake_member

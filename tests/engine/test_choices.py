@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from specem_local.engine import choices, learned
-from specem_local.engine import Ensemble
+from specem_local.engine import Ensemble, choices, learned
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import WeightStore
 from tests.engine.test_carried_weights import trio

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-from specem_local.engine import choices, learned
-from specem_local.storage.chats import Chat, Turn
-from specem_local.cli import main
-from specem_local.engine import Ensemble
-from specem_local.storage.history import History
+from specem_local.commands.cli import main
+from specem_local.engine import Ensemble, choices, learned
 from specem_local.settings import EnsembleSettings
+from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.history import History
 from specem_local.storage.weights import WeightStore
 from tests.engine.test_carried_weights import trio
 

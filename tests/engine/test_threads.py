@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from specem_local.engine import ensemble as engine
 from specem_local.engine import Ensemble
+from specem_local.engine import ensemble as engine
+from specem_local.engine.loading import Loaded
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.engine.loading import Loaded
 from specem_local.settings import EnsembleSettings
 from tests.conftest import poll_until
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specem_local.events import FinalEvent, RoundEvent
 from specem_local.backend.scoring import least_probability
+from specem_local.events import FinalEvent, RoundEvent
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_round import RIGHT, WRONG, split, trio
 

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent, RoundEvent
 from specem_local.storage import history as history_module
 from specem_local.storage.chat_files import chat_to_json, export_chat
 from specem_local.storage.chats import INTERRUPTED, Chat, Turn
 from specem_local.storage.database import MIGRATIONS
-from specem_local.errors import SpecemError
-from specem_local.events import FinalEvent, RoundEvent
 from specem_local.storage.history import History
 from specem_local.storage.weights import WeightStore
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member

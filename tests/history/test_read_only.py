@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from specem_local.errors import SpecemError
 from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.database import Database
-from specem_local.errors import SpecemError
 from specem_local.storage.history import History
 from tests.doors.test_files_we_write import specem
 

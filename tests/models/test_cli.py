@@ -13,7 +13,7 @@ import pytest
 from specem_local.models.demo_models import DEMO_MODELS, assemble_demo, demo_path, is_verified
 from tests.conftest import ROOT
 
-SPECEM = [sys.executable, "-m", "specem_local.cli"]
+SPECEM = [sys.executable, "-m", "specem_local"]
 
 
 def specem(*args: str, stdin: str | None = None, env: dict[str, str] | None = None, cwd: Path = ROOT):
@@ -187,7 +187,7 @@ def test_ctrl_c_during_an_answer_stops_it_cleanly():
     # command a user runs at a terminal does not, so restore the default before specem starts.
     as_at_a_terminal = (
         "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-        "os.execv(sys.executable, [sys.executable, '-m', 'specem_local.cli', *sys.argv[1:]])"
+        "os.execv(sys.executable, [sys.executable, '-m', 'specem_local', *sys.argv[1:]])"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", as_at_a_terminal, "run", "--max-tokens", "400", "Write a very long story about it."],

@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from specem_local.models.config import load_config
-from specem_local.engine import Ensemble
-from specem_local.events import RoundEvent
 from specem_local.backend.protocol import BatchRow
+from specem_local.engine import Ensemble
 from specem_local.engine.prompting import as_messages
+from specem_local.events import RoundEvent
+from specem_local.models.config import load_config
 from specem_local.settings import EnsembleSettings
 
 BIG, SMALL = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"

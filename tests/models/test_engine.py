@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from specem_local.engine import Ensemble
-from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.engine.segments import copied_fraction
 from specem_local.engine.vote import pick_winner
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from tests.conftest import demo_config
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?"
@@ -228,7 +228,7 @@ def test_the_package_loads_llama_cpp_before_numpy_and_the_api_works_after_numpy(
         "import sys; m = list(sys.modules); "  # in the order the imports completed
         "print(m.index('llama_cpp.llama_cpp') < min(i for i, name in enumerate(m) if name.startswith('numpy')))"
     )
-    for module in ("specem_local", "specem_local.cli", "specem_tui.app"):
+    for module in ("specem_local", "specem_local.commands.cli", "specem_tui.app"):
         result = subprocess.run(
             [sys.executable, "-c", f"import {module}; {check}"], capture_output=True, text=True, cwd=ROOT
         )

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from specem_local.backend import LlamaModel
-from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
 from specem_local.backend.ram import rss_bytes
+from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
 from specem_research.faults import AT_A_TERMINAL
 from tests.conftest import ROOT
 from tests.models.test_cli import assert_clean_error, specem

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from specem_local.dirs import cache_dir
+from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from tests.conftest import write_gguf
 from tests.models.test_cli import assert_clean_error, specem
 from tests.stores import lmstudio_model, ollama_model

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from specem_local.backend import LlamaModel
-from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
+from specem_local.backend.protocol import BatchRow
+from specem_local.backend.scoring import segment_score
 from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member
-from specem_local.backend.protocol import BatchRow
 from specem_local.engine.prompting import Message
-from specem_local.backend.scoring import segment_score
+from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
 from tests.conftest import demo_config
 
 CANDIDATES = {0: " Paris is the capital.", 1: " I think it is Lyon", 2: " 巴黎 🙂 yes"}

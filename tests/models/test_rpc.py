@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from specem_local.backend import LlamaModel
+from specem_local.backend.protocol import BatchRow
+from specem_local.engine import Ensemble
 from specem_local.models.config import load_config
 from specem_local.models.demo_models import DEMO_MODELS, demo_path
-from specem_local.engine import Ensemble
-from specem_local.backend.protocol import BatchRow
 from specem_research.rpc_cost import free_port, start_rpc_server
 from tests.conftest import ROOT
 from tests.unit.test_rpc import FakeServer, hello_reply
 
-SPECEM = [sys.executable, "-m", "specem_local.cli"]
+SPECEM = [sys.executable, "-m", "specem_local"]
 SMOL = demo_path(DEMO_MODELS["smollm2-135m"])
 
 

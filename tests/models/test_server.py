@@ -244,7 +244,7 @@ def test_bad_json_an_oversized_body_and_keys(server):
 def test_answers_served_are_in_the_history(server, client):
     client.chat.completions.create(model="specem", messages=ask("A question for the history?"), max_tokens=8)
     listed = subprocess.run(
-        [sys.executable, "-m", "specem_local.cli", "history", "list", "--origin", "serve", "--json"],
+        [sys.executable, "-m", "specem_local", "history", "list", "--origin", "serve", "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -256,7 +256,7 @@ def test_answers_served_are_in_the_history(server, client):
 
 def test_binding_beyond_loopback_needs_a_key():
     refused = subprocess.run(
-        [sys.executable, "-m", "specem_local.cli", "serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "specem_local", "serve", "--host", "0.0.0.0"],
         capture_output=True,
         text=True,
         cwd=ROOT,

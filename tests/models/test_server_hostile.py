@@ -40,7 +40,7 @@ def answers(server) -> None:
 
 def serve_chats(server) -> int:
     listed = subprocess.run(
-        [sys.executable, "-m", "specem_local.cli", "history", "list", "--origin", "serve", "--json"],
+        [sys.executable, "-m", "specem_local", "history", "list", "--origin", "serve", "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -103,7 +103,7 @@ def test_4_no_web_page_on_another_site_can_use_the_models(server):
 @pytest.mark.parametrize(("args", "field"), [(["--seed", "-1"], "seed"), (["--temperature", "nan"], "temperature")])
 def test_5_the_cli_refuses_bad_values_in_one_line_with_exit_2(tmp_path, args, field):
     result = subprocess.run(
-        [sys.executable, "-m", "specem_local.cli", "run", *args, "hi"],
+        [sys.executable, "-m", "specem_local", "run", *args, "hi"],
         capture_output=True,
         text=True,
         cwd=ROOT,

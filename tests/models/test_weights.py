@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from specem_local.engine import Ensemble
 from specem_local.engine.learned import calibrate
+from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from tests.conftest import demo_config
 from tests.models.test_cli import assert_clean_error, specem
 

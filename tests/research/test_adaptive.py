@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from specem_local.cli import main
+from specem_local.commands.cli import main
 from specem_research.adaptive import adaptive_report, adaptive_vote
 
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from specem_local.cli import main
+from specem_local.commands.cli import main
 from specem_local.errors import SpecemError
 from specem_research.evaluate import member_systems, parse_variant, summarise
 from specem_research.pool import pool_runs

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.storage.history import History
 from specem_local.engine.learned import calibrate
+from specem_local.storage.history import History
 from specem_tui.app import SpecemChatApp
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen

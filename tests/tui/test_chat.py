@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
+from specem_local.models.config import Config, ModelSpec
+from specem_local.settings import EnsembleSettings
 from specem_local.storage.chat_files import chat_from_json, chat_to_json, chats_dir
 from specem_local.storage.chats import Chat
-from specem_local.models.config import Config, ModelSpec
 from specem_local.storage.history import History
-from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import WeightStore
 from specem_tui.app import SpecemChatApp, main
 from specem_tui.screens.chat import ChatScreen

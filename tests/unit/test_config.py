@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.models.config import find_config_path, load_config, parse_config
 from specem_local.errors import SpecemError
+from specem_local.models.config import find_config_path, load_config, parse_config
 from specem_local.settings import EnsembleSettings, with_overrides
 
 GOOD = """

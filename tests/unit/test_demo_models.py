@@ -9,9 +9,9 @@ import zipfile
 
 import pytest
 
+from specem_local.errors import SpecemError
 from specem_local.models import demo_models
 from specem_local.models.demo_models import DEMO_MODELS, DemoModel, assemble_demo, is_verified, pull_demo
-from specem_local.errors import SpecemError
 
 CHUNKS = (b"GGUF first chunk ", b"and the second one")
 

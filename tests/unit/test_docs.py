@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.cli import build_parser
+from specem_local.commands.cli import build_parser
 from tests.conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

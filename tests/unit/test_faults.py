@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specem_local.events import FinalEvent, finish_note
 from specem_local.engine.loading import same_file_warnings
+from specem_local.events import FinalEvent, finish_note
 
 
 def final(text: str, reason: str) -> FinalEvent:

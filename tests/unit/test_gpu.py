@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from specem_local import backend
-
-from specem_local.engine import loading
 from specem_local.backend import Device
-from specem_local.models.config import parse_config
-from specem_local.engine.loading import memory_warnings
 from specem_local.backend.protocol import offloaded_layers, placement
-from specem_local.model_commands import model_rows
+from specem_local.commands.models import model_rows
+from specem_local.engine import loading
+from specem_local.engine.loading import memory_warnings
+from specem_local.models.config import parse_config
 from tests.conftest import write_gguf
 
 GIB = 2**30

@@ -1,4 +1,5 @@
-"""The package layout: no import circles, and llama.cpp imported by one module only."""
+"""The package layout (docs/development.md): each package imports only the layers below it, no
+import circles, llama.cpp imported by one module only, and research through the faces."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGES = {"specem_local": ROOT / "specem_local", "specem_tui": ROOT / "tui", "specem_research": ROOT / "research"}
+
+# The top-level modules everything may use, and what each package may import beside them.
+FOUNDATION = {"errors", "settings", "dirs", "events", "text"}
+MAY_IMPORT = {
+    "models": set(),
+    "storage": set(),
+    "backend": {"models"},
+    "engine": {"backend", "models", "storage"},
+    "server": {"engine", "backend", "models", "storage"},
+    "commands": {"server", "engine", "backend", "models", "storage", "specem_research"},  # mounts `specem eval`
+    "specem_tui": {"engine", "backend", "models", "storage"},
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -20,7 +33,7 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def runtime_imports(path: Path, known: set[str]) -> set[str]:
+def imports(path: Path, known: set[str]) -> set[str]:
     """The project modules ``path`` imports, at module level, inside functions or for type
     checking only (a circle through type hints is still a circle in the design)."""
     tree = ast.parse(path.read_text("utf-8"))
@@ -36,9 +49,22 @@ def runtime_imports(path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_circles():
+def import_graph() -> dict[str, set[str]]:
     modules = module_files()
-    graph = {name: runtime_imports(path, set(modules)) - {name} for name, path in modules.items()}
+    return {name: imports(path, set(modules)) - {name} for name, path in modules.items()}
+
+
+def layer(module: str) -> str:
+    """``specem_local.engine.vote`` → ``engine``; a top-level module → its own name; the chat
+    app and the research harness are layers of their own."""
+    package, _, rest = module.partition(".")
+    if package != "specem_local":
+        return package
+    return rest.split(".")[0] if rest else "specem_local"
+
+
+def test_no_import_circles():
+    graph = import_graph()
     # A package's __init__ may re-export its modules; a module importing its own package is the
     # usual Python idiom, not a circle in the code's design.
     for name in graph:
@@ -60,6 +86,49 @@ def test_no_import_circles():
     for name in sorted(graph):
         visit(name)
     assert circles == []
+
+
+def test_each_package_imports_only_the_layers_below_it():
+    wrong = []
+    for module, targets in import_graph().items():
+        source = layer(module)
+        if source in ("specem_local", "specem_research", "__main__"):
+            continue  # the public face, the harness (next test), ``python -m specem_local``
+        allowed = FOUNDATION | {source} if source in FOUNDATION else FOUNDATION | {source} | MAY_IMPORT[source]
+        wrong += [f"{module} imports {target}" for target in sorted(targets) if layer(target) not in allowed]
+    assert wrong == []
+
+
+def test_every_module_has_a_layer():
+    assert set(MAY_IMPORT) | FOUNDATION | {"__main__", "data"} >= {
+        layer(name) for name in module_files() if name.startswith("specem_local.")
+    }, "a new package or top-level module needs its place in MAY_IMPORT (and docs/development.md)"
+
+
+def test_research_imports_only_the_faces():
+    """``specem_research`` is apart: it uses the public API, a package's face or a top-level
+    module, never a module inside a package, so the packages can be rearranged under it."""
+    faces = {"specem_local", *(f"specem_local.{name}" for name in (*MAY_IMPORT, *FOUNDATION))}
+    deep = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("specem_research")
+        for target in sorted(targets)
+        if target.startswith("specem_local") and target not in faces
+        and not any(target == f"{face}.{leaf}" for face in faces for leaf in _face_names(face))
+    ]
+    assert deep == []
+
+
+def _face_names(face: str) -> set[str]:
+    """The names a package's face imports (``from specem_local.engine import feedback`` names
+    the module ``feedback`` through the face)."""
+    path = PACKAGES["specem_local"] / Path(*face.split(".")[1:]) / "__init__.py"
+    if not path.exists():
+        return set()
+    tree = ast.parse(path.read_text("utf-8"))
+    imported = (node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom))
+    return {alias.asname or alias.name for node in imported for alias in node.names}
 
 
 def test_only_the_backend_imports_llama_cpp():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specem_local.models.config import parse_config
 from specem_local.errors import SpecemError
+from specem_local.models.config import parse_config
 from specem_local.models.local_stores import OllamaName, gguf_files, lmstudio_file, ollama_blob, one_gguf
 from specem_local.models.sources import source_for
 from tests.conftest import write_gguf

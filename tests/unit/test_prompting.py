@@ -1,7 +1,7 @@
 import pytest
 
-from specem_local.errors import SpecemError
 from specem_local.engine.prompting import Message, PromptFormat, as_messages
+from specem_local.errors import SpecemError
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "

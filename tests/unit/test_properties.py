@@ -12,12 +12,12 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specem_local.storage.chat_files import chat_from_json, chat_to_json
-from specem_local.models.config import parse_config
-from specem_local.errors import SpecemError
-from specem_local.models.gguf import read_header
-from specem_local.storage.history import History
 from specem_local.engine.segments import find_stop, incomplete_utf8_tail, trim_to_word_boundary
+from specem_local.errors import SpecemError
+from specem_local.models.config import parse_config
+from specem_local.models.gguf import read_header
+from specem_local.storage.chat_files import chat_from_json, chat_to_json
+from specem_local.storage.history import History
 from tests.conftest import write_gguf
 
 QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

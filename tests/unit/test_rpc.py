@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.models.config import parse_config
 from specem_local.errors import SpecemError
+from specem_local.models.config import parse_config
 from specem_local.models.rpc import (
     CONNECTION_CAPS,
     HELLO_COMMAND,
@@ -156,7 +156,7 @@ def test_nothing_listening_says_how_to_start_it():
 
 
 def test_rpc_serve_refuses_what_it_should_in_one_line(capsys):
-    from specem_local.cli import main
+    from specem_local.commands.cli import main
 
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])

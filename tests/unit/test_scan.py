@@ -9,9 +9,9 @@ import huggingface_hub.constants
 import pytest
 from huggingface_hub import try_to_load_from_cache
 
-from specem_local import cli
-from specem_local.models.config import load_config
+from specem_local.commands import cli
 from specem_local.errors import SpecemError
+from specem_local.models.config import load_config
 from specem_local.models.models_file import add_model, file_to_edit, parse_source
 from specem_local.models.scan import scan
 from tests.conftest import ROOT, write_gguf

@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from specem_local.backend.scoring import KEEP, RowScores, end_score, log_normalisers, mean_score, row_scores, segment_score
+from specem_local.backend.scoring import (
+    KEEP,
+    RowScores,
+    end_score,
+    log_normalisers,
+    mean_score,
+    row_scores,
+    segment_score,
+)
 
 ROWS = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]], dtype=np.float32))
 

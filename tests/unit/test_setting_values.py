@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specem_local.models.config import parse_config
 from specem_local.errors import SettingError, SpecemError
+from specem_local.models.config import parse_config
 from specem_local.settings import EnsembleSettings, LoadSettings, describe, with_overrides
 
 FLOATS = [item.name for item in describe(EnsembleSettings) if item.kind == "float"]

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from specem_local.storage.database import MIGRATIONS
 from specem_local.errors import SpecemError
+from specem_local.storage.database import MIGRATIONS
 from specem_local.storage.weights import StoredWeights, WeightStore, ensemble_key
 
 

@@ -20,12 +20,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from specem_local.storage.chat_files import export_chat
-from specem_local.storage.chats import Chat, Turn, title_for
-from specem_local.models.config import builtin_ensembles
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.models.config import builtin_ensembles
+from specem_local.storage.chat_files import export_chat
+from specem_local.storage.chats import Chat, Turn, title_for
 from specem_local.storage.history import AnswerRecord, History
 from specem_tui.screens.chat_versions import AnswerVersions
 from specem_tui.screens.ensembles import EnsembleScreen

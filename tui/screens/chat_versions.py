@@ -17,12 +17,11 @@ from typing import Any
 
 from textual.containers import VerticalScroll
 
-from specem_local.engine import learned
-from specem_local.storage.chats import Chat, Turn, picked_start, with_version_shown
+from specem_local.engine import AnswerStream, Ensemble, learned
 from specem_local.engine.choices import ENSEMBLE, best_rewards, leaderboard, pick_rewards, thumbs_rewards
-from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate
+from specem_local.storage.chats import Chat, Turn, picked_start, with_version_shown
 from specem_local.storage.history import AnswerRecord, History
 from specem_tui.screens.settings import ChatSettings
 from specem_tui.widgets.answer import AnswerView, UserMessage

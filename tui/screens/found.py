@@ -12,7 +12,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from specem_local.models.scan import FoundModel, scan
-from specem_local.terminal import human_count
+from specem_local.text import human_count
 
 
 def describe_found(model: FoundModel) -> str:

@@ -13,7 +13,7 @@ from textual.widgets.option_list import Option
 
 from specem_local.errors import SpecemError
 from specem_local.storage.history import History
-from specem_local.terminal import when
+from specem_local.text import when
 
 
 def chat_id_of(option: Option) -> str:

@@ -13,8 +13,8 @@ from textual.screen import ModalScreen
 from textual.style import Style
 from textual.widgets import DataTable, Footer, Static
 
-from specem_local.events import Candidate, RoundEvent
 from specem_local.engine.vote import candidate_label, explain, winning_candidate
+from specem_local.events import Candidate, RoundEvent
 
 
 class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):

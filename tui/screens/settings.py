@@ -15,11 +15,11 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Switch, TextArea
 
-from specem_local.models.config import tomllib
-from specem_local.storage.database import Preferences
 from specem_local.errors import SpecemError
+from specem_local.models.config import tomllib
 from specem_local.models.scan import FoundModel
 from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe, with_overrides
+from specem_local.storage.database import Preferences
 from specem_local.storage.weights import ensemble_key
 from specem_tui.screens.found import FoundModelsScreen
 

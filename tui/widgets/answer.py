@@ -12,8 +12,8 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
 
-from specem_local.storage.chats import Turn, code_blocks
 from specem_local.events import finish_note
+from specem_local.storage.chats import Turn, code_blocks
 
 
 class UserMessage(Static):

@@ -15,10 +15,10 @@ import socket
 import sys
 import threading
 
+from specem_local.commands.terminal import whole_number
 from specem_local.dirs import cache_dir
 from specem_local.errors import SpecemError
 from specem_local.models.rpc import DEFAULT_PORT, PROTOCOL, SAFE_REACH, is_loopback
-from specem_local.terminal import whole_number
 
 
 def chosen_devices(wanted: list[str] | None) -> list[str]:

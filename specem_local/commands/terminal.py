@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings, Setting, describe
+from specem_local.text import printable
 
 _CONVERTERS = {"int": int, "float": float, "str": str}
 
@@ -75,18 +74,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return with_load_overrides(config, settings_overrides(args, LoadSettings))[0]
 
 
-def human_count(count: int | None) -> str:
-    """A parameter count as people write it: ``1.54B``, ``630M``; ``-`` when unknown."""
-    if count is None:
-        return "-"
-    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
-
-
-def when(seconds: float) -> str:
-    """A moment as the history lists show it: ``2026-11-23 05:04``, local time."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
-
-
 def whole_number(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high], else a usage error (exit 2) that says so."""
 
@@ -100,17 +87,6 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """Text as it may reach a terminal: control characters other than newline and tab (escape
-    sequences, BEL, carriage return) shown as ``\\x1b`` and so on, so a prompt, a model's echo
-    of it or a model name cannot retitle, clear or recolour the user's terminal. JSON output
-    and the database keep the text as it is."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def recording_off(no_log_flag: bool) -> bool:

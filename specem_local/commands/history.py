@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from specem_local.storage.chat_files import chat_markdown, chat_to_json, export_chat
+from specem_local.commands.terminal import print_table, whole_number
 from specem_local.errors import SpecemError
+from specem_local.storage.chat_files import chat_markdown, chat_to_json, export_chat
 from specem_local.storage.history import History
-from specem_local.terminal import print_table, printable, when, whole_number
+from specem_local.text import printable, when
 
 MAX_COUNT = 1_000_000_000  # SQLite's LIMIT takes a 64-bit integer; no history holds more chats
 

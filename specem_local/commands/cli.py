@@ -14,11 +14,11 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specem_local import history_commands, model_commands, rpc_commands, weights_commands
-from specem_local.models.config import builtin_ensembles, model_colours
-from specem_local.errors import SettingError, SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
-from specem_local.terminal import (
+from specem_local.commands import history as history_commands
+from specem_local.commands import models as model_commands
+from specem_local.commands import rpc as rpc_commands
+from specem_local.commands import weights as weights_commands
+from specem_local.commands.terminal import (
     add_settings_flags,
     config_from_args,
     printable,
@@ -26,6 +26,9 @@ from specem_local.terminal import (
     settings_overrides,
     whole_number,
 )
+from specem_local.errors import SettingError, SpecemError
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
+from specem_local.models.config import builtin_ensembles, model_colours
 
 if TYPE_CHECKING:
     from specem_local.storage.history import AnswerRecord

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.config import Config
+from specem_local.commands.terminal import config_from_args, print_table
 from specem_local.errors import SpecemError
-from specem_local.terminal import config_from_args, human_count, print_table, printable
+from specem_local.models.config import Config
+from specem_local.text import human_count, printable
 
 
 def _human_size(size: int | None) -> str:
@@ -28,8 +29,8 @@ def _human_size(size: int | None) -> str:
 def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
     from specem_local.backend import gpu_offload
-    from specem_local.engine.loading import gpu_layers_for
     from specem_local.backend.protocol import offloaded_layers, placement
+    from specem_local.engine.loading import gpu_layers_for
     from specem_local.models.sources import model_status, source_for
 
     gpu_build = gpu_offload()
