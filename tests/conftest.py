@@ -1,4 +1,4 @@
-"""Shared fixtures. Tests under tests/models need the demo models (real GGUFs through real
+"""Shared fixtures. Tests under tests/real_models need the demo models (real GGUFs through real
 llama.cpp, assembled by the setup script) and are marked ``models`` here; so are the chat-app
 modules that say ``pytestmark = pytest.mark.models``. ``pytest -m "not models"`` runs the rest
 without any model."""
@@ -18,7 +18,7 @@ from specem_local.settings import EnsembleSettings
 ROOT = Path(__file__).resolve().parents[1]
 
 
-MODEL_TESTS = ROOT / "tests" / "models"
+MODEL_TESTS = ROOT / "tests" / "real_models"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

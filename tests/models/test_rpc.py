@@ -1,166 +1,172 @@
-"""Members on other machines (issue 28), over loopback with two real ``specem rpc-serve``
-servers: the same logits and answers as a local load, an ensemble with one remote and two
-local members through ``specem run`` and the chat app, memory, and every failure ggml-rpc
-would turn into an abort or a hang as one line."""
+"""Members on other machines (issue 28) without llama.cpp: endpoints, the one-member-per-server
+rule, and the probe against fake servers (nothing listening, busy, another version, not ggml-rpc)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import socket
+import struct
+import threading
 import time
+from pathlib import Path
 
-import numpy as np
 import pytest
 
-from specem_local.backend import LlamaModel
-from specem_local.backend.protocol import BatchRow
-from specem_local.engine import Ensemble
-from specem_local.models.config import load_config
-from specem_local.models.demo_models import DEMO_MODELS, demo_path
-from specem_research.rpc_cost import free_port, start_rpc_server
-from tests.conftest import ROOT
-from tests.unit.test_rpc import FakeServer, hello_reply
-
-SPECEM = [sys.executable, "-m", "specem_local"]
-SMOL = demo_path(DEMO_MODELS["smollm2-135m"])
-
-
-@pytest.fixture(scope="module")
-def servers():
-    started = [start_rpc_server(threads=1) for _ in range(2)]
-    yield [endpoint for _, endpoint in started]
-    for process, _ in started:
-        process.terminate()
-        process.wait(10)
+from specem_local.errors import SpecemError
+from specem_local.models.config import parse_config
+from specem_local.models.rpc import (
+    CONNECTION_CAPS,
+    HELLO_COMMAND,
+    PROTOCOL,
+    Endpoint,
+    RpcUnavailable,
+    is_loopback,
+    parse_endpoint,
+    probe,
+    shared_endpoints,
+)
 
 
-def config_file(tmp_path, *models: tuple[str, str, str | None], **ensemble: object):
-    """models.toml of (name, demo, rpc endpoint or None) members."""
-    lines = ["[ensemble]", *(f"{key} = {json.dumps(value)}" for key, value in ensemble.items())]
-    for name, demo, endpoint in models:
-        lines += ["[[models]]", f'name = "{name}"', f'demo = "{demo}"']
-        lines += [f'rpc = ["{endpoint}"]'] if endpoint else []
-    path = tmp_path / "models.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+@pytest.mark.parametrize(
+    ("text", "endpoint"),
+    [
+        ("127.0.0.1:50052", Endpoint("127.0.0.1", 50052)),
+        ("gpu-box:1", Endpoint("gpu-box", 1)),
+        ("[::1]:5", Endpoint("::1", 5)),
+    ],
+)
+def test_endpoints_are_host_and_port(text, endpoint):
+    assert parse_endpoint(text) == endpoint
 
 
-def specem(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*SPECEM, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+@pytest.mark.parametrize("text", ["", "host", ":50052", "host:", "host:0", "host:65536", "host:port", "a b:1"])
+def test_what_is_not_host_and_port_says_so(text):
+    with pytest.raises(ValueError, match="is not host:port"):
+        parse_endpoint(text)
 
 
-def test_a_remote_member_gives_the_local_logits_and_the_same_greedy_answer(servers, tmp_path):
-    local = LlamaModel(SMOL, n_ctx=256, n_seq_max=2, n_threads=1)
-    remote = LlamaModel(SMOL, n_ctx=256, n_seq_max=2, n_threads=1, rpc=[servers[0]])
+def test_loopback_and_one_member_per_server():
+    assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("gpu-box")
+    assert shared_endpoints({"a": ("h:1",), "b": ("h:2",)}) is None
+    assert shared_endpoints({"a": ("h:1",), "b": ("x:3", "h:1")}) == ("h:1", "a", "b")
+
+
+def test_models_toml_checks_rpc_entries():
+    def config(*rpcs: str):
+        tables = "".join(f'[[models]]\nname = "m{i}"\npath = "/m{i}.gguf"\nrpc = {rpc}\n' for i, rpc in enumerate(rpcs))
+        return parse_config(tables, "models.toml", Path("."))
+
+    assert config('["127.0.0.1:50052", "box:50053"]').models[0].rpc == ("127.0.0.1:50052", "box:50053")
+    for rpcs, message in (
+        (('["nohost"]',), "rpc entry 'nohost' is not host:port"),
+        (('"h:1"',), "rpc must be an array of strings"),
+        (('["h:1", "h:1"]',), "listed twice"),
+        (('["h:1"]', '["h:1"]'), "both use the RPC server h:1"),
+        (('["h:1"]\nn_gpu_layers = 0',), "its rpc servers would hold none"),
+    ):
+        with pytest.raises(SpecemError, match=message):
+            config(*rpcs)
+
+
+class FakeServer:
+    """A loopback TCP server that answers each connection with ``reply`` (bytes, or None to
+    stay silent, like a ggml-rpc server busy with another client)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.received: list[bytes] = []
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = Endpoint("127.0.0.1", self.socket.getsockname()[1])
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                greeting = b""
+                try:
+                    while len(greeting) < 9 + CONNECTION_CAPS:
+                        chunk = connection.recv(64)
+                        if not chunk:
+                            break
+                        greeting += chunk
+                except OSError:
+                    pass
+                self.received.append(greeting)
+                if self.reply is None:
+                    time.sleep(3)
+                    continue
+                connection.sendall(self.reply)
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def hello_reply(major: int, minor: int, patch: int) -> bytes:
+    return struct.pack("<Q", 4 + CONNECTION_CAPS) + bytes([major, minor, patch, 0]) + bytes(CONNECTION_CAPS)
+
+
+def test_a_server_of_this_version_answers_the_greeting():
+    server = FakeServer(hello_reply(*PROTOCOL))
     try:
-        assert remote.placement == f"RPC {servers[0]}" and local.placement == "CPU"
-        tokens = local.tokenize("The capital of France is")
-        rows = [BatchRow(token, i, 0, True) for i, token in enumerate(tokens)]
-        assert np.abs(local.decode(rows) - remote.decode(rows)).max() <= 1e-3  # measured: 0.0 (both CPU)
+        assert probe(server.endpoint) == PROTOCOL
+        assert server.received[0] == struct.pack("<BQ", HELLO_COMMAND, CONNECTION_CAPS) + bytes(CONNECTION_CAPS)
     finally:
-        remote.close()
-        local.close()
-    answers = []
-    for endpoint in (None, servers[0]):
-        config = load_config(config_file(tmp_path, ("smol", "smollm2-135m", endpoint)))
-        with Ensemble.from_config(config, fresh_weights=True) as ensemble:
-            answers.append(ensemble.generate("Name three planets.", greedy=True, max_tokens=24).text)
-    assert answers[0] == answers[1] and answers[0]
+        server.close()
 
 
-def test_one_remote_and_two_local_members_answer_through_specem_run(servers, tmp_path):
-    config = config_file(
-        tmp_path,
-        ("qwen", "qwen2.5-coder-0.5b", None),
-        ("gemma", "gemma-3-270m", None),
-        ("smol", "smollm2-135m", servers[1]),
-    )
-    listed = specem("models", "list", "--config", str(config))
-    assert listed.returncode == 0 and f"RPC {servers[1]}" in listed.stdout
-    result = specem(
-        "run", "--config", str(config), "--greedy", "--max-tokens", "24", "--no-model-exit", "What is 2 + 3?"
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() and "Traceback" not in result.stderr
-
-
-async def test_the_chat_app_answers_with_one_remote_and_two_local_members(servers, tmp_path, monkeypatch):
-    from specem_tui.app import SpecemChatApp
-    from tests.tui.pilot import answered, ask, wait_until
-
-    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
-    config = config_file(
-        tmp_path,
-        ("qwen", "qwen2.5-coder-0.5b", None),
-        ("gemma", "gemma-3-270m", None),
-        ("smol", "smollm2-135m", servers[1]),
-        max_tokens=16,
-        model_exit=False,
-    )
-    app = SpecemChatApp(load_config(config))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await ask(pilot, app, "Say hello.")
-        await wait_until(pilot, lambda: answered(app), 120)
-        assert app.screen.chat.turns[-1].content
-        status = str(app.screen.query_one("#status").render())
-        assert f"smol: RPC {servers[1]}" in status
-
-
-def test_this_process_holds_far_less_memory_for_a_remote_member(servers):
-    measured = {}
-    for case, endpoint in (("local", ""), ("rpc", servers[0])):
-        command = [
-            sys.executable,
-            "-m",
-            "specem_research.rpc_cost",
-            "--where",
-            case,
-            "--rpc",
-            endpoint,
-            "--repeats",
-            "2",
-        ]
-        output = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT, timeout=300).stdout
-        measured[case] = json.loads(output.strip().splitlines()[-1])["resident_mib"]
-    assert measured["rpc"] < 0.5 * measured["local"], measured  # measured: 181 MiB against 590 (Qwen 0.5B)
-
-
-def one_line_failure(result: subprocess.CompletedProcess, *expected: str) -> None:
-    assert result.returncode == 1, (result.returncode, result.stderr)  # never 134 (abort)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("specem: error")]
-    assert len(lines) == 1 and all(text in lines[0] for text in expected), result.stderr
-    assert "Traceback" not in result.stderr and "GGML_ABORT" not in result.stderr
-
-
-def test_a_closed_port_a_busy_server_and_another_version_are_one_line_each(servers, tmp_path):
-    closed = f"127.0.0.1:{free_port()}"
-    config = config_file(tmp_path, ("qwen", "qwen2.5-coder-0.5b", None), ("smol", "smollm2-135m", closed))
-    one_line_failure(specem("run", "--config", str(config), "hi"), closed, "nothing is listening")
-
-    holder = LlamaModel(SMOL, n_ctx=128, n_seq_max=1, n_threads=1, rpc=[servers[0]])  # the server's one client
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (hello_reply(PROTOCOL[0] + 1, 0, 0), "speaks RPC protocol 8.0.0 and this llama.cpp speaks 7.0.0"),
+        (hello_reply(PROTOCOL[0], PROTOCOL[1] + 1, 0), "run the same specem-local"),
+        (b"", "closed the connection at the greeting"),
+        (struct.pack("<Q", 3) + b"abc", "something other than a ggml-rpc server"),
+    ],
+)
+def test_what_would_abort_llama_cpp_is_a_reason(reply, message):
+    server = FakeServer(reply)
     try:
-        config = config_file(tmp_path, ("qwen", "qwen2.5-coder-0.5b", None), ("smol", "smollm2-135m", servers[0]))
+        with pytest.raises(RpcUnavailable, match=message):
+            probe(server.endpoint)
+    finally:
+        server.close()
+
+
+def test_a_busy_server_is_a_reason_within_the_timeout():
+    server = FakeServer(None)
+    try:
         started = time.monotonic()
-        one_line_failure(specem("run", "--config", str(config), "hi"), servers[0], "busy with another client")
-        assert time.monotonic() - started < 60  # the probe's 5 s, and loading the local member
+        with pytest.raises(RpcUnavailable, match="busy with another client"):
+            probe(server.endpoint, timeout=0.5)
+        assert time.monotonic() - started < 2
     finally:
-        holder.close()
-
-    other = FakeServer(hello_reply(8, 0, 0))
-    try:
-        endpoint = f"127.0.0.1:{other.endpoint.port}"
-        config = config_file(tmp_path, ("qwen", "qwen2.5-coder-0.5b", None), ("smol", "smollm2-135m", endpoint))
-        one_line_failure(specem("run", "--config", str(config), "hi"), endpoint, "protocol 8.0.0")
-    finally:
-        other.close()
-    # and the server that was busy takes the next client
-    config = config_file(tmp_path, ("smol", "smollm2-135m", servers[0]))
-    assert specem("run", "--config", str(config), "--max-tokens", "8", "hi").returncode == 0
+        server.close()
 
 
-def test_bench_quick_runs_with_a_remote_member_and_says_where(servers, tmp_path):
-    config = config_file(tmp_path, ("qwen", "qwen2.5-coder-0.5b", None), ("smol", "smollm2-135m", servers[1]))
-    result = specem("bench", "--quick", "--config", str(config), "--output", str(tmp_path / "bench.json"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert f"smol RPC {servers[1]}" in result.stdout
+def test_nothing_listening_says_how_to_start_it():
+    with socket.create_server(("127.0.0.1", 0)) as free:
+        port = free.getsockname()[1]
+    with pytest.raises(RpcUnavailable, match="nothing is listening there; start it with: specem rpc-serve"):
+        probe(Endpoint("127.0.0.1", port))
+
+
+def test_rpc_serve_refuses_what_it_should_in_one_line(capsys):
+    from specem_local.commands.cli import main
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        for args, message in (
+            (["--host", "0.0.0.0"], "ssh -N -L 50052:127.0.0.1:50052"),
+            (["--host", "192.168.1.5", "--port", "5"], "--allow-unauthenticated"),
+            (["--host", "::1"], "IPv4 addresses and names only"),
+            (["--port", port], f"cannot listen on 127.0.0.1:{port}"),
+            (["--device", "CUDA7"], "--device CUDA7: no such device here; this machine has CPU"),
+        ):
+            assert main(["rpc-serve", *args]) == 1
+            error = capsys.readouterr().err
+            assert message in error and error.count("\n") == 1, error

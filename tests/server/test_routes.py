@@ -1,6 +1,6 @@
 """The server's routes in-process, over fake models (seconds): every refusal in its API's shape,
 the gate, Ollama's routes, and that no failure holds the ensemble (the next request answers).
-The same cases against a real ``specem serve`` are in tests/models/test_server_hostile.py."""
+The same cases against a real ``specem serve`` are in tests/real_models/test_server_hostile.py."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 from specem_local.commands.cli import build_parser
 from tests.conftest import ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "research" / "quality-log.md"]
 CODE_BLOCK = re.compile(r"```[a-z]*\n(.*?)```", re.DOTALL)
 
 

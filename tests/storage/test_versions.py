@@ -11,7 +11,7 @@ from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.database import MIGRATIONS
 from specem_local.storage.history import History
 from specem_local.storage.weights import WeightStore
-from tests.history.test_history import answer_events
+from tests.storage.test_history import answer_events
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 from specem_local.dirs import cache_dir
 from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from tests.conftest import write_gguf
-from tests.models.test_cli import assert_clean_error, specem
+from tests.real_models.test_cli import assert_clean_error, specem
 from tests.stores import lmstudio_model, ollama_model
 
 MY_TOML = """# my models (a comment that must survive)

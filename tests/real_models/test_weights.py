@@ -11,7 +11,7 @@ from specem_local.engine import Ensemble
 from specem_local.engine.learned import calibrate
 from specem_local.models.demo_models import DEMO_MODELS, demo_path
 from tests.conftest import demo_config
-from tests.models.test_cli import assert_clean_error, specem
+from tests.real_models.test_cli import assert_clean_error, specem
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell?"
 

@@ -15,8 +15,8 @@ from specem_local.models.config import load_config
 from specem_local.models.models_file import add_model, file_to_edit, parse_source
 from specem_local.models.scan import scan
 from tests.conftest import ROOT, write_gguf
+from tests.models.test_local_stores import gguf, home
 from tests.stores import lmstudio_model, ollama_model
-from tests.unit.test_local_stores import gguf, home
 
 __all__ = ["gguf", "home"]  # fixtures
 

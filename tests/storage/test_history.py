@@ -96,7 +96,7 @@ import os, signal
 from specem_local.storage.chats import Chat, Turn
 from specem_local.events import RoundEvent
 from specem_local.storage.history import History
-from tests.history.test_history import answer_events
+from tests.storage.test_history import answer_events
 import specem_local.storage.history as h
 h.FLUSH_SECONDS = 0.0
 history = History({str(tmp_path / "specem.db")!r}, chat_files={str(tmp_path / "none")!r})

@@ -14,7 +14,7 @@ import pytest
 from specem_local.engine import Ensemble
 from specem_research.load import start_server
 from tests.conftest import demo_config
-from tests.models.test_cli import specem
+from tests.real_models.test_cli import specem
 
 
 def chats(data) -> list[dict]:

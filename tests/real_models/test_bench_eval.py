@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.models.test_cli import specem
+from tests.real_models.test_cli import specem
 
 
 def test_bench_quick_writes_every_field(tmp_path):

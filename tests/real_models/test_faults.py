@@ -17,7 +17,7 @@ from specem_local.backend.ram import rss_bytes
 from specem_local.models.demo_models import DEMO_MODELS, assemble_demo
 from specem_research.faults import AT_A_TERMINAL
 from tests.conftest import ROOT
-from tests.models.test_cli import assert_clean_error, specem
+from tests.real_models.test_cli import assert_clean_error, specem
 
 
 def small_context(tmp_path: Path, n_ctx: int, twice: bool = False) -> Path:
