@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -47,7 +48,14 @@ def replace_file(path: Path, text: str, mode: int | None = None) -> None:
     link to models.toml stays a link; its target is written). A device or a pipe (``/dev/null``,
     ``/dev/stdout``, a FIFO) is written in place: replacing it would destroy it. A write that
     fails (a full disk, ``/dev/full``, a folder) is a one-line ``SpecemError``. ``mode``: a
-    replaced file's permissions (default: the old file's, else 0644)."""
+    replaced file's permissions (default: the old file's, else 0644). ``/dev/stdout``,
+    ``/dev/stderr`` and ``/dev/fd/N`` are the descriptors this process holds: written there, as
+    the shell opened them (``>> notes.md`` appends), never reopened (which would truncate the
+    file behind them, or fail on a pipe)."""
+    descriptor = open_descriptor(path)
+    if descriptor is not None:
+        write_descriptor(descriptor, text, path)
+        return
     target = Path(os.path.realpath(path))
     try:
         info = target.stat() if os.path.lexists(target) else None
@@ -64,6 +72,36 @@ def replace_file(path: Path, text: str, mode: int | None = None) -> None:
         _replace_regular(target, text, mode)
     except OSError as error:
         raise SpecemError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+_DESCRIPTORS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def open_descriptor(path: Path | str) -> int | None:
+    """The descriptor a path names, if it names one of this process's (``-`` and
+    ``/dev/stdout`` are 1, ``/dev/fd/N`` and ``/proc/self/fd/N`` are N), else None."""
+    text = str(path)
+    if text == "-":
+        return 1
+    if text in _DESCRIPTORS:
+        return _DESCRIPTORS[text]
+    for folder in ("/dev/fd/", "/proc/self/fd/"):
+        number = text.removeprefix(folder)
+        if number != text and number.isdigit() and len(number) < 10:
+            return int(number)
+    return None
+
+
+def write_descriptor(descriptor: int, text: str, name: Path | str) -> None:
+    """All of ``text`` to an open descriptor (a pipe may take it in parts)."""
+    if descriptor == 1:
+        sys.stdout.flush()  # what was printed before comes first
+    data = text.encode("utf-8")
+    try:
+        while data:
+            data = data[os.write(descriptor, data) :]
+    except OSError as error:
+        raise SpecemError(f"cannot write {name}: {error.strerror or error}") from None
 
 
 def _replace_regular(path: Path, text: str, mode: int) -> None:

@@ -19,6 +19,7 @@ from specem_local.models.config import Config, builtin_ensembles, load_config, m
 from specem_local.models.scan import FoundModel
 from specem_local.storage.chats import Chat
 from specem_local.storage.history import History
+from specem_local.text import printable
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.loading import LoadingScreen
 
@@ -69,9 +70,12 @@ class SpecemChatApp(App[None]):
         self._handover = threading.Lock()  # the loader hands an ensemble over, or frees it if we quit
 
     def notify(self, message: str, *, markup: bool = False, **options: Any) -> None:
-        """Plain text always: notifications carry file names, TOML tables (``[ensemble]``) and
-        model output, which Textual's markup would eat or choke on."""
-        super().notify(message, markup=False, **options)
+        """Plain text always, control characters made visible: notifications carry file names,
+        TOML tables (``[ensemble]``) and model output, which Textual's markup would eat or choke
+        on and an escape sequence in would reach the terminal."""
+        if isinstance(options.get("title"), str):
+            options["title"] = printable(options["title"])
+        super().notify(printable(message), markup=False, **options)
 
     def action_help_quit(self) -> None:
         """Ctrl+C copies in a text box; pressed elsewhere, say how to quit (Textual's own hint

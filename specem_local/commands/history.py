@@ -53,7 +53,7 @@ def cmd_history_export(args: argparse.Namespace) -> int:
     suffix = "md" if args.format == "markdown" else "json"
     target = Path(args.output) if args.output else Path.cwd() / f"specem-chat-{chat.id}.{suffix}"
     export_chat(chat, target, args.format)  # a failed write is a SpecemError, never "Exported"
-    print(f"Exported to {target}", file=sys.stderr)
+    print(f"Exported to {'standard output' if args.output == '-' else printable(str(target))}", file=sys.stderr)
     return 0
 
 
@@ -90,7 +90,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=cmd_history_show)
     export = actions.add_parser("export", help="write one chat to a file (user-only permissions)")
     export.add_argument("id", help="a chat id from `specem history list`")
-    export.add_argument("-o", "--output", help="the file (default: ./specem-chat-ID.md or .json)")
+    export.add_argument(
+        "-o", "--output", help="the file, or - for standard output (default: ./specem-chat-ID.md or .json)"
+    )
     export.add_argument("--format", choices=("markdown", "json"), default="markdown", help="default markdown")
     export.set_defaults(handler=cmd_history_export)
     delete = actions.add_parser("delete", help="delete one chat for good")

@@ -32,7 +32,7 @@ def specem(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         cwd=ROOT,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "SPECEM_DATA_DIR": str(data), "HOME": str(data)},
+        env=_env(data),
     )
 
 
@@ -64,6 +64,38 @@ def test_an_export_through_a_symlink_writes_its_target(recorded):
     link.symlink_to(target)
     assert specem(data, "history", "export", chat_id, "-o", str(link)).returncode == 0
     assert link.is_symlink() and "answered" in target.read_text()
+
+
+def test_an_export_to_dev_stdout_appends_where_the_shell_points_it(recorded):
+    """Issue 36: ``-o /dev/stdout >> notes.md`` appended to the notes (it replaced them, mode
+    0600), and into a pipe it failed; ``-o -`` is standard output too."""
+    data, chat_id = recorded
+    notes = data / "notes.md"
+    notes.write_text("my notes\n")
+    notes.chmod(0o644)
+    for output in ("/dev/stdout", "-"):
+        command = f"{sys.executable} -m specem_local history export {chat_id} -o {output} >> {notes}"
+        result = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, env=_env(data))
+        assert result.returncode == 0, result.stderr
+    text = notes.read_text()
+    assert text.startswith("my notes\n") and text.count("answered") == 2
+    assert notes.stat().st_mode & 0o777 == 0o644
+    piped = subprocess.run(
+        f"{sys.executable} -m specem_local history export {chat_id} -o /dev/stdout | cat",
+        shell=True, capture_output=True, text=True, cwd=ROOT, env=_env(data),
+    )
+    assert piped.returncode == 0 and "answered" in piped.stdout, piped.stderr
+
+
+def test_the_exported_line_shows_a_hostile_file_name_escaped(recorded):
+    data, chat_id = recorded
+    name = data / "chat\x1b]0;PWNED\x07.md"
+    result = specem(data, "history", "export", chat_id, "-o", str(name))
+    assert result.returncode == 0 and "\x1b" not in result.stderr and "\\x1b]0;PWNED" in result.stderr
+
+
+def _env(data: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "SPECEM_DATA_DIR": str(data), "HOME": str(data)}
 
 
 def test_replace_file_writes_a_pipe_in_place_and_refuses_a_folder(tmp_path):

@@ -149,3 +149,46 @@ def test_pick_a_candidate_and_go_on_from_it_in_a_real_terminal(tmp_path):
     picked = answer.rounds[0]
     assert picked.decision == "picked" and answer.content.startswith(picked.text)
     assert picked.author != first.rounds[0].author or picked.text != first.rounds[0].text
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
+def test_escape_sequences_in_a_stored_chat_reach_neither_the_clipboard_nor_the_title(tmp_path):
+    """Issue 36: a chat whose question, answer and title hold OSC 52 (the clipboard) and OSC 0
+    (the title), as `specem run`, a serve client or an imported file can record them, opened in
+    a real terminal that honours both (tmux, ``set-clipboard on``): nothing is set. The same
+    sequences printed by a shell first show that this terminal would have taken them."""
+    from specem_local.storage.chats import Chat, Turn
+    from specem_local.storage.history import History
+
+    socket = ["-L", "specem-osc-test"]
+
+    def server(*args: str) -> str:
+        return subprocess.run(["tmux", *socket, *args], capture_output=True, text=True).stdout.strip()
+
+    def buffers() -> str:
+        return server("list-buffers", "-F", "#{buffer_sample}")
+
+    binary = Path(sys.executable).with_name("specem-chat")
+    config = tmp_path / "models.toml"
+    config.write_text('[[models]]\nname = "smol"\ndemo = "smollm2-135m"\n')
+    history = History(tmp_path / "data" / "specem.db", chat_files=tmp_path / "none")
+    osc = "\x1b]52;c;UFdORUQ=\x07\x1b]0;owned\x07"  # "PWNED" to the clipboard, "owned" as the title
+    chat = Chat(title=f"hostile{osc}")
+    history.add(chat, Turn("user", f"question{osc}"))
+    history.add(chat, Turn("assistant", f"answer{osc}", error=f"cut{osc}"))
+    try:
+        shell = "sleep 1; printf '\\033]52;c;c2hlbGw=\\007\\033]0;shell-title\\007'; sleep 60"
+        server("new-session", "-d", "-s", "shell", "-x", "100", "-y", "30", shell)
+        server("set-option", "-g", "set-clipboard", "on")
+        poll_until(lambda: buffers() == "shell", 10, "this tmux does not take OSC 52 from a shell", every=0.2)
+        assert server("display-message", "-p", "-t", "shell", "#{pane_title}") == "shell-title"
+        server("delete-buffer")
+        start = f"SPECEM_DATA_DIR={tmp_path}/data TERM=xterm-256color {binary} --config {config} --chat {chat.id}"
+        server("new-session", "-d", "-s", "app", "-x", "100", "-y", "30", start)
+        poll_until(lambda: "hostile" in server("capture-pane", "-p", "-t", "app"), 120, "the chat was not shown")
+        time.sleep(1)  # every repaint of the chat has been written
+        assert buffers() == ""
+        assert server("display-message", "-p", "-t", "app", "#{pane_title}") != "owned"
+        assert "question\\x1b]52;c;UFdORUQ=\\x07" in server("capture-pane", "-p", "-t", "app")
+    finally:
+        server("kill-server")

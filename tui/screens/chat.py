@@ -27,6 +27,7 @@ from specem_local.models.config import builtin_ensembles
 from specem_local.storage.chat_files import export_chat
 from specem_local.storage.chats import Chat, Turn, title_for
 from specem_local.storage.history import AnswerRecord, History
+from specem_local.text import printable
 from specem_tui.screens.chat_versions import AnswerVersions
 from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
@@ -88,7 +89,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.editing: Turn | None = None  # the last question, being edited in the input box
         self.streamed = 0  # rounds of the answer being written so far
         self.warnings_said = 0  # the ensemble's warnings shown so far
-        self.title = f"specem-chat — {self.chat.title}"  # set before the Header mounts (no race)
+        self.show_title()  # set before the Header mounts (no race)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -123,7 +124,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         taking_part = [m for m in self.ensemble.members if m.name in self.settings.models]
         places = {m.model.placement.split(" ")[0] for m in taking_part}
         remote = [f"{m.name}: {m.model.placement}" for m in taking_part if m.model.placement.startswith("RPC")]
-        return (
+        return printable(
             f"{mode} on {' + '.join(sorted(places))}\n"
             + "".join(f"{line}\n" for line in remote)
             + f"L={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
@@ -132,10 +133,13 @@ class ChatScreen(AnswerVersions, Screen[None]):
         )
 
     # -- showing chats -------------------------------------------------------------------------------
+    def show_title(self) -> None:
+        self.title = printable(f"specem-chat — {self.chat.title}")
+
     def show_chat(self, chat: Chat) -> None:
         """Switch to another chat (new, or resumed from the history)."""
         self.chat = chat
-        self.title = f"specem-chat — {chat.title}"
+        self.show_title()
         self.show_turns()
 
     def show_turns(self) -> None:
@@ -159,7 +163,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.editing = None
         if not self.chat.turns:
             self.chat.title = title_for(message.text)
-            self.title = f"specem-chat — {self.chat.title}"
+            self.show_title()
         user_turn, answer_turn = Turn("user", message.text), Turn("assistant", "")
         conversation = self.query_one("#conversation", VerticalScroll)
         replaced: list[Turn] = []

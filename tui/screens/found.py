@@ -12,17 +12,19 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from specem_local.models.scan import FoundModel, scan
-from specem_local.text import human_count
+from specem_local.text import human_count, printable
 
 
 def describe_found(model: FoundModel) -> str:
     """One line: name, where from, architecture, parameters, quantisation, template."""
     header = model.header
     if header is None:
-        return f"{model.suggested_name}  ({model.origin}: {model.problem})"
+        return printable(f"{model.suggested_name}  ({model.origin}: {model.problem})")
     size = human_count(model.parameters)
     template = "" if header.chat_template is not None else ", no chat template"
-    return f"{model.suggested_name}  ({model.origin}, {header.architecture} {size} {header.quantization}{template})"
+    return printable(
+        f"{model.suggested_name}  ({model.origin}, {header.architecture} {size} {header.quantization}{template})"
+    )
 
 
 class FoundModelsScreen(ModalScreen[FoundModel | None]):

@@ -8,6 +8,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from specem_local.text import printable
+
 HELP = """\
 # specem-chat
 
@@ -56,7 +58,7 @@ def leaderboard_markdown(board: dict[str, dict[str, float]]) -> str:
     if not board:
         return "\n## Your leaderboard\n\nNothing yet: answers and your choices make it.\n"
     rows = "".join(
-        f"| {name} | {e['segments_won']:g} | +{e['picked']:g} -{e['picked_against']:g} "
+        f"| {printable(name)} | {e['segments_won']:g} | +{e['picked']:g} -{e['picked_against']:g} "
         f"| +{e['thumbs_up']:.1f} -{e['thumbs_down']:.1f} | {e['best']:g}/{e['compared']:g} |\n"
         for name, e in board.items()
     )

@@ -13,7 +13,7 @@ from textual.widgets.option_list import Option
 
 from specem_local.errors import SpecemError
 from specem_local.storage.history import History
-from specem_local.text import when
+from specem_local.text import printable, when
 
 
 def chat_id_of(option: Option) -> str:
@@ -52,16 +52,13 @@ class HistoryScreen(ModalScreen[str | None]):
         options.clear_options()
         try:
             if query.strip():
-                found = self.history.search(query, limit=50)
-                options.add_options(
-                    Option(Text(f"{when(m.updated)}  {m.title} — {m.role}: {m.snippet}"), id=f"{m.chat_id}\t{i}")
-                    for i, m in enumerate(found)
-                )
+                rows = [
+                    (f"{when(m.updated)}  {m.title} — {m.role}: {m.snippet}", f"{m.chat_id}\t{n}")
+                    for n, m in enumerate(self.history.search(query, limit=50))
+                ]
             else:
-                chats = self.history.chats(limit=500)
-                options.add_options(
-                    Option(Text(f"{when(c.updated)}  {c.title}  ({c.messages})"), id=c.id) for c in chats
-                )
+                rows = [(f"{when(c.updated)}  {c.title}  ({c.messages})", c.id) for c in self.history.chats(limit=500)]
+            options.add_options(Option(Text(printable(text)), id=key) for text, key in rows)
         except SpecemError as error:
             self.notify(str(error), severity="error", timeout=10)
 

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from specem_local.engine.vote import candidate_label, explain, winning_candidate
 from specem_local.events import Candidate, RoundEvent
+from specem_local.text import printable
 
 
 class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
@@ -64,19 +65,20 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
         self.query_one(
             "#inspector"
         ).border_title = f"Round {event.index} of {len(self.rounds)}  (←/→ rounds · ↑/↓ each candidate in full)"
-        self.query_one("#why", Static).update(explain(event))
+        self.query_one("#why", Static).update(printable(explain(event)))
         table = self.query_one(DataTable)
         table.clear(columns=True)
         verifiers = list(event.weights)
         table.add_column("", width=1)
-        table.add_column("model", width=max(len(candidate_label(c)) for c in event.candidates))  # whole names: the
-        table.add_columns("vote", *[f"by {v}" for v in verifiers])  # table scrolls sideways when narrow
+        labels = [printable(candidate_label(c)) for c in event.candidates]
+        table.add_column("model", width=max(map(len, labels)))  # whole names: the table scrolls sideways
+        table.add_columns("vote", *[f"by {printable(v)}" for v in verifiers])
         won = winning_candidate(event)
         for candidate in sorted(event.candidates, key=lambda c: -(c.combined or 0)):
             colour = Style.parse(self.colours.get(candidate.model, "white"))
             cells: list[str | Content] = [
                 "★" if candidate is won else "",
-                Content.styled(candidate_label(candidate), colour),
+                Content.styled(printable(candidate_label(candidate)), colour),
                 "-" if candidate.combined is None else f"{candidate.combined:.3f}",
             ]
             for verifier in verifiers:
@@ -89,12 +91,12 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
         """The highlighted candidate in full, with each verifier's raw score."""
         self.highlighted = key
         candidate = next(c for c in self.event.candidates if candidate_label(c) == key)
-        raw = ", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate.scores.items())
+        raw = printable(", ".join(f"{verifier} {score:+.3f}" for verifier, score in candidate.scores.items()))
         ended = " (ends the answer)" if candidate.ended else ""
         self.query_one("#detail", Static).update(
             Content.assemble(
-                (f"{key}{ended}: ", Style.parse(self.colours.get(candidate.model, "white"))),
-                candidate.text,
+                (f"{printable(key)}{ended}: ", Style.parse(self.colours.get(candidate.model, "white"))),
+                printable(candidate.text),
                 f"\nraw scores (mean per token): {raw or 'none'}",
             )
         )

@@ -6,8 +6,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static
+
+from specem_local.text import printable
 
 
 class LoadingScreen(Screen[None]):
@@ -20,7 +23,7 @@ class LoadingScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading"):
-            yield Static(f"Loading {len(self.names)} models from {self.source}", id="loading-title")
+            yield Static(Content(printable(f"Loading {len(self.names)} models from {self.source}")), id="loading-title")
             for index, name in enumerate(self.names):
                 yield Label(name, id=f"label-{index}")
                 yield ProgressBar(total=1.0, show_eta=False, id=f"progress-{index}")
@@ -32,10 +35,11 @@ class LoadingScreen(Screen[None]):
 
     def set_failed(self, name: str, error: str) -> None:
         label = self.query_one(f"#label-{self.names.index(name)}", Label)
-        label.update(f"{name}: failed: {error}")
+        label.update(Content(printable(f"{name}: failed: {error}")))
         label.add_class("failed")
 
     def set_fatal(self, error: str) -> None:
         widget = self.query_one("#loading-errors", Static)
-        widget.update(f"{error}\n\nFix models.toml (specem models list shows what is wrong), then restart. q quits.")
+        advice = "Fix models.toml (specem models list shows what is wrong), then restart. q quits."
+        widget.update(Content(f"{printable(error)}\n\n{advice}"))
         widget.add_class("failed")

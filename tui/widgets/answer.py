@@ -14,13 +14,14 @@ from textual.widgets import Markdown, Static
 
 from specem_local.events import finish_note
 from specem_local.storage.chats import Turn, code_blocks
+from specem_local.text import printable
 
 
 class UserMessage(Static):
     """What the user asked (an edited question says how many earlier versions it has)."""
 
     def __init__(self, turn: Turn) -> None:
-        super().__init__(Content(turn.content), classes="user-message")
+        super().__init__(Content(printable(turn.content)), classes="user-message")
         earlier = sum(t.role == "user" for t in turn.alternatives)
         self.border_title = (
             f"You (edited; {earlier} earlier version{'s' if earlier != 1 else ''} kept)" if earlier else "You"
@@ -30,7 +31,7 @@ class UserMessage(Static):
 def version_label(turn: Turn) -> str:
     """Who wrote a version of an answer, for its border."""
     if turn.kind.startswith("alone: "):
-        return f"{turn.kind.removeprefix('alone: ')} alone"
+        return f"{printable(turn.kind.removeprefix('alone: '))} alone"
     return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (from your pick)"}.get(
         turn.kind, "Ensemble"
     )
@@ -135,13 +136,13 @@ class AnswerView(Vertical, can_focus=True):
             style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)
-            parts.append((event.text, style))
+            parts.append((printable(event.text), style))
         if not self.turn.rounds and not self.turn.done:
             parts.append(("drafting the first segment…", Style(italic=True, dim=True)))
         if self.turn.stopped:
             parts.append((" [stopped]", Style(italic=True, dim=True)))
         if self.turn.error:
-            parts.append((f" [failed: {self.turn.error}]", Style(italic=True, dim=True)))
+            parts.append((f" [failed: {printable(self.turn.error)}]", Style(italic=True, dim=True)))
         return Content.assemble(*parts)
 
     def refresh_segments(self) -> None:
@@ -153,9 +154,9 @@ class AnswerView(Vertical, can_focus=True):
         if final is not None:
             wins = "  ".join(f"{name} {count}" for name, count in final.wins.items() if count)
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
-            self.border_subtitle = " · ".join(part for part in parts if part)
+            self.border_subtitle = printable(" · ".join(part for part in parts if part))
         why = self.turn.ending or (finish_note(final) if final is not None else None)
-        self.query_one(Markdown).update(self.turn.content + (f"\n\n*({why})*" if why else ""))
+        self.query_one(Markdown).update(printable(self.turn.content + (f"\n\n*({why})*" if why else "")))
         self.refresh_segments()
         self.show_markdown = True
 

@@ -9,6 +9,7 @@ from textual.style import Style
 from textual.widgets import Static
 
 from specem_local.events import RoundEvent
+from specem_local.text import printable
 
 BAR_WIDTH = 14
 
@@ -61,7 +62,7 @@ class WeightsPanel(Static):
             weight_text = f" {weight:.2f}" if weight is not None else " draft"
             speed = self.tokens_per_second.get(name)
             speed_text = f" · {speed:.0f} tok/s" if speed else ""
-            lines.append(Content.assemble(("■ ", colour), (name[:24], colour)))
+            lines.append(Content.assemble(("■ ", colour), (printable(name)[:24], colour)))
             lines.append(Content.assemble((bar, colour), weight_text))
             lines.append(Content(f"  wins {self.wins[name]}{speed_text}"))
         return Content("\n").join(lines)

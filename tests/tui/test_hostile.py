@@ -1,0 +1,68 @@
+"""The chat app against a hostile user (issue 36), on fake models: escape sequences in stored or
+echoed text never reach the terminal, a failed export or a damaged chat never crashes the app,
+and the keys do what their labels say."""
+
+from __future__ import annotations
+
+from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.history import History
+from specem_tui.screens.chat import ChatScreen
+from specem_tui.screens.history import HistoryScreen
+from specem_tui.screens.inspector import InspectorScreen
+from specem_tui.widgets.answer import AnswerView
+from tests.engine.conftest import fake_member
+from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
+from tests.tui.test_chat import app_with
+
+__all__ = ["data_dir"]  # the autouse fixture
+
+CLIPBOARD = "\x1b]52;c;UFdORUQ=\x07"  # OSC 52: "PWNED" to the clipboard
+TITLE = "\x1b]0;owned\x07"  # OSC 0: the terminal's title
+CONTROLS = ("\x1b", "\x07", "\x9b", "\x9d")  # ESC, BEL, and the 8-bit CSI and OSC
+
+
+def raw_controls(app) -> list[str]:
+    """The control characters in what the app would draw now (its screenshot holds every
+    visible cell: the conversation, titles, toasts, the screen on top)."""
+    drawn = app.export_screenshot()
+    return [repr(c) for c in CONTROLS if c in drawn]
+
+
+async def test_escape_sequences_in_answers_questions_titles_and_toasts_are_shown_not_sent():
+    echo = fake_member("big", f"Sure{CLIPBOARD} done{TITLE}.", n_params=3000)
+    app = app_with(echo, fake_member("small", f"No{TITLE}"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, f"Copy this{CLIPBOARD}{TITLE}")
+        await wait_until(pilot, lambda: answered(app))
+        screen = app.screen
+        assert "\x1b" in screen.chat.turns[-1].content  # kept as it is: only the showing changes
+        assert raw_controls(app) == [] and "\\x1b]52;c;" in app.export_screenshot()
+        app.notify(f"a toast{TITLE}")
+        await pilot.pause()
+        assert raw_controls(app) == []
+        screen.query_one(AnswerView).focus()
+        await pilot.press("left", "enter")  # the inspector on a segment
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        await pilot.pause()
+        assert raw_controls(app) == []
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+        await wait_until(pilot, lambda: app.screen.query_one("#chats").option_count == 1, 5)
+        assert raw_controls(app) == []
+
+
+async def test_a_stored_chat_with_escapes_in_its_title_and_authors_is_shown_harmless():
+    history = History()
+    chat = Chat(title=f"title{TITLE}")
+    history.add(chat, Turn("user", f"question{CLIPBOARD}"))
+    history.add(chat, Turn("assistant", f"answer{CLIPBOARD}", kind=f"alone: sm{TITLE}ol", error=f"cut{TITLE}"))
+    app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        app.screen.show_chat(History().load(chat.id))
+        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 1)
+        await pilot.pause()
+        assert raw_controls(app) == [] and "\\x1b]0;owned\\x07" in app.export_screenshot()
+        assert "\x1b" not in app.screen.title
