@@ -12,7 +12,7 @@ from specem_local.engine.choices import leaderboard
 from specem_local.engine.learned import built_in_calibrations, names_in, stored_weights
 from specem_local.events import origin_words
 from specem_local.storage.history import History
-from specem_local.storage.weights import StoredWeights, WeightStore
+from specem_local.storage.weights import RESET, StoredWeights, WeightStore
 from specem_local.text import printable, when
 
 
@@ -55,20 +55,24 @@ def cmd_weights_reset(args: argparse.Namespace) -> int:
     print(
         f"forgot the weights of {len(gone)} ensemble{'s' if len(gone) != 1 else ''}; "
         "they start from the prior (a built-in ensemble from its built-in calibration)"
+        + ("; specem weights undo brings them back" if gone else "")
     )
     return 0
 
 
 def cmd_weights_undo(args: argparse.Namespace) -> int:
-    """Take back the latest choice still in any ensemble's weights."""
+    """Take back the latest choice (or reset) still in any ensemble's weights."""
     store = WeightStore()
-    made = [choice for choice in store.choices() if not choice.undone]
-    undone = store.undo_choice(made[-1].ensemble) if made else None
+    newest_first = dict.fromkeys(choice.ensemble for choice in reversed(store.choices()) if not choice.undone)
+    undone = next(filter(None, map(store.undo_choice, newest_first)), None)
     if undone is None:
-        print("no choice to undo: picks, thumbs and comparisons in specem-chat are kept as choices")
+        print("no choice to undo: picks, thumbs, comparisons and resets are kept as choices (a calibration is not)")
+        return 0
+    ensemble = " + ".join(names_in(undone.ensemble))
+    if undone.kind == RESET:
+        print(printable(f"brought back the weights of {ensemble} that the reset of {when(undone.created)} forgot"))
         return 0
     rewarded = ", ".join(f"{name} {reward:g}" for name, reward in undone.rewards.items()) or "nothing to learn"
-    ensemble = " + ".join(names_in(undone.ensemble))
     print(printable(f"undid your {undone.kind} of {when(undone.created)} ({rewarded}) on {ensemble}"))
     return 0
 
@@ -107,7 +111,9 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     reset.add_argument("--all", action="store_true", help="forget every ensemble's weights")
     reset.set_defaults(handler=cmd_weights_reset)
-    undo = weight_commands.add_parser("undo", help="take back your latest choice (a pick, a thumb, a comparison)")
+    undo = weight_commands.add_parser(
+        "undo", help="take back your latest choice (a pick, a thumb, a comparison) or reset"
+    )
     undo.set_defaults(handler=cmd_weights_undo)
     stats = weight_commands.add_parser(
         "stats", help="your leaderboard: per model, segments won, picks, thumbs, comparisons won"

@@ -88,11 +88,19 @@ def _add_alternatives_and_choices(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _add_undoable_resets(db: sqlite3.Connection) -> None:
+    """Issue 36. A reset of an ensemble's weights is kept as a choice (``kind`` "reset") with
+    what it forgot (``snapshot``: the record and the choices it marked undone), so it can be
+    undone like one."""
+    db.execute("ALTER TABLE choices ADD COLUMN snapshot TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_weights,
     _create_history,
     _create_preferences,
     _add_alternatives_and_choices,
+    _add_undoable_resets,
 ]  # append only
 
 

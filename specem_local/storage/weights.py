@@ -117,35 +117,31 @@ class WeightStore:
             return Choice(int(cursor.lastrowid or 0), key, kind, rewards, delta, message_id, now, False)
 
     def undo_choice(self, key: str) -> Choice | None:
-        """Take back the latest choice still in this ensemble's weights: its change is
-        subtracted from the log-weights and the anchor. None when there is none to undo."""
+        """Take back the latest choice still in this ensemble's weights: a pick, thumb or
+        comparison has its change subtracted from the log-weights and the anchor; a reset brings
+        back what it forgot. Choices whose weights were replaced since (by a calibration, or a
+        reset still in force) are not in the weights any more: None when nothing is left to undo."""
         with self._transaction() as db:
             record = _read(db, key)
-            row = db.execute(
-                f"SELECT {_CHOICE_COLUMNS} FROM choices WHERE ensemble = ? AND undone = 0 ORDER BY id DESC LIMIT 1",
+            rows = db.execute(
+                f"SELECT {_CHOICE_COLUMNS}, snapshot FROM choices WHERE ensemble = ? AND undone = 0 ORDER BY id DESC",
                 (key,),
-            ).fetchone()
-            if row is None:
-                return None
-            choice = _choice(row)
-            db.execute("UPDATE choices SET undone = 1 WHERE id = ?", (choice.id,))
-            if record is None or not choice.change or record.choices < 1:  # it changed nothing kept
+            ).fetchall()
+            for row in rows:
+                choice = _choice(row)
+                if choice.kind == RESET:
+                    if record is not None:  # weights were kept again since: the reset is history
+                        continue
+                    _mark_undone(db, choice.id)
+                    _bring_back(db, json.loads(row[-1] or "{}"))
+                    return dataclasses.replace(choice, undone=True)
+                if record is None or record.choices < 1:  # replaced since: nothing of it is kept
+                    continue
+                _mark_undone(db, choice.id)
+                if choice.change:
+                    _write(db, _without(record, choice.change))
                 return dataclasses.replace(choice, undone=True)
-
-            def back(values: dict[str, float]) -> dict[str, float]:
-                return {name: value - choice.change.get(name, 0.0) for name, value in values.items()}
-
-            _write(
-                db,
-                dataclasses.replace(
-                    record,
-                    log_weights=back(record.log_weights),
-                    anchor=back(record.anchor),
-                    choices=record.choices - 1,
-                    updated=time.time(),
-                ),
-            )
-            return dataclasses.replace(choice, undone=True)
+            return None
 
     def choices(self, key: str | None = None) -> list[Choice]:
         """The user's choices (undone ones included, marked), oldest first; one ensemble's or all."""
@@ -157,17 +153,64 @@ class WeightStore:
 
     def reset(self, key: str) -> bool:
         """Forget an ensemble's weights (its next answer starts from the prior, or its built-in
-        calibration); the choices in them stay in the history as labels, marked undone."""
+        calibration); the choices in them stay in the history as labels, marked undone. The
+        reset is kept as a choice, so ``undo_choice`` brings it all back. Returns whether there
+        was anything to forget."""
         with self._transaction() as db:
+            record = _read_raw(db, key)
+            if record is None:
+                return False
+            marked = [row[0] for row in db.execute("SELECT id FROM choices WHERE ensemble = ? AND undone = 0", (key,))]
             db.execute("UPDATE choices SET undone = 1 WHERE ensemble = ?", (key,))
-            return db.execute("DELETE FROM weights WHERE key = ?", (key,)).rowcount > 0
+            db.execute("DELETE FROM weights WHERE key = ?", (key,))
+            snapshot = json.dumps({"record": record, "choices": marked})
+            db.execute(
+                "INSERT INTO choices (ensemble, kind, rewards, change, created, snapshot) VALUES (?, ?, ?, ?, ?, ?)",
+                (key, RESET, "{}", "{}", time.time(), snapshot),
+            )
+            return True
 
 
+RESET = "reset"  # a choice kind: the weights were forgotten (undoable)
 _CHOICE_COLUMNS = "id, ensemble, kind, rewards, change, message_id, created, undone"
 
 
 def _choice(row: tuple) -> Choice:
     return Choice(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5], row[6], bool(row[7]))
+
+
+def _mark_undone(db: sqlite3.Connection, choice_id: int) -> None:
+    db.execute("UPDATE choices SET undone = 1 WHERE id = ?", (choice_id,))
+
+
+def _without(record: StoredWeights, change: dict[str, float]) -> StoredWeights:
+    """The record with one choice's change taken back."""
+
+    def back(values: dict[str, float]) -> dict[str, float]:
+        return {name: value - change.get(name, 0.0) for name, value in values.items()}
+
+    return dataclasses.replace(
+        record, log_weights=back(record.log_weights), anchor=back(record.anchor), choices=record.choices - 1,
+        updated=time.time(),
+    )
+
+
+_WEIGHTS_COLUMNS = "key, log_weights, anchor, answers, calibrated_items, updated, choices, base"
+
+
+def _read_raw(db: sqlite3.Connection, key: str) -> list | None:
+    """A weights row as it is stored (a reset keeps it so, damaged or not)."""
+    row = db.execute(f"SELECT {_WEIGHTS_COLUMNS} FROM weights WHERE key = ?", (key,)).fetchone()
+    return None if row is None else list(row)
+
+
+def _bring_back(db: sqlite3.Connection, snapshot: dict) -> None:
+    """Undo a reset: the row it forgot, and the choices it marked undone."""
+    row = snapshot.get("record")
+    if isinstance(row, list) and len(row) == 8:
+        db.execute(f"INSERT OR REPLACE INTO weights ({_WEIGHTS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+    ids = [i for i in snapshot.get("choices", []) if isinstance(i, int)]
+    db.executemany("UPDATE choices SET undone = 0 WHERE id = ?", [(i,) for i in ids])
 
 
 def _write(db: sqlite3.Connection, record: StoredWeights) -> StoredWeights:

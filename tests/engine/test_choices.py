@@ -69,5 +69,12 @@ def test_a_choice_on_a_calibrated_ensemble_keeps_the_calibration_under_it(ensemb
     learned.choose(store, members, settings, "thumbs-down", choices.thumbs_rewards({"big": 3, "small": 1}, up=False))
     assert ensemble.weights_origin() == "calibrated on 10 items and 1 of your choices"
     assert ensemble.starting_weights()["small"] > calibrated["small"]
+    chosen = ensemble.starting_weights()
     assert ensemble.reset_weights() and ensemble.weights_origin() == "the prior"
-    assert learned.undo_choice(store, members) is None  # reset took every choice back
+    assert [c.undone for c in store.choices()] == [True, False]  # the choice is taken back; the reset kept
+    assert learned.undo_choice(store, members).kind == "reset"  # which brings everything back (issue 36)
+    assert ensemble.weights_origin() == "calibrated on 10 items and 1 of your choices"
+    assert ensemble.starting_weights() == chosen
+    assert learned.undo_choice(store, members).kind == "thumbs-down"
+    assert ensemble.starting_weights() == pytest.approx(calibrated)
+    assert learned.undo_choice(store, members) is None  # a calibration is not a choice

@@ -61,3 +61,24 @@ def test_stats_undo_and_list_on_the_command_line(capsys):
         assert main(["weights", "stats", "--json"]) == 0
         after = json.loads(capsys.readouterr().out)
         assert all(row["picked"] == 0 for row in after.values())  # undone choices leave the board
+
+
+def test_weights_reset_is_undone_and_undo_after_a_calibration_says_there_is_nothing(capsys, tmp_path):
+    """Issue 36: ``weights undo`` after ``calibrate`` said it undid a choice the calibration had
+    replaced; a reset could not be taken back."""
+    members = list(trio())
+    config = tmp_path / "models.toml"
+    config.write_text("".join(f'[[models]]\nname = "{m.name}"\npath = "{m.name}.gguf"\n' for m in members))
+    with Ensemble(members, EnsembleSettings(greedy=True), weight_store=WeightStore()) as ensemble:
+        store = ensemble.weight_store
+        learned.choose(store, members, ensemble.settings, "pick", choices.pick_rewards("small", "big"))
+        learned.calibrate(store, members, ensemble.settings, {"big": 1, "mid": 5, "small": 9}, 10)
+        assert main(["weights", "undo"]) == 0
+        assert "no choice to undo" in capsys.readouterr().out
+        assert ensemble.weights_origin() == "calibrated on 10 items"
+        assert main(["weights", "reset", "--config", str(config)]) == 0
+        assert "specem weights undo brings them back" in capsys.readouterr().out
+        assert ensemble.weights_origin() == "the prior"
+        assert main(["weights", "undo"]) == 0
+        assert "brought back the weights" in capsys.readouterr().out
+        assert ensemble.weights_origin() == "calibrated on 10 items"

@@ -76,7 +76,7 @@ async def test_the_panel_says_where_the_weights_came_from_and_ctrl_r_resets_them
         await wait_until(pilot, lambda: panel.border_subtitle == "from carried over from 1 answer")
         await wait_until(pilot, lambda: answered(app))
         assert panel.weights != pytest.approx(prior)
-        await pilot.press("ctrl+r")
+        await pilot.press("ctrl+r", "ctrl+r")  # the first press asks
         await wait_until(pilot, lambda: panel.border_subtitle == "from the prior")
         assert panel.weights == pytest.approx(prior)
         assert app.ensemble.weights_origin() == "the prior"

@@ -4,15 +4,20 @@ and the keys do what their labels say."""
 
 from __future__ import annotations
 
+from specem_local.engine import calibrate, learned
+from specem_local.engine.choices import thumbs_rewards
 from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.history import History
+from specem_local.storage.weights import WeightStore
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.widgets.answer import AnswerView
+from specem_tui.widgets.prompt import PromptInput
+from specem_tui.widgets.weights import WeightsPanel
 from tests.engine.conftest import fake_member
 from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
-from tests.tui.test_chat import app_with
+from tests.tui.test_chat import app_with, pair
 
 __all__ = ["data_dir"]  # the autouse fixture
 
@@ -66,3 +71,51 @@ async def test_a_stored_chat_with_escapes_in_its_title_and_authors_is_shown_harm
         await pilot.pause()
         assert raw_controls(app) == [] and "\\x1b]0;owned\\x07" in app.export_screenshot()
         assert "\x1b" not in app.screen.title
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_ctrl_r_asks_first_and_ctrl_z_brings_a_calibration_and_choices_back(tmp_path):
+    """Ctrl+R threw away a calibration and every choice at one press, with no way back."""
+    store = WeightStore(tmp_path / "weights.db")
+    app = app_with(*pair(), weight_store=store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        ensemble = app.ensemble
+        calibrate(store, ensemble.members, ensemble.settings, {"big": 9, "small": 2}, 10)
+        thumbs = thumbs_rewards({"big": 1, "small": 3}, up=True)
+        learned.choose(store, ensemble.members, ensemble.settings, "thumbs-up", thumbs)
+        kept = "calibrated on 10 items and 1 of your choices"
+        assert ensemble.weights_origin() == kept
+        panel = app.screen.query_one(WeightsPanel)
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: any("Press Ctrl+R again" in t for t in toasts(app)), 5)
+        assert ensemble.weights_origin() == kept  # one press forgets nothing
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: panel.border_subtitle == "from the prior", 5)
+        assert app.screen.query_one(PromptInput).has_focus
+        await pilot.press("ctrl+z")  # the input box has focus: the reset is undone, not the typing
+        await wait_until(pilot, lambda: panel.border_subtitle == f"from {kept}", 5)
+        assert ensemble.weights_origin() == kept and "Brought back the weights the reset forgot." in toasts(app)
+
+
+async def test_ctrl_z_in_the_input_box_undoes_the_choice_unless_it_holds_typing(tmp_path):
+    """The toast says "Ctrl+Z undoes it" and focus is in the input box after every send."""
+    app = app_with(*pair(), weight_store=WeightStore(tmp_path / "weights.db"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        panel = app.screen.query_one(WeightsPanel)
+        app.screen.query_one(AnswerView).focus()
+        await pilot.press("plus")
+        await wait_until(pilot, lambda: panel.border_subtitle.endswith("1 of your choices"), 5)
+        prompt = app.screen.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press(*"abc")
+        await pilot.press("ctrl+z")  # typing in the box: Ctrl+Z undoes the typing
+        await wait_until(pilot, lambda: prompt.text == "", 5)
+        assert panel.border_subtitle.endswith("1 of your choices")
+        await pilot.press("ctrl+z")  # an empty box: the choice
+        await wait_until(pilot, lambda: panel.border_subtitle == "from the prior", 5)

@@ -9,6 +9,7 @@ its own cancel token, made when the message is sent, so Esc works from the first
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,8 @@ from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
 
+CONFIRM_SECONDS = 5.0  # a second Ctrl+R within this confirms the reset
+
 
 class AnswerEvent(Message):
     """An engine event for the answer being written."""
@@ -65,7 +68,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         Binding("ctrl+e", "export", "Export", priority=True),  # the input box would take it (end of line)
         Binding("f2", "settings", "Settings"),
         Binding("ctrl+r", "reset_weights", "Reset weights"),
-        Binding("ctrl+z", "undo_choice", "Undo choice", show=False),
+        Binding("ctrl+z", "undo_choice", "Undo choice", show=False, priority=True),  # over the input box's undo
         Binding("ctrl+l", "switch_ensemble", "Ensemble"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "app.quit", "Quit"),
@@ -89,6 +92,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.editing: Turn | None = None  # the last question, being edited in the input box
         self.streamed = 0  # rounds of the answer being written so far
         self.warnings_said = 0  # the ensemble's warnings shown so far
+        self.reset_asked = -CONFIRM_SECONDS  # when Ctrl+R last asked to confirm (time.monotonic())
         self.show_title()  # set before the Header mounts (no race)
 
     def compose(self) -> ComposeResult:
@@ -376,11 +380,23 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.app.push_screen(SettingsScreen(self.settings, self.ensemble.model_names), apply)
 
     def action_reset_weights(self) -> None:
-        """Forget the weights kept for the models taking part (a calibration, carried
-        learning): the next answer starts from the prior (or a built-in calibration)."""
+        """Forget the weights kept for the models taking part (a calibration, your choices,
+        carried learning): the next answer starts from the prior (or a built-in calibration).
+        The first press asks (Ctrl+R is reverse search in every shell: a habit); Ctrl+Z brings
+        them back."""
         if self.busy():
             return
         models = list(self.settings.models)
+        if time.monotonic() > self.reset_asked + CONFIRM_SECONDS:
+            self.reset_asked = time.monotonic()
+            origin = self.ensemble.weights_origin(models)
+            self.notify(
+                f"Press Ctrl+R again to forget the weights kept for these models ({origin}); Ctrl+Z brings them back.",
+                severity="warning",
+                timeout=CONFIRM_SECONDS,
+            )
+            return
+        self.reset_asked = -CONFIRM_SECONDS
         try:
             forgot = self.ensemble.reset_weights(models)
             weights, origin = self.ensemble.starting_weights(models), self.ensemble.weights_origin(models)
@@ -389,7 +405,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
             return
         self.query_one(WeightsPanel).reset(weights, models, origin)
         self.notify(
-            f"Weights reset: the next answer starts from {origin}." if forgot else "No learned weights to reset."
+            f"Weights reset: the next answer starts from {origin}; Ctrl+Z brings them back."
+            if forgot
+            else "No learned weights to reset."
         )
 
     def action_switch_ensemble(self) -> None:

@@ -23,6 +23,7 @@ from specem_local.errors import SpecemError
 from specem_local.events import Candidate
 from specem_local.storage.chats import Chat, Turn, picked_start, with_version_shown
 from specem_local.storage.history import AnswerRecord, History
+from specem_local.storage.weights import RESET
 from specem_tui.screens.settings import ChatSettings
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
@@ -214,6 +215,12 @@ class AnswerVersions:
         self.refresh_weights()
 
     def action_undo_choice(self) -> None:
+        """Ctrl+Z: take back the latest choice (or reset); in the input box holding text it
+        undoes the typing, as a text box does."""
+        prompt = self.query_one(PromptInput)
+        if prompt.has_focus and prompt.text:
+            prompt.action_undo()
+            return
         store = self.ensemble.weight_store
         members = [m for m in self.ensemble.members if m.name in self.settings.models]
         try:
@@ -221,7 +228,12 @@ class AnswerVersions:
         except SpecemError as error:
             self.notify(str(error), severity="error")
             return
-        self.notify(f"Undid your {undone.kind.replace('-', ' ')}." if undone else "No choice to undo.")
+        if undone is None:
+            self.notify("No choice to undo.")
+        elif undone.kind == RESET:
+            self.notify("Brought back the weights the reset forgot.")
+        else:
+            self.notify(f"Undid your {undone.kind.replace('-', ' ')}.")
         self.refresh_weights()
 
     def leaderboard(self) -> dict[str, dict[str, float]] | None:

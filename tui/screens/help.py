@@ -37,12 +37,12 @@ and Ctrl+R resets them).
 | b (on a version of a compared answer) | mark it the best: the weights learn from it |
 | + / - (on an answer) | thumbs up / down: the models that wrote it gain / lose weight |
 | c / y (on an answer) | copy the answer / its code blocks (works over SSH in most terminals) |
-| Ctrl+Z | undo your last pick, thumb or best (its change to the weights is taken back) |
+| Ctrl+Z | undo your last pick, thumb, best or reset (in the input box holding text: the typing) |
 | Ctrl+N | new chat |
 | Ctrl+O | open a past chat |
 | Ctrl+E | export this chat to Markdown |
 | F2 | settings for the next answer; add a model found on this disk |
-| Ctrl+R | reset the kept weights and your choices in them (the next answer starts from the prior) |
+| Ctrl+R twice | reset the kept weights and your choices in them (the next answer starts from the prior) |
 | Ctrl+L | switch to another built-in ensemble (the chat goes on) |
 | F1 | this help |
 | Ctrl+Q | quit |
