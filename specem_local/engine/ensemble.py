@@ -231,9 +231,11 @@ class Ensemble:
     def _starting_weights(self, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
         try:
             return starting_weights(self.weight_store, members, settings)
-        except SpecemError as error:  # an unreadable store costs the carried weights, not the answer
-            self._warn(f"warning: {error}; starting from the prior weights")
-            return starting_weights(None, members, settings)
+        except SpecemError as error:  # an unreadable store costs the kept weights, not the answer
+            start = starting_weights(self.weight_store, members, settings, unreadable=True)
+            fallback = "the built-in calibration" if start.origin == "built-in" else "the prior weights"
+            self._warn(f"warning: {error}; starting from {fallback}")
+            return start
 
     def _remember(
         self, members: list[Member], settings: EnsembleSettings, start: StartingWeights, final: FinalEvent
@@ -246,8 +248,10 @@ class Ensemble:
             self._warn(f"warning: {error}; the weights this answer learned were not kept")
 
     def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        warnings.warn(message, stacklevel=4)
+        """Say a warning once: the front ends ask for the starting weights, then answer."""
+        if message not in self.warnings:
+            self.warnings.append(message)
+            warnings.warn(message, stacklevel=4)
 
     def _step(self, steps: Iterator[Event]) -> Event:
         """Run the answer to its next event, holding the engine while it runs."""

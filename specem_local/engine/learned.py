@@ -84,15 +84,18 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
     return records
 
 
-def starting_weights(store: WeightStore | None, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
+def starting_weights(
+    store: WeightStore | None, members: list[Member], settings: EnsembleSettings, *, unreadable: bool = False
+) -> StartingWeights:
     """With ``carry_weights``, the weights the earlier answers handed on; else the user's
     calibration, else the one shipped for a built-in ensemble; the prior when there is none
-    (or with ``fresh_weights``, or no store)."""
+    (or with ``fresh_weights``, or no store). ``unreadable``: the store could not be read, so
+    the built-in calibration (members known to lose still do not draft), else the prior."""
     start = prior(members, settings)
     if store is None or settings.fresh_weights or len(members) == 1:
         return StartingWeights(start)
     key = key_of(members)
-    record = store.get(key)
+    record = None if unreadable else store.get(key)
     if record is not None and (settings.carry_weights or record.calibrated_items or record.choices):
         carried, origin = settings.carry_weights, _origin(record)
     else:

@@ -118,15 +118,39 @@ class Database:
             yield db
 
     @contextmanager
-    def reading(self, what: str = "database") -> Iterator[tuple[sqlite3.Connection, bool]]:
-        """For reads: a transaction as usual, and whether it can write. A database that cannot be
-        written (read-only, or a full disk) is still read, as it is: nothing migrated or imported."""
-        try:
-            db, writable = self._begin(what), True
-        except CannotWrite:
-            db, writable = self._open_read_only(what), False
+    def reading(self, what: str = "database", *, write: bool = True) -> Iterator[tuple[sqlite3.Connection, bool]]:
+        """For reads, and whether the connection can write. With ``write`` a transaction as usual
+        (the caller may write first, as the history's first look does); without it, a file whose
+        schema is current is read in a deferred transaction that takes no write lock (WAL: the
+        read neither waits for a writer nor holds one up). A database that cannot be written
+        (read-only, or a full disk) is still read, as it is: nothing migrated or imported."""
+        db = None if write else self._open_current()
+        writable = False
+        if db is None:
+            try:
+                db, writable = self._begin(what), True
+            except CannotWrite:
+                db = self._open_read_only(what)
         with self._finished(db, what) as connection:
             yield connection, writable
+
+    def _open_current(self) -> sqlite3.Connection | None:
+        """The file in a read transaction, if it exists and its schema is this version's; None
+        otherwise (a new file, an older schema to migrate, or one SQLite cannot open so)."""
+        if not self.path.is_file():
+            return None
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except (OSError, sqlite3.Error):
+            return None
+        try:
+            if db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+                db.execute("BEGIN")
+                return db
+        except sqlite3.Error:
+            pass
+        db.close()
+        return None
 
     def _begin(self, what: str) -> sqlite3.Connection:
         try:

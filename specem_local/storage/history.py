@@ -219,7 +219,7 @@ class History:
     def _reading(self) -> Iterator[sqlite3.Connection]:
         """A read, after the first look where the history can be written (a read-only one is
         read as it is)."""
-        with self._database.reading("chat history") as (db, writable):
+        with self._database.reading("chat history", write=not self._looked) as (db, writable):
             if writable:
                 self._first_look(db)
             yield db

@@ -10,12 +10,13 @@ the starting prior, or a calibration), and counts the answers and labelled items
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +68,19 @@ class WeightStore:
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._database.transaction("weights database")
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A read that takes no write lock, and works on a read-only or full disk."""
+        with self._database.reading("weights database", write=False) as (db, _writable):
+            yield db
+
     def get(self, key: str) -> StoredWeights | None:
-        with self._transaction() as db:
+        with self._reading() as db:
             return _read(db, key)
 
     def ensemble_keys(self) -> list[str]:
         """Every ensemble with a record, the latest updated first."""
-        with self._transaction() as db:
+        with self._reading() as db:
             return [row[0] for row in db.execute("SELECT key FROM weights ORDER BY updated DESC")]
 
     def all(self) -> tuple[list[StoredWeights], list[str]]:
@@ -145,7 +152,7 @@ class WeightStore:
 
     def choices(self, key: str | None = None) -> list[Choice]:
         """The user's choices (undone ones included, marked), oldest first; one ensemble's or all."""
-        with self._transaction() as db:
+        with self._reading() as db:
             rows = db.execute(
                 f"SELECT {_CHOICE_COLUMNS} FROM choices WHERE ? IS NULL OR ensemble = ? ORDER BY id", (key, key)
             ).fetchall()

@@ -10,16 +10,22 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
+from specem_local.settings import EnsembleSettings
 from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.database import Database
 from specem_local.storage.history import History
 from tests.doors.test_files_we_write import specem
+from tests.engine.conftest import QUESTION
+from tests.engine.test_carried_weights import trio
 
 
 @contextlib.contextmanager
@@ -119,3 +125,70 @@ def test_a_disk_io_error_on_a_roomy_disk_does_not_blame_a_full_disk(tmp_path):
     error = sqlite3.OperationalError("disk I/O error")
     assert _hint(error, tmp_path / "specem.db") == IO_HINT and "specem.db-wal" in IO_HINT
     assert _hint(sqlite3.OperationalError("database or disk is full"), tmp_path / "specem.db") == FULL_HINT
+
+
+def calibrated_trio(data: Path, monkeypatch) -> Ensemble:
+    """The fake trio with a kept calibration in ``data``, and a built-in one of its own (as the
+    demo ensembles ship) that differs from it."""
+    from specem_local.engine import learned
+    from specem_local.storage.weights import StoredWeights, WeightStore, ensemble_key
+
+    members = list(trio())
+    store = WeightStore(data / "specem.db")
+    ensemble = Ensemble(members, EnsembleSettings(greedy=True), weight_store=store)
+    learned.calibrate(store, members, ensemble.settings, {"big": 2, "mid": 8, "small": 9}, 10)
+    key = ensemble_key([learned.member_identity(m) for m in members])
+    shipped = {"big": 0.0, "mid": -1.0, "small": -9.0}
+    built_in = {key: StoredWeights(key, shipped, shipped, 0, 20, 0)}
+    monkeypatch.setattr(learned, "built_in_calibrations", lambda: built_in)
+    return ensemble
+
+
+def test_weights_on_a_read_only_disk_are_read_and_listed(tmp_path, monkeypatch):
+    """Issue 36: ``weights list`` and ``weights stats`` only read, yet failed on a read-only or
+    full disk (they took the write lock)."""
+    data = tmp_path / "data"
+    ensemble = calibrated_trio(data, monkeypatch)
+    kept = ensemble.weights_origin()
+    assert kept == "calibrated on 10 items"
+    with read_only(data):
+        assert ensemble.weights_origin() == kept and ensemble.warnings == []
+        for args in (("weights", "list"), ("weights", "stats")):
+            result = specem(data, *args)
+            assert result.returncode == 0, (args, result.stderr)
+        assert "calibrated on 10 items" in specem(data, "weights", "list").stdout
+
+
+def test_an_unreadable_weights_file_starts_from_the_built_in_calibration_and_says_so_once(tmp_path, monkeypatch):
+    """A newer schema (or any failure to read) started every answer from the size prior, so
+    members known to lose drafted again, and the warning was printed twice."""
+    data = tmp_path / "data"
+    ensemble = calibrated_trio(data, monkeypatch)
+    with sqlite3.connect(data / "specem.db") as db:
+        db.execute("PRAGMA user_version = 99")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert ensemble.weights_origin() == "the built-in calibration (20 items)"
+        start = next(iter(ensemble.stream(QUESTION)))
+    assert start.weights_origin == "the built-in calibration (20 items)"
+    assert len([w for w in said if "newer specem-local" in str(w.message)]) == 1
+    [warning] = ensemble.warnings
+    assert "starting from the built-in calibration" in warning
+
+
+def test_a_read_of_the_weights_does_not_wait_for_a_writer(tmp_path, monkeypatch):
+    """A long search or a calibration holding the write lock made an answer wait 30 s, then
+    start from the prior ("database is locked")."""
+    data = tmp_path / "data"
+    ensemble = calibrated_trio(data, monkeypatch)
+    writer = sqlite3.connect(data / "specem.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        done = threading.Event()
+        origin: list[str] = []
+        threading.Thread(target=lambda: (origin.append(ensemble.weights_origin()), done.set()), daemon=True).start()
+        assert done.wait(10), "the read waited for the writer's lock"
+        assert origin == ["calibrated on 10 items"] and ensemble.warnings == []
+    finally:
+        writer.rollback()
+        writer.close()
