@@ -77,6 +77,16 @@ class SpecemChatApp(App[None]):
             options["title"] = printable(options["title"])
         super().notify(printable(message), markup=False, **options)
 
+    def _fatal_error(self) -> None:
+        """A bug that reaches Textual ends the app with its traceback, as Textual does, but
+        without the local variables it would show: they hold the user's chats."""
+        from rich.segment import Segments
+        from rich.traceback import Traceback
+
+        self.bell()
+        self._exit_renderables.append(Segments(self.console.render(Traceback(show_locals=False), self.console.options)))
+        self._close_messages_no_wait()
+
     def action_help_quit(self) -> None:
         """Ctrl+C copies in a text box; pressed elsewhere, say how to quit (Textual's own hint
         is markup, which ``notify`` shows as it is)."""
@@ -186,8 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecemError as error:
         print(f"specem-chat: error: {error}", file=sys.stderr)
         return 1
-    SpecemChatApp(config, chat, history=history).run()
-    return 0
+    app = SpecemChatApp(config, chat, history=history)
+    app.run()
+    return app.return_code or 0  # 1 when the app crashed
 
 
 if __name__ == "__main__":

@@ -4,11 +4,16 @@ and the keys do what their labels say."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from specem_local.engine import calibrate, learned
 from specem_local.engine.choices import thumbs_rewards
 from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.history import History
 from specem_local.storage.weights import WeightStore
+from specem_tui.app import SpecemChatApp, main
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
@@ -119,3 +124,44 @@ async def test_ctrl_z_in_the_input_box_undoes_the_choice_unless_it_holds_typing(
         assert panel.border_subtitle.endswith("1 of your choices")
         await pilot.press("ctrl+z")  # an empty box: the choice
         await wait_until(pilot, lambda: panel.border_subtitle == "from the prior", 5)
+
+
+async def test_a_failed_export_is_said_and_the_app_goes_on():
+    """Ctrl+E where the export cannot be written (here a folder by that name) crashed the app."""
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        (Path.cwd() / f"specem-chat-{app.screen.chat.id}.md").mkdir()
+        await pilot.press("ctrl+e")
+        await wait_until(pilot, lambda: any(t.startswith("Export failed") for t in toasts(app)), 5)
+        await ask(pilot, app, "And seven times six?")  # the app is alive and answers
+        await wait_until(pilot, lambda: answered(app) and len(app.screen.chat.turns) == 4)
+
+
+async def test_a_crash_exits_non_zero_and_its_traceback_holds_no_chat_text(monkeypatch):
+    def broken_help(screen) -> None:
+        question = screen.chat.turns[0].content  # a local a traceback with locals would print
+        raise RuntimeError(f"a bug ({len(question)})")
+
+    monkeypatch.setattr(ChatScreen, "action_help", broken_help)
+    printed: list = []
+    monkeypatch.setattr(SpecemChatApp, "_print_error_renderables", lambda app: printed.extend(app._exit_renderables))
+    app = app_with(*pair())
+    with pytest.raises(RuntimeError, match="a bug"):
+        async with app.run_test(size=(100, 30)) as pilot:
+            await ask(pilot, app, "my secret question")
+            await wait_until(pilot, lambda: answered(app))
+            await pilot.press("f1")
+            await pilot.pause()
+    assert app.return_code == 1
+    shown = "".join(segment.text for renderable in printed for segment in renderable.segments)
+    assert "RuntimeError" in shown and "my secret question" not in shown
+
+
+def test_specem_chat_returns_the_apps_code(monkeypatch):
+    def crashed(app) -> None:
+        app._return_code = 1
+
+    monkeypatch.setattr(SpecemChatApp, "run", crashed)
+    assert main([]) == 1

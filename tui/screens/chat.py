@@ -361,7 +361,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
             return
         try:
             path = export_chat(self.chat, Path.cwd() / f"specem-chat-{self.chat.id}.md")
-        except OSError as error:
+        except (SpecemError, OSError) as error:  # a folder, a read-only or full disk: said, not fatal
             self.notify(f"Export failed: {error}", severity="error")
             return
         self.notify(f"Exported to {path}")
