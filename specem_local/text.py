@@ -15,8 +15,12 @@ def human_count(count: int | None) -> str:
 
 
 def when(seconds: float) -> str:
-    """A moment as the history lists show it: ``2026-11-23 05:04``, local time."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    """A moment as the history lists show it: ``2026-11-23 05:04``, local time; ``?`` for a time
+    no calendar holds (a damaged record must not stop a list)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")

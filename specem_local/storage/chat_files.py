@@ -8,7 +8,6 @@ that cannot be read is a ``ValueError`` with a reason.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +70,9 @@ def turn_from_json(data: Any) -> Turn:
     )
 
 
+LAST_MOMENT = 253_402_300_799  # 9999-12-31 23:59:59 UTC: later times cannot be shown as dates
+
+
 def chat_from_json(data: Any) -> Chat:
     """A chat from a file's JSON (upgraded from older versions); ``ValueError`` says what is wrong."""
     if not isinstance(data, dict):
@@ -80,10 +82,10 @@ def chat_from_json(data: Any) -> Chat:
         raise ValueError("not a chat file (no id, or turns that are not a list)")
     created, updated = data.get("created", 0.0), data.get("updated", 0.0)
     if not all(
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= LAST_MOMENT
         for value in (created, updated)
     ):
-        raise ValueError("a chat's created and updated times must be numbers")
+        raise ValueError("a chat's created and updated times must be seconds since 1970, before the year 10000")
     turns = [turn_from_json(turn) for turn in data.get("turns", [])]
     return Chat(data["id"], str(data.get("title", "Chat")), created, updated, turns, "import")
 

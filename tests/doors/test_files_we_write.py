@@ -8,6 +8,7 @@ OverflowError traceback."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from specem_local.dirs import replace_file
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent
-from specem_local.storage.chats import Turn
+from specem_local.storage.chats import Chat, Turn
 from specem_local.storage.history import History
 from specem_local.text import printable
 from tests.conftest import ROOT
@@ -145,3 +146,20 @@ def test_printable_keeps_newlines_tabs_and_unicode():
 def test_counts_out_of_range_are_usage_errors(tmp_path, args):
     result = specem(tmp_path, *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "is not" in result.stderr
+
+
+def test_a_chat_time_no_calendar_holds_is_refused_at_import_and_listed_as_unknown(tmp_path):
+    """Issue 36: ``"created": 1e308`` in an imported chat made `specem history` a traceback (and
+    Ctrl+O crash the app) until the chat was deleted."""
+    from specem_local.storage.chat_files import chat_from_json
+
+    with pytest.raises(ValueError, match="before the year 10000"):
+        chat_from_json({"id": "x", "created": 1e308, "turns": []})
+    data = tmp_path / "data"
+    history = History(data / "specem.db", chat_files=tmp_path / "none")
+    history.add(chat := Chat(title="from an older import"), Turn("user", "hello"))
+    with sqlite3.connect(data / "specem.db") as db:  # as an earlier version could have stored it
+        db.execute("UPDATE chats SET created = 1e308, updated = 1e308 WHERE id = ?", (chat.id,))
+    listed = specem(data, "history")
+    assert listed.returncode == 0 and "from an older import" in listed.stdout and "?" in listed.stdout, listed.stderr
+    assert specem(data, "history", "show", chat.id).returncode == 0

@@ -4,6 +4,7 @@ and the keys do what their labels say."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,18 @@ def test_specem_chat_returns_the_apps_code(monkeypatch):
 
     monkeypatch.setattr(SpecemChatApp, "run", crashed)
     assert main([]) == 1
+
+
+async def test_ctrl_o_lists_a_chat_whose_time_no_calendar_holds():
+    history = History()
+    history.add(chat := Chat(title="from an older import"), Turn("user", "hello"))
+    with sqlite3.connect(history.path) as db:
+        db.execute("UPDATE chats SET updated = 1e308 WHERE id = ?", (chat.id,))
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+        await wait_until(pilot, lambda: app.screen.query_one("#chats").option_count == 1, 5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.chat.id == chat.id, 5)
