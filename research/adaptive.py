@@ -113,12 +113,16 @@ def cmd_eval_adaptive(args: argparse.Namespace) -> int:
                 f"{report['first_voter_correct']}/{report['items']}",
                 f"+{paired['only_this']} -{paired['only_first']} p={paired['p_value']:.3f}",
                 f"{report['mean_voters_asked']:.2f}",
-                f"{report['seconds_vs_first_voter']:.2f}x",
-                f"{report['tokens_vs_first_voter']:.2f}x",
+                _ratio(report["seconds_vs_first_voter"]),
+                _ratio(report["tokens_vs_first_voter"]),
             )
         ],
     )
     return 0
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"  # None: the first voter took no time (or tokens)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

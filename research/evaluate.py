@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -214,21 +215,75 @@ def member_systems(records: list[dict[str, Any]]) -> list[str]:
 
 
 def read_records(items_path: Path) -> dict[str, dict[str, Any]]:
-    """The records in ``items.jsonl`` by item id; a resumed item's last line counts."""
+    """The records in ``items.jsonl`` by item id; a resumed item's last line counts. A file that
+    is not one ``specem eval`` wrote (binary, a folder, a line nested too deep, a system without
+    its answer's fields) is one error naming the file and the line."""
     done: dict[str, dict[str, Any]] = {}
-    if items_path.exists():
-        for number, line in enumerate(items_path.read_text("utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
+    if not os.path.lexists(items_path):
+        return done
+    for number, line in enumerate(read_text(items_path, "run file").splitlines(), start=1):
+        if line.strip():
             try:
-                record = json.loads(line)
-                done[record["id"]] = record
-            except (json.JSONDecodeError, KeyError, TypeError):
+                record = record_from_json(line)
+            except ValueError as error:
                 raise SpecemError(
-                    f"{items_path}:{number}: not a line written by specem eval; "
-                    "move the file away or choose another --output"
+                    f"{items_path}:{number}: not a line written by specem eval ({error}); "
+                    "move the file away or choose another folder"
                 ) from None
+            done[record["id"]] = record
     return done
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A run's ``report.json`` ({} when there is none yet); a damaged one is one line."""
+    if not os.path.lexists(path):
+        return {}
+    try:
+        report = json.loads(read_text(path, "run report"))
+    except (json.JSONDecodeError, RecursionError):
+        report = None
+    if not isinstance(report, dict) or not isinstance(report.get("variants", {}), dict):
+        raise SpecemError(f"{path}: not a report written by specem eval; move it away (eval writes it again)")
+    return report
+
+
+RESULT_FIELDS: dict[str, Any] = {  # what every report reads of a system's answer to an item
+    "correct": bool,
+    "extracted": (str, type(None)),
+    "tokens": int,
+    "seconds": (int, float),
+    "finish_reason": str,
+}
+
+
+def record_from_json(line: str) -> dict[str, Any]:
+    """One line of ``items.jsonl``, checked so that every report can read it; ``ValueError``
+    says what is wrong."""
+    try:
+        record = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+        raise ValueError('expected an object with an "id"')
+    systems = record.get("systems")
+    if not isinstance(systems, dict) or not all(isinstance(result, dict) for result in systems.values()):
+        raise ValueError('"systems" must map each system to its answer')
+    for name, result in systems.items():
+        for field, kinds in RESULT_FIELDS.items():
+            value = result.get(field)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool):
+                raise ValueError(f"system {name[:40]!r} has no {field} of the right kind")
+        if result["tokens"] < 0 or not 0 <= result["seconds"] < math.inf:
+            raise ValueError(f"system {name[:40]!r}: tokens and seconds must be counts")
+        for field in ("wins", "weights"):
+            values = result.get(field) or {}
+            if not isinstance(values, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()
+            ):
+                raise ValueError(f"system {name[:40]!r}: {field} must map models to numbers")
+    return record
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -257,7 +312,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run_systems(args, config, base, variants, tasks, done, items_path)
     records = [done[task.id] for task in tasks if task.id in done]
     report_path = output / "report.json"
-    earlier = json.loads(report_path.read_text("utf-8")) if report_path.exists() else {}
+    earlier = read_report(report_path)
     report = {
         "tasks": str(args.tasks),
         "items": len(records),

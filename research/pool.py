@@ -22,6 +22,7 @@ from specem_research.evaluate import (
     paired_comparison,
     print_report,
     read_records,
+    read_report,
     summarise,
     systems_in,
 )
@@ -83,8 +84,7 @@ def cmd_eval_pool(args: argparse.Namespace) -> int:
         if not records:
             raise SpecemError(f"{folder}: no items.jsonl with answers; give folders written by specem eval --output")
         runs.append(list(records.values()))
-        report_path = folder / "report.json"
-        decodings.append(json.loads(report_path.read_text("utf-8")).get("decoding") if report_path.exists() else None)
+        decodings.append(read_report(folder / "report.json").get("decoding"))
     pooled = {"folders": args.runs, "decoding": decodings, **pool_runs(runs)}
     if args.output:
         try:

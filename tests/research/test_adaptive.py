@@ -26,7 +26,7 @@ def test_a_single_voter_suffices_when_one_is_asked_to_agree():
 
 
 def _answer(extracted: str | None, correct: bool, seconds: float = 1.0, tokens: int = 10) -> dict:
-    return {"extracted": extracted, "correct": correct, "seconds": seconds, "tokens": tokens}
+    return {"extracted": extracted, "correct": correct, "seconds": seconds, "tokens": tokens, "finish_reason": "eos"}
 
 
 def test_the_report_counts_the_cost_of_the_voters_asked():

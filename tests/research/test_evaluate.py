@@ -175,3 +175,45 @@ def test_the_vote_gates_share_of_rounds_is_reported():
         record["systems"]["ensemble"].update(rounds=rounds, confident_rounds=confident)
     assert summarise(records, ["ensemble", "qwen"], ["qwen"])["ensemble"]["confident_share"] == 0.3
     assert "confident_share" not in summarise(_run({"ensemble": [True], "qwen": [True]}), ["ensemble"], [])["ensemble"]
+
+
+def _damaged_runs(root):
+    """Run folders as a disk, an editor or another tool can leave them (issue 36)."""
+    good = {"text": "3", "extracted": "3", "correct": True, "tokens": 3, "seconds": 1.0, "finish_reason": "eos"}
+    record = {"id": "1", "systems": {"a": dict(good, wins={"a": 1}), "b": dict(good, wins={"b": 1})}}
+    runs = {}
+    for name in ("binary", "folder", "deep", "no-correct", "bad-report"):
+        (root / name).mkdir()
+        runs[name] = root / name
+    (root / "binary" / "items.jsonl").write_bytes(b"\x00\xff\xfe binary\n")
+    (root / "folder" / "items.jsonl").mkdir()
+    (root / "deep" / "items.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    without = {"id": "1", "systems": {"a": {k: v for k, v in good.items() if k != "correct"}, "b": good}}
+    (root / "no-correct" / "items.jsonl").write_text(json.dumps(without) + "\n")
+    (root / "bad-report" / "items.jsonl").write_text(json.dumps(record) + "\n")
+    (root / "bad-report" / "report.json").write_text('{"a":')
+    return runs, record
+
+
+def test_damaged_run_folders_are_one_line_errors_in_every_command(tmp_path, capsys):
+    runs, record = _damaged_runs(tmp_path)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "1", "question": "1 + 2?", "answer": 3}\n')
+    for name, folder in runs.items():
+        for args in (
+            ["eval-adaptive", "--voter", f"{folder}:a", "--voter", f"{folder}:b"],
+            ["eval-pool", str(folder)],
+            ["eval", str(tasks), "--report-only", "--output", str(folder)],
+        ):
+            if name == "bad-report" and args[0] == "eval-adaptive":
+                continue  # reads no report
+            assert main(args) == 1, (name, args)
+            err = capsys.readouterr().err
+            assert err.startswith("specem: error: ") and err.count("\n") == 1, (name, args, err)
+    zero = tmp_path / "zero"
+    zero.mkdir()
+    for result in record["systems"].values():
+        result["seconds"] = 0
+    (zero / "items.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["eval-adaptive", "--voter", f"{zero}:a", "--voter", f"{zero}:b"]) == 0  # no time: no ratio
+    assert "-" in capsys.readouterr().out
