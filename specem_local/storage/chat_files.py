@@ -14,7 +14,7 @@ from typing import Any
 
 from specem_local.dirs import data_dir, replace_file
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
-from specem_local.storage.chats import EVENT_FORMAT, Chat, Turn
+from specem_local.storage.chats import EVENT_FORMAT, GIVEN, Chat, Turn
 
 FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
 
@@ -154,6 +154,13 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "version": version}
 
 
+def speaker(turn: Turn) -> str:
+    """Who a message is from, as a heading says it."""
+    if turn.kind == GIVEN:
+        return f"{turn.role.capitalize()} (sent with the request)"
+    return "Ensemble" if turn.role == "assistant" else turn.role.capitalize()
+
+
 def chat_markdown(chat: Chat) -> str:
     """The chat as Markdown, with who wrote how much of each answer."""
     lines = [f"# {chat.title}", ""]
@@ -162,9 +169,9 @@ def chat_markdown(chat: Chat) -> str:
             lines += ["## You", "", turn.content, ""]
             continue
         note = f" *({turn.ending})*" if turn.ending else ""
-        lines += ["## Ensemble", "", turn.content + note, ""]
+        lines += [f"## {speaker(turn)}", "", turn.content + note, ""]
         if turn.final:
-            wins = ", ".join(f"{name}: {count}" for name, count in turn.final.wins.items())
+            wins = ", ".join(f"{name}: {count}" for name, count in turn.wins.items())
             lines += [f"*Segments won — {wins}*", ""]
         if turn.alternatives:
             kinds = ", ".join(other.kind or "asked" for other in turn.alternatives)

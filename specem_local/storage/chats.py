@@ -17,6 +17,9 @@ EVENT_FORMAT = 2  # the version of the event records a chat holds (chat files of
 INTERRUPTED = "interrupted: the program ended before the answer was complete"
 
 
+GIVEN = "given"  # a turn's kind: a system or assistant message sent with a request, not written here
+
+
 @dataclass
 class Turn:
     role: str  # "user" or "assistant"
@@ -24,7 +27,7 @@ class Turn:
     rounds: list[RoundEvent] = field(default_factory=list)
     final: FinalEvent | None = None
     error: str | None = None  # the answer failed after it began, or was interrupted; the text so far is kept
-    kind: str = ""  # how an answer came: "" (asked), "regenerated", "continued", "alone: NAME"; "edited"
+    kind: str = ""  # how an answer came: "" (asked), "regenerated", "continued", "alone: NAME"; "edited"; GIVEN
     alternatives: list[Turn] = field(default_factory=list)  # other versions of this message, oldest first
     message_id: int | None = None  # its row in the history, once saved
     prefix: str = ""  # an answer continued from given text: that text (its events carry only the rest)
@@ -42,8 +45,8 @@ class Turn:
 
     @property
     def done(self) -> bool:
-        """Finished, stopped or failed: nothing more will stream into it."""
-        return self.final is not None or self.error is not None
+        """Finished, stopped or failed, or given: nothing more will stream into it."""
+        return self.final is not None or self.error is not None or self.kind == GIVEN
 
     def add(self, event: Event) -> None:
         """Take one of the answer's events: a round adds its segment, the final record sets
@@ -54,6 +57,18 @@ class Turn:
         elif isinstance(event, FinalEvent):
             self.final = event
             self.content = self.prefix + event.text
+
+    @property
+    def wins(self) -> dict[str, int]:
+        """The segments each model wrote in this version. A version continued from a pick counts
+        its kept rounds and the picked segment too (its final record counts only what streamed
+        after them); a record without rounds has its final record's count."""
+        counts = dict.fromkeys(self.final.wins, 0) if self.final is not None else {}
+        if not self.rounds:
+            return dict(self.final.wins) if self.final is not None else counts
+        for event in self.rounds:
+            counts[event.author] = counts.get(event.author, 0) + 1
+        return counts
 
     def versions(self) -> list[Turn]:
         """This message and its other versions, oldest first (this one, the shown one, is the

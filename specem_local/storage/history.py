@@ -28,7 +28,7 @@ from typing import Any
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 from specem_local.storage.chat_files import chats_dir, read_chat_file
-from specem_local.storage.chats import EVENT_FORMAT, INTERRUPTED, Chat, Turn, title_for
+from specem_local.storage.chats import EVENT_FORMAT, GIVEN, INTERRUPTED, Chat, Turn, title_for
 from specem_local.storage.database import Database
 
 FLUSH_SECONDS = 1.0
@@ -412,6 +412,8 @@ def _turn(
         )
     if state == "streaming":  # another process is writing it now
         error = error or "still being written by another window"
+    if role != "user" and state == "done" and not kind and final_event is None and not rounds:
+        kind = GIVEN  # a system or assistant message a client sent with its request: not written here
     return Turn(
         role,
         content,

@@ -11,7 +11,8 @@ import pytest
 
 from specem_local.engine import calibrate, learned
 from specem_local.engine.choices import thumbs_rewards
-from specem_local.storage.chats import Chat, Turn
+from specem_local.storage.chat_files import chat_markdown
+from specem_local.storage.chats import GIVEN, Chat, Turn
 from specem_local.storage.history import History
 from specem_local.storage.weights import WeightStore
 from specem_tui.app import SpecemChatApp, main
@@ -181,3 +182,55 @@ async def test_ctrl_o_lists_a_chat_whose_time_no_calendar_holds():
         await wait_until(pilot, lambda: app.screen.query_one("#chats").option_count == 1, 5)
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.chat.id == chat.id, 5)
+
+
+async def test_a_thumbs_up_on_a_version_from_your_pick_counts_the_picked_segment(tmp_path):
+    """The continued version's wins counted only what streamed after the pick, so a thumbs up
+    on an answer the picked model mostly wrote moved weight away from it."""
+    store = WeightStore(tmp_path / "weights.db")
+    app = app_with(*pair(), weight_store=store, segment_tokens=40)  # one long segment: the pick is most of it
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        first = app.screen.chat.turns[-1]
+        view = app.screen.query(AnswerView).last()
+        view.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        loser = next(c for c in first.rounds[0].candidates if c.model != first.rounds[0].author)
+        await pilot.press("down", "g")
+        await wait_until(pilot, lambda: answered(app) and app.screen.chat.turns[-1] is not first)
+        shown = app.screen.chat.turns[-1]
+        assert shown.wins[loser.model] >= 1 and sum(shown.wins.values()) == len(shown.rounds)
+        assert f"{loser.model} {shown.wins[loser.model]}" in view.border_subtitle
+        await pilot.press("plus")
+        await wait_until(pilot, lambda: store.choices()[-1].kind == "thumbs-up", 5)
+        rewards = store.choices()[-1].rewards
+        assert rewards[loser.model] == shown.wins[loser.model] / len(shown.rounds) > 0
+        chat_id = app.screen.chat.id
+    assert f"{loser.model}: {shown.wins[loser.model]}" in chat_markdown(History().load(chat_id))
+
+
+async def test_messages_a_client_sent_show_as_sent_not_as_an_answer_being_drafted():
+    """A serve client's system and earlier assistant messages showed as "drafting the first
+    segment…" with their text hidden, and `history show` called them "## Ensemble"."""
+    record = History().start_new_chat(
+        "serve",
+        [Turn("system", "Be brief."), Turn("user", "Hi"), Turn("assistant", "Hello! Ask me."), Turn("user", "2+2?")],
+    )
+    chat = History().load(record.chat_id)
+    assert [t.kind for t in chat.turns[:3]] == [GIVEN, "", GIVEN] and chat.turns[0].done and chat.turns[2].done
+    markdown = chat_markdown(chat)
+    assert "## System (sent with the request)" in markdown and "## Assistant (sent with the request)" in markdown
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        app.screen.show_chat(chat)
+        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 3)
+        await pilot.pause()
+        shown = app.export_screenshot().replace("&#160;", " ")
+        assert "Hello! Ask me." in shown and "Be brief." in shown and "Assistant (sent with the request)" in shown
+        given = app.screen.query(AnswerView)[1]
+        given.focus()
+        await pilot.press("plus")
+        await wait_until(pilot, lambda: any("sent with a request" in t for t in toasts(app)), 5)

@@ -21,7 +21,7 @@ from specem_local.engine import AnswerStream, Ensemble, learned
 from specem_local.engine.choices import ENSEMBLE, best_rewards, leaderboard, pick_rewards, thumbs_rewards
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate
-from specem_local.storage.chats import Chat, Turn, picked_start, with_version_shown
+from specem_local.storage.chats import GIVEN, Chat, Turn, picked_start, with_version_shown
 from specem_local.storage.history import AnswerRecord, History
 from specem_local.storage.weights import RESET
 from specem_tui.screens.settings import ChatSettings
@@ -180,8 +180,12 @@ class AnswerVersions:
     def label(self, view: AnswerView, action: str) -> None:
         """A thumb on the version on screen, or that version marked the best of a comparison."""
         turn = view.turn
-        if not turn.done or turn.final is None:
+        if not turn.done:
             self.notify("Wait for the answer to finish.", severity="warning")
+            return
+        if turn.final is None:  # failed, or a message a client sent with its request
+            why = "was sent with a request, not written here" if turn.kind == GIVEN else "did not finish"
+            self.notify(f"This message {why}: there is nothing for the weights to learn from it.")
             return
         if action == "best":
             alone = [t.kind.removeprefix("alone: ") for t in view.shown.versions() if t.kind.startswith("alone: ")]
@@ -190,9 +194,9 @@ class AnswerVersions:
                 return
             best = turn.kind.removeprefix("alone: ") if turn.kind.startswith("alone: ") else ENSEMBLE
             kind = "best" if best != ENSEMBLE else "best-ensemble"
-            self.choose(kind, best_rewards(best, alone, turn.final.wins), turn.message_id)
+            self.choose(kind, best_rewards(best, alone, turn.wins), turn.message_id)
             return
-        rewards = thumbs_rewards(turn.final.wins, up=action == "thumbs-up")
+        rewards = thumbs_rewards(turn.wins, up=action == "thumbs-up")
         if not rewards:
             self.notify("One model wrote all of it: nothing for the weights to learn (b in a comparison can).")
             return

@@ -13,7 +13,8 @@ from textual.style import Style
 from textual.widgets import Markdown, Static
 
 from specem_local.events import finish_note
-from specem_local.storage.chats import Turn, code_blocks
+from specem_local.storage.chat_files import speaker
+from specem_local.storage.chats import GIVEN, Turn, code_blocks
 from specem_local.text import printable
 
 
@@ -30,6 +31,8 @@ class UserMessage(Static):
 
 def version_label(turn: Turn) -> str:
     """Who wrote a version of an answer, for its border."""
+    if turn.kind == GIVEN or turn.role != "assistant":
+        return speaker(turn)  # a message a client sent with its request
     if turn.kind.startswith("alone: "):
         return f"{printable(turn.kind.removeprefix('alone: '))} alone"
     return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (from your pick)"}.get(
@@ -152,7 +155,7 @@ class AnswerView(Vertical, can_focus=True):
         """The answer is complete, stopped or failed: show the summary and the Markdown view."""
         final = self.turn.final
         if final is not None:
-            wins = "  ".join(f"{name} {count}" for name, count in final.wins.items() if count)
+            wins = "  ".join(f"{name} {count}" for name, count in self.turn.wins.items() if count)
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
             self.border_subtitle = printable(" · ".join(part for part in parts if part))
         why = self.turn.ending or (finish_note(final) if final is not None else None)
