@@ -205,6 +205,9 @@ def kind_of(annotation: Any) -> tuple[str, bool]:
     return KINDS[annotation][0], optional
 
 
+MAX_DIGITS = 40  # a number typed with more characters is out of every setting's range
+
+
 @dataclass(frozen=True)
 class Setting:
     """One field of a settings (or ``[[models]]``) dataclass, with what it accepts."""
@@ -244,6 +247,27 @@ class Setting:
             value = tuple(value) if self.kind == "strings" else value
         self.check(value, where)
         return value
+
+    def parse(self, text: str, where: str) -> Any:
+        """A number as a person typed it (in a form field) as this setting's type: ``1.5`` for a
+        whole number is refused, not read as 15, and a number of thousands of digits is out of
+        range, not "not an integer"."""
+        text = text.strip()
+        if self.kind == "int":
+            digits = text.lstrip("+-")
+            if not (digits.isascii() and digits.isdigit()) or len(text) - len(digits) > 1:
+                raise self.error(where, f"must be a whole number, got {_shown(text)}")
+            if len(text) > MAX_DIGITS:
+                limits = self.limits.describe() or f"a whole number of at most {MAX_DIGITS} digits"
+                raise self.error(where, f"must be {limits}; got a number of {len(text):,} digits")
+            return self.convert(int(text), where)
+        if self.kind == "float":
+            try:
+                value = float(text) if len(text) <= MAX_DIGITS else math.inf
+            except ValueError:
+                raise self.error(where, f"must be a number, got {_shown(text)}") from None
+            return self.convert(value, where)
+        return self.convert(text, where)
 
     def check(self, value: Any, where: str) -> None:
         if value is not None and not self.limits.allows(value):

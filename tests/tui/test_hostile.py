@@ -19,6 +19,7 @@ from specem_tui.app import SpecemChatApp, main
 from specem_tui.screens.chat import ChatScreen
 from specem_tui.screens.history import HistoryScreen
 from specem_tui.screens.inspector import InspectorScreen
+from specem_tui.screens.settings import SettingsScreen
 from specem_tui.widgets.answer import AnswerView
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
@@ -234,3 +235,30 @@ async def test_messages_a_client_sent_show_as_sent_not_as_an_answer_being_drafte
         given.focus()
         await pilot.press("plus")
         await wait_until(pilot, lambda: any("sent with a request" in t for t in toasts(app)), 5)
+
+
+async def test_typing_a_fraction_in_a_whole_number_field_is_refused_not_read_as_another_number():
+    """F2: "1.5" typed into segment_tokens was saved as 15 (the field dropped the dot); a
+    5000-digit seed was "not an integer"."""
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), 5)
+        field = app.screen.query_one("#setting-segment_tokens")
+        field.value = ""
+        field.focus()
+        await pilot.press("1", "full_stop", "5")
+        await wait_until(pilot, lambda: field.value == "1.5", 5)
+        await pilot.press("ctrl+s")
+        refused = "segment_tokens must be a whole number, got '1.5'"
+        await wait_until(pilot, lambda: any(refused in t for t in toasts(app)), 5)
+        assert isinstance(app.screen, SettingsScreen)
+        field.value = "7"
+        app.screen.query_one("#setting-seed").value = "9" * 5000
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: any("got a number of 5,000 digits" in t for t in toasts(app)), 5)
+        app.screen.query_one("#setting-seed").value = "3"
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        assert (app.screen.settings.ensemble.segment_tokens, app.screen.settings.ensemble.seed) == (7, 3)

@@ -75,7 +75,7 @@ def setting_widget(item: Setting, value: Any) -> Widget:
         return Input(text, id=widget_id, placeholder='["stop here", "\\n\\n"]')
     if item.kind == "str":  # free text over several lines (the system prompt)
         return TextArea(value, id=widget_id, classes="setting-text", show_line_numbers=False)
-    return Input(str(value), id=widget_id, type="integer" if item.kind == "int" else "number")
+    return Input(str(value), id=widget_id)  # checked on Apply: an integer field must not drop a typed "."
 
 
 def widget_value(item: Setting, widget: Widget) -> Any:
@@ -92,10 +92,7 @@ def widget_value(item: Setting, widget: Widget) -> Any:
         except tomllib.TOMLDecodeError:
             raise SpecemError(f'{item.name} must be an array of strings, such as ["###", "\\n\\n"]') from None
     else:
-        try:
-            value = int(text) if item.kind == "int" else float(text)
-        except ValueError:
-            raise SpecemError(f"{item.name} must be {'an integer' if item.kind == 'int' else 'a number'}") from None
+        return item.parse(text, "")
     return item.convert(value, "")
 
 
