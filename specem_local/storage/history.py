@@ -375,8 +375,21 @@ def _insert_rounds(db: sqlite3.Connection, message_id: int, rounds: list[RoundEv
 
 
 def _make_shown(db: sqlite3.Connection, version: int, shown: int) -> None:
-    """``version`` becomes the message shown; ``shown`` and its other versions its alternatives."""
-    db.execute("UPDATE messages SET alternative_of = ? WHERE alternative_of = ? OR id = ?", (version, shown, shown))
+    """``version`` becomes the message shown; every other version of it its alternatives. The
+    versions are found from the database, not from what the caller last saw: another window may
+    have shown another version since, and the chat must still show one answer per question."""
+    roots = [
+        row[0]
+        for message_id in (version, shown)
+        for row in db.execute("SELECT COALESCE(alternative_of, id) FROM messages WHERE id = ?", (message_id,))
+    ]
+    if not roots:  # both deleted by another window
+        return
+    marks = ", ".join("?" * len(roots))
+    db.execute(
+        f"UPDATE messages SET alternative_of = ? WHERE id != ? AND (id IN ({marks}) OR alternative_of IN ({marks}))",
+        (version, version, *roots, *roots),
+    )
     db.execute("UPDATE messages SET alternative_of = NULL WHERE id = ?", (version,))
 
 

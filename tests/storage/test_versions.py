@@ -111,3 +111,25 @@ def test_versions_survive_an_export_and_an_import(history, tmp_path):
     imported = history.load("copy")
     assert [t.kind for t in imported.turns[1].versions()] == ["", "regenerated"]
     assert imported.turns[1].alternatives[0].content == "Forty-two."
+
+
+def test_two_windows_browsing_versions_leave_one_answer_shown(tmp_path, history):
+    """Issue 36: window A showed one version, window B (with what it loaded before) another: the
+    chat then held two answers for one question, and the next question was sent with both."""
+    chat = Chat()
+    _, first = answered(history, chat)
+    versions = [first]
+    for text in ("Forty-two.", "Seven."):
+        version = Turn("assistant", "", kind="regenerated")
+        streamed(history.start_version(chat, version, versions[-1]), text)
+        history.show_version(versions[-1], version)
+        versions.append(version)
+    window_a = History(history.path, chat_files=tmp_path / "chats").load(chat.id)
+    window_b = History(history.path, chat_files=tmp_path / "chats").load(chat.id)
+    a_shown, b_shown = window_a.turns[1], window_b.turns[1]
+    history.show_version(a_shown, a_shown.versions()[0])  # A: back to the first answer
+    history.show_version(b_shown, b_shown.versions()[1])  # B, unaware: to the second
+    loaded = history.load(chat.id)
+    assert [t.role for t in loaded.turns] == ["user", "assistant"]
+    assert loaded.turns[1].content == "Forty-two." and len(loaded.turns[1].alternatives) == 2
+    assert [m["role"] for m in loaded.messages()] == ["user", "assistant"]
