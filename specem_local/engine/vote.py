@@ -268,7 +268,10 @@ def tally(
 def explain(event: RoundEvent) -> str:
     """One or two sentences on why a round's winner won, from its event."""
     won = winning_candidate(event)
-    text = f"Round {event.index}: {candidate_label(won)} {DECISIONS.get(event.decision, event.decision)}"
+    decided = DECISIONS.get(event.decision, event.decision)
+    if event.decision == "only-candidate" and not set(event.drafters) - {won.model}:
+        decided = "was the only draft: no other model drafted this round (no vote needed)"
+    text = f"Round {event.index}: {candidate_label(won)} {decided}"
     rivals = [c for c in event.candidates if c is not won and c.combined is not None]
     if event.decision in ("vote", "contrast") and won.combined is not None and rivals:
         rival = max(rivals, key=lambda c: c.combined or 0.0)

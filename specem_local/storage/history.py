@@ -123,7 +123,8 @@ class History:
         now = time.time()
         with self._transaction() as db:
             db.execute(
-                "INSERT INTO chats VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET updated = excluded.updated",
+                "INSERT INTO chats VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET updated = excluded.updated, title = excluded.title",
                 (chat.id, chat.title, chat.origin, chat.created, now),
             )
             ids = [_insert_message(db, chat.id, turn, state, _writer(), now) for turn, state in turns]

@@ -177,3 +177,11 @@ def test_tally_with_contrast_picks_the_contrastive_winner():
     rule = vote.VoteRule(segment_tokens=1, contrast=0.5)
     result = vote.tally(scores, np.array([0.9, 0.1]), {0: [0], 1: [1], 2: [2]}, rule)
     assert result.winner == 1 and result.decision == "contrast"
+
+
+def test_explain_says_whether_the_others_drafted_nothing_or_did_not_draft():
+    """Issue 36: "the only non-empty draft" when the others had not drafted at all."""
+    alone = dataclasses.replace(round_event("a", [candidate("a", 0.0)]), decision="only-candidate", drafters=("a",))
+    assert "a was the only draft: no other model drafted this round (no vote needed)" in vote.explain(alone)
+    empty = dataclasses.replace(alone, drafters=("a", "b"))
+    assert "a was the only non-empty draft (no vote needed)" in vote.explain(empty)

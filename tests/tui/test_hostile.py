@@ -262,3 +262,41 @@ async def test_typing_a_fraction_in_a_whole_number_field_is_refused_not_read_as_
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
         assert (app.screen.settings.ensemble.segment_tokens, app.screen.settings.ensemble.seed) == (7, 3)
+
+
+async def test_after_a_comparison_the_weights_panel_shows_every_model_again(tmp_path):
+    app = app_with(*pair(), weight_store=WeightStore(tmp_path / "weights.db"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, "What is six times seven?")
+        await wait_until(pilot, lambda: answered(app))
+        app.screen.query_one(AnswerView).focus()
+        await pilot.press("k")
+        await wait_until(pilot, lambda: any(t.startswith("Compared.") for t in toasts(app)), 30)
+        assert list(app.screen.query_one(WeightsPanel).wins) == ["big", "small"]
+
+
+async def test_a_finished_answer_in_markdown_is_scrolled_into_view_at_80_by_24():
+    long_answer = "\n\n".join(f"Paragraph {n}: six sevens make forty-two." for n in range(12))
+    app = app_with(fake_member("big", long_answer, n_params=3000), fake_member("small", "No."), max_tokens=400)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ask(pilot, app, "Explain at length.")
+        await wait_until(pilot, lambda: answered(app))
+        view = app.screen.query_one("#conversation")
+        await wait_until(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y, 5)
+
+
+async def test_editing_the_first_question_retitles_the_chat():
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ask(pilot, app, "What is six times sevn?")
+        await wait_until(pilot, lambda: answered(app))
+        app.screen.query_one(AnswerView).focus()
+        await pilot.press("e")
+        prompt = app.screen.query_one(PromptInput)
+        await wait_until(pilot, lambda: prompt.has_focus, 5)
+        prompt.text = "What is six times seven?"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: answered(app) and app.screen.chat.turns[0].content.endswith("seven?"))
+        assert app.screen.chat.title == "What is six times seven?" and "seven?" in app.screen.title
+        chat_id = app.screen.chat.id
+    assert History().load(chat_id).title == "What is six times seven?"

@@ -165,9 +165,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
             return
         self.query_one(PromptInput).clear()
         self.editing = None
-        if not self.chat.turns:
-            self.chat.title = title_for(message.text)
-            self.show_title()
+        retitle = not self.chat.turns or kept == 0  # the first question, asked or edited
         user_turn, answer_turn = Turn("user", message.text), Turn("assistant", "")
         conversation = self.query_one("#conversation", VerticalScroll)
         replaced: list[Turn] = []
@@ -178,6 +176,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
             for view in list(conversation.children)[-2:]:  # the last question and its answer
                 view.remove()
         self.chat.turns += [user_turn, answer_turn]
+        if retitle:
+            self.chat.title = title_for(message.text)
+            self.show_title()
         self.record_question(user_turn, answer_turn)
         self.asked, view = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
         conversation.mount(self.asked, view)
@@ -276,6 +277,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
     def end_answer(self) -> None:
         assert self.answering is not None
         self.answering.finish()
+        if self.chat.turns and self.answering.shown is self.chat.turns[-1]:  # Markdown is taller: keep the end in sight
+            conversation = self.query_one("#conversation", VerticalScroll)
+            self.call_after_refresh(conversation.scroll_end, animate=False)
         after, turn = self.after_answer, self.answering.turn
         self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
         self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)

@@ -138,11 +138,12 @@ class AnswerVersions:
             return
         if not queue:
             view.display_version(view.shown)
+            self.refresh_weights()  # the panel showed the last model alone
             self.notify("Compared. [ and ] show each answer; b marks the best one.")
             return
         name, rest = queue[0], queue[1:]
         if self.start_version(view, Turn("assistant", "", kind=f"alone: {name}"), self.chat.messages(-1), [name]):
-            self.after_answer = lambda turn: None if turn.stopped else self.compare(view, rest)
+            self.after_answer = lambda turn: self.refresh_weights() if turn.stopped else self.compare(view, rest)
 
     def go_on_from(self, view: AnswerView, round_index: int, candidate: Candidate) -> None:
         """The answer cut at that round, the picked candidate in the winner's place, and the
