@@ -49,10 +49,19 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def cmd_rpc_serve(args: argparse.Namespace) -> int:
-    host, port = args.host, args.port
+def listening_address(host: str) -> str:
+    """The IPv4 address to listen on for ``--host``: ggml-rpc takes an address, not a name, so
+    a name (``localhost``) is resolved here."""
     if ":" in host:
         raise SpecemError(f"--host {host}: ggml-rpc listens on IPv4 addresses and names only (127.0.0.1, 0.0.0.0)")
+    try:
+        return socket.gethostbyname(host)
+    except (OSError, UnicodeError):
+        raise SpecemError(f"--host {host}: no such name here; give an IPv4 address such as 127.0.0.1") from None
+
+
+def cmd_rpc_serve(args: argparse.Namespace) -> int:
+    host, port = listening_address(args.host), args.port
     if not is_loopback(host) and not args.allow_unauthenticated:
         raise SpecemError(
             f"--host {host} would let anyone who reaches this port use this machine's memory and compute: "

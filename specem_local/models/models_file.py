@@ -13,6 +13,7 @@ from specem_local.dirs import not_a_file, read_text, replace_file, user_config_p
 from specem_local.errors import SpecemError
 from specem_local.models.config import SOURCE_KEYS, bundled_config_text, find_config_path, parse_config
 from specem_local.models.gguf import read_model_header
+from specem_local.models.local_stores import lmstudio_file, ollama_blob
 from specem_local.models.sources import GLOB_CHARACTERS
 
 SOURCE_FORMS = "ollama:NAME, lmstudio:PUBLISHER/REPO/FILE.gguf, hf:OWNER/REPO/FILE.gguf, demo:NAME or a path"
@@ -31,6 +32,12 @@ def parse_source(text: str) -> dict[str, str]:
     if kind in set(SOURCE_KEYS) - {"path"}:
         if not rest:
             raise SpecemError(f"{text!r} names no model; give one of: {SOURCE_FORMS}")
+        where = {"ollama": ollama_blob, "lmstudio": lmstudio_file}.get(kind)
+        if where is not None:  # on this disk now, or every later run would fail
+            try:
+                where(rest)
+            except SpecemError as error:
+                raise SpecemError(f"{error} (not added)") from None
         return {kind: rest}
     written = rest if kind == "path" else text
     if separator and kind != "path" and len(kind) > 1 and not Path(text).expanduser().exists():

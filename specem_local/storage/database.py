@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specem_local.dirs import data_dir
+from specem_local.dirs import data_dir, not_a_file
 from specem_local.errors import SpecemError
 
 DATABASE_NAME = "specem.db"
@@ -153,6 +153,10 @@ class Database:
         return None
 
     def _begin(self, what: str) -> sqlite3.Connection:
+        if os.path.lexists(self.path):
+            kind = not_a_file(self.path)
+            if kind is not None and kind != "no such file":  # a folder, a device, a broken symlink
+                raise SpecemError(f"{self.path}: {kind}; move it away, or set SPECEM_DATA_DIR to another folder")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists()

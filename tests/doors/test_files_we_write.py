@@ -163,3 +163,13 @@ def test_a_chat_time_no_calendar_holds_is_refused_at_import_and_listed_as_unknow
     listed = specem(data, "history")
     assert listed.returncode == 0 and "from an older import" in listed.stdout and "?" in listed.stdout, listed.stderr
     assert specem(data, "history", "show", chat.id).returncode == 0
+
+
+def test_a_folder_where_the_database_should_be_is_named_as_such(tmp_path):
+    """Issue 36: it got the hint about a deleted specem.db-wal."""
+    (tmp_path / "specem.db").mkdir()
+    for args in (("history",), ("weights", "list")):
+        result = specem(tmp_path, *args)
+        assert result.returncode == 1 and "-wal" not in result.stderr, result.stderr
+        said = "specem.db: a folder, not a file; move it away, or set SPECEM_DATA_DIR to another folder"
+        assert result.stderr.strip().endswith(said)

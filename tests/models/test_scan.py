@@ -117,7 +117,7 @@ def test_add_keeps_the_comments_and_refuses_duplicates(tmp_path, gguf):
     assert config.read_text() == text  # nothing written by a refused add
 
 
-def test_add_creates_the_user_file_from_the_built_in_one(home, tmp_path, monkeypatch, capsys):
+def test_add_creates_the_user_file_from_the_built_in_one(stores, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SPECEM_CONFIG", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -133,7 +133,8 @@ def test_add_creates_the_user_file_from_the_built_in_one(home, tmp_path, monkeyp
     assert file_to_edit(None) == target
 
 
-def test_sources_on_the_command_line(tmp_path, gguf):
+def test_sources_on_the_command_line(stores, home, tmp_path, gguf):
+    ollama_model(home / ".ollama" / "models", "hf.co/someone/tiny:Q4_K_M", gguf)
     assert parse_source("ollama:hf.co/someone/tiny:Q4_K_M") == {"ollama": "hf.co/someone/tiny:Q4_K_M"}
     assert parse_source("lmstudio:qwen") == {"lmstudio": "qwen"}
     assert parse_source("hf:someone/Tiny-GGUF/sub/tiny.gguf") == {"hf": "someone/Tiny-GGUF", "file": "sub/tiny.gguf"}
@@ -160,3 +161,15 @@ def test_an_hf_entry_resolves_from_the_cache_offline(stores, gguf, tmp_path, mon
     config = parse_config(entry.format("other.gguf"), "m.toml", tmp_path)
     with pytest.raises(SpecemError, match="is not in the Hugging Face cache; run: specem models pull"):
         source_for(config.models[0], config).locate()
+
+
+def test_add_refuses_an_ollama_or_lm_studio_model_this_disk_does_not_have(stores, tmp_path, monkeypatch, capsys):
+    """Issue 36: ``models add x ollama:<typo>`` was accepted, and every later run failed."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert cli.main(["models", "add", "typo", "ollama:llama3.2:1bb"]) == 1
+    said = capsys.readouterr().err
+    assert "no Ollama model 'llama3.2:1bb'" in said and "did you mean 'llama3.2:1b'?" in said and "(not added)" in said
+    assert cli.main(["models", "add", "gone", "lmstudio:nobody/nothing/none.gguf"]) == 1
+    assert "no LM Studio model matches" in capsys.readouterr().err
+    assert not (tmp_path / "config" / "specem-local" / "models.toml").exists()  # nothing written
+    assert cli.main(["models", "add", "llama", "ollama:llama3.2:1b"]) == 0  # and what is there is added

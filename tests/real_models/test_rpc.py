@@ -164,3 +164,18 @@ def test_bench_quick_runs_with_a_remote_member_and_says_where(servers, tmp_path)
     result = specem("bench", "--quick", "--config", str(config), "--output", str(tmp_path / "bench.json"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"smol RPC {servers[1]}" in result.stdout
+
+
+def test_rpc_serve_listens_on_a_name_such_as_localhost():
+    """Issue 36: ``--host localhost`` passed the check, then ggml could not listen (it takes an
+    address, not a name)."""
+    process, endpoint = start_rpc_server(1, "--host", "localhost")
+    try:
+        assert endpoint.startswith("127.0.0.1:")  # it answers the greeting there
+    finally:
+        process.terminate()
+        process.wait(10)
+    result = specem("rpc-serve", "--host", "no-such-host.invalid", "--port", str(free_port()), timeout=60)
+    assert result.returncode == 1 and result.stderr.strip() == (
+        "specem: error: --host no-such-host.invalid: no such name here; give an IPv4 address such as 127.0.0.1"
+    )

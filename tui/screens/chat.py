@@ -15,6 +15,7 @@ from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -276,15 +277,21 @@ class ChatScreen(AnswerVersions, Screen[None]):
 
     def end_answer(self) -> None:
         assert self.answering is not None
-        self.answering.finish()
-        if self.chat.turns and self.answering.shown is self.chat.turns[-1]:  # Markdown is taller: keep the end in sight
-            conversation = self.query_one("#conversation", VerticalScroll)
-            self.call_after_refresh(conversation.scroll_end, animate=False)
+        drawn = self.answering.finish()
+        if self.chat.turns and self.answering.shown is self.chat.turns[-1]:
+            self.keep_end_in_sight(drawn)
         after, turn = self.after_answer, self.answering.turn
         self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
         self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)
         if after is not None:
             after(turn)
+
+    @work(group="scroll")
+    async def keep_end_in_sight(self, drawn: AwaitComplete) -> None:
+        """A finished answer's Markdown view is taller than its segments: once it is drawn,
+        scroll to its end, as the segments were while they streamed."""
+        await drawn
+        self.call_after_refresh(self.query_one("#conversation", VerticalScroll).scroll_end, animate=False)
 
     def say_new_warnings(self) -> None:
         """The ensemble's warnings not shown yet: each is said once."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
@@ -151,17 +152,19 @@ class AnswerView(Vertical, can_focus=True):
     def refresh_segments(self) -> None:
         self.query_one(SegmentText).update(self.segments_content())
 
-    def finish(self) -> None:
-        """The answer is complete, stopped or failed: show the summary and the Markdown view."""
+    def finish(self) -> AwaitComplete:
+        """The answer is complete, stopped or failed: show the summary and the Markdown view
+        (returned: it is drawn when this completes)."""
         final = self.turn.final
         if final is not None:
             wins = "  ".join(f"{name} {count}" for name, count in self.turn.wins.items() if count)
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
             self.border_subtitle = printable(" · ".join(part for part in parts if part))
         why = self.turn.ending or (finish_note(final) if final is not None else None)
-        self.query_one(Markdown).update(printable(self.turn.content + (f"\n\n*({why})*" if why else "")))
+        drawn = self.query_one(Markdown).update(printable(self.turn.content + (f"\n\n*({why})*" if why else "")))
         self.refresh_segments()
         self.show_markdown = True
+        return drawn
 
     def watch_show_markdown(self, show: bool) -> None:
         self.query_one(SegmentText).display = not show
