@@ -111,28 +111,27 @@ class Database:
         self.path = Path(path) if path else data_dir() / DATABASE_NAME
 
     @contextmanager
-    def transaction(self, what: str = "database") -> Iterator[sqlite3.Connection]:
+    def transaction(self, what: str = "database", *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction on an up-to-date schema; committed when the block
-        ends, rolled back if it raises. ``what`` names the data in error messages."""
-        with self._finished(self._begin(what), what) as db:
+        ends, rolled back if it raises. ``what`` names the data in error messages; ``wait``: how
+        long to wait for another writer (then ``Busy``)."""
+        with self._finished(self._begin(what, wait), what) as db:
             yield db
 
     @contextmanager
-    def reading(self, what: str = "database", *, write: bool = True) -> Iterator[tuple[sqlite3.Connection, bool]]:
-        """For reads, and whether the connection can write. With ``write`` a transaction as usual
-        (the caller may write first, as the history's first look does); without it, a file whose
-        schema is current is read in a deferred transaction that takes no write lock (WAL: the
-        read neither waits for a writer nor holds one up). A database that cannot be written
-        (read-only, or a full disk) is still read, as it is: nothing migrated or imported."""
-        db = None if write else self._open_current()
-        writable = False
+    def reading(self, what: str = "database") -> Iterator[sqlite3.Connection]:
+        """For reads: a file whose schema is current is read in a deferred transaction that takes
+        no write lock (WAL: the read neither waits for a writer nor holds one up). An older
+        schema is brought up to date first; a database that cannot be written (read-only, or a
+        full disk) is still read, as it is."""
+        db = self._open_current()
         if db is None:
             try:
-                db, writable = self._begin(what), True
+                db = self._begin(what)
             except CannotWrite:
                 db = self._open_read_only(what)
         with self._finished(db, what) as connection:
-            yield connection, writable
+            yield connection
 
     def _open_current(self) -> sqlite3.Connection | None:
         """The file in a read transaction, if it exists and its schema is this version's; None
@@ -152,7 +151,7 @@ class Database:
         db.close()
         return None
 
-    def _begin(self, what: str) -> sqlite3.Connection:
+    def _begin(self, what: str, wait: float = 30.0) -> sqlite3.Connection:
         if os.path.lexists(self.path):
             kind = not_a_file(self.path)
             if kind is not None and kind != "no such file":  # a folder, a device, a broken symlink
@@ -160,7 +159,7 @@ class Database:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists()
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=wait, isolation_level=None)
         except (OSError, sqlite3.Error) as error:
             raise _failure(self.path, f"cannot open the {what}", error) from None
         try:
@@ -219,6 +218,10 @@ class Database:
             db.close()
 
 
+class Busy(SpecemError):
+    """Another process held the write lock for longer than the caller would wait."""
+
+
 class CannotWrite(SpecemError):
     """The database cannot be written (a read-only file, folder or disk; a full disk): reads
     can still go on."""
@@ -227,7 +230,7 @@ class CannotWrite(SpecemError):
 def _failure(path: Path, doing: str, error: Exception) -> SpecemError:
     """One line for a failure, with what to do about it; ``CannotWrite`` for a read-only file."""
     hint = _hint(error, path)
-    kind = CannotWrite if hint in (READ_ONLY_HINT, FULL_HINT) else SpecemError
+    kind = CannotWrite if hint in (READ_ONLY_HINT, FULL_HINT) else Busy if "locked" in str(error) else SpecemError
     return kind(f"{path}: {doing} ({error}){hint}")
 
 

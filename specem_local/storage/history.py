@@ -29,7 +29,8 @@ from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
 from specem_local.storage.chat_files import chats_dir, read_chat_file
 from specem_local.storage.chats import EVENT_FORMAT, GIVEN, INTERRUPTED, Chat, Turn, title_for
-from specem_local.storage.database import Database
+from specem_local.storage.database import Busy, CannotWrite, Database
+from specem_local.storage.search import Match, fts_query, search
 
 FLUSH_SECONDS = 1.0
 STALE_SECONDS = 600  # an answer still "streaming" with no write for this long was interrupted
@@ -46,13 +47,7 @@ class ChatSummary:
     messages: int
 
 
-@dataclass(frozen=True)
-class Match:
-    chat_id: str
-    title: str
-    role: str
-    snippet: str  # the matching text, terms marked with [ ]
-    updated: float
+FIRST_LOOK_WAIT = 1.0  # seconds a read waits for a writer before reading without its first look
 
 
 class History:
@@ -196,16 +191,9 @@ class History:
 
     def search(self, query: str, limit: int = 20) -> list[Match]:
         """Messages whose text has every word of ``query`` (full-text, any order), best first."""
-        terms = " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
-        if not terms:
-            raise SpecemError("the search is empty; give a word to look for")
-        rows = self._read(
-            "SELECT m.chat_id, c.title, m.role, snippet(messages_fts, 0, '[', ']', '…', 12), c.updated"
-            " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid JOIN chats c ON c.id = m.chat_id"
-            " WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
-            (terms, limit),
-        )
-        return [Match(*row) for row in rows]
+        fts_query(query)  # an empty search is said before the history is opened
+        with self._reading() as db:
+            return search(db, query, limit)
 
     def segments_won(self) -> dict[str, int]:
         """Per model, the segments it wrote in every answer in the history (every version)."""
@@ -218,19 +206,21 @@ class History:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        """A read, after the first look where the history can be written (a read-only one is
-        read as it is)."""
-        with self._database.reading("chat history", write=not self._looked) as (db, writable):
-            if writable:
-                self._first_look(db)
+        """A read that takes no write lock, after the first look: its own short write, skipped
+        for now when the history cannot be written or another process is writing."""
+        if not self._looked:
+            try:
+                with self._database.transaction("chat history", wait=FIRST_LOOK_WAIT) as db:
+                    self._first_look(db)
+                self._looked = True
+            except (CannotWrite, Busy):
+                pass  # read as it is; the next read looks again
+        with self._database.reading("chat history") as db:
             yield db
-        self._looked = self._looked or writable  # committed: the first look is done
 
     def _first_look(self, db: sqlite3.Connection) -> None:
         """Once per process, before the first read: import chat files not yet imported, and
         mark interrupted the answers still streaming whose writer has died on this machine."""
-        if self._looked:
-            return
         import_chat_files(db, self._chat_files or chats_dir())
         host = socket.gethostname()
         streaming = db.execute("SELECT id, writer, updated FROM messages WHERE state = 'streaming'").fetchall()

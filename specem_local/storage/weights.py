@@ -71,7 +71,7 @@ class WeightStore:
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         """A read that takes no write lock, and works on a read-only or full disk."""
-        with self._database.reading("weights database", write=False) as (db, _writable):
+        with self._database.reading("weights database") as db:
             yield db
 
     def get(self, key: str) -> StoredWeights | None:

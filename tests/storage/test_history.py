@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -240,3 +241,31 @@ def test_an_export_over_an_older_world_readable_file_is_user_only(tmp_path):
     export_chat(Chat(turns=[Turn("user", "hi")]), target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o600 and "hi" in target.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.md"]  # no temporary file left
+
+
+def test_a_search_of_long_messages_is_linear_and_takes_no_write_lock(tmp_path):
+    """Issue 36: FTS5's snippet() made a search of one 0.5 MB message take 42 s, holding the
+    write lock (an answer waited 30 s, then started from the prior). The snippet is cut around
+    the first match here; a search is a read that neither waits for a writer nor stops one."""
+    from specem_local.storage.search import snippet
+
+    history = History(tmp_path / "specem.db", chat_files=tmp_path / "none")
+    long_text = "apple river stone " * 60_000 + "the needle at the end"  # about 1 MB
+    history.add(chat := Chat(title="long"), Turn("user", long_text))
+    assert snippet("Tell me about the capital of France, Paris.", "paris CAPITAL") == (
+        "Tell me about the [capital] of France, [Paris]."
+    )
+    cut = snippet(long_text, "needle")
+    assert "[needle]" in cut and cut.startswith("…") and len(cut) < 200
+    writer = sqlite3.connect(tmp_path / "specem.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process writing (an answer streaming)
+    try:
+        found = []
+        worker = threading.Thread(target=lambda: found.extend(history.search("apple river")), daemon=True)
+        worker.start()
+        worker.join(20)  # the old search would wait 30 s for the lock, then run for minutes
+        assert not worker.is_alive(), "the search waited for the writer, or is still cutting its snippet"
+        assert [m.chat_id for m in found] == [chat.id] and found[0].snippet.startswith("[apple] [river]")
+    finally:
+        writer.rollback()
+        writer.close()

@@ -5,6 +5,7 @@ and the keys do what their labels say."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,35 @@ async def test_editing_the_first_question_retitles_the_chat():
         assert app.screen.chat.title == "What is six times seven?" and "seven?" in app.screen.title
         chat_id = app.screen.chat.id
     assert History().load(chat_id).title == "What is six times seven?"
+
+
+async def test_ctrl_o_searches_off_the_ui_thread_once_typing_pauses(monkeypatch):
+    """Ctrl+O searched on every keystroke on the UI thread: one long question froze the app."""
+    history = History()
+    history.add(Chat(title="zebras"), Turn("user", "Tell me about zebras"))
+    searches: list[str] = []
+    real_search = History.search
+
+    def slow_search(self, query: str, limit: int = 20):
+        searches.append(query)
+        time.sleep(1.0)  # a search that takes long
+        return real_search(self, query, limit)
+
+    monkeypatch.setattr(History, "search", slow_search)
+    app = app_with(*pair())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+        screen = app.screen
+        await pilot.press(*"zebras")
+        started = time.monotonic()
+        await pilot.press(*" tell")  # typed while the first search runs: the app keeps up
+        assert time.monotonic() - started < 0.9 and screen.query_one("#search").value == "zebras tell"
+        chats = screen.query_one("#chats")
+
+        def found() -> bool:
+            return chats.option_count == 1 and "[zebras]" in str(chats.get_option_at_index(0).prompt)
+
+        await wait_until(pilot, found, 10)
+        assert searches[-1] == "zebras tell" and len(searches) <= 2  # not one search per key

@@ -1,19 +1,23 @@
-"""Past chats, newest first: type to search them (full text), Enter resumes the highlighted
-one (Down moves into the list), Ctrl+D twice deletes one."""
+"""Past chats, newest first: type to search them (full text, once typing pauses, off the UI
+thread), Enter resumes the highlighted one (Down moves into the list), Ctrl+D twice deletes one."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
 from specem_local.errors import SpecemError
 from specem_local.storage.history import History
 from specem_local.text import printable, when
+
+SEARCH_DELAY = 0.25  # seconds without a keystroke before the history is searched
 
 
 def chat_id_of(option: Option) -> str:
@@ -33,6 +37,7 @@ class HistoryScreen(ModalScreen[str | None]):
         self.history = history
         self.current = current  # the chat on screen: deleting it is refused
         self.pending_delete: str | None = None
+        self.typing: Timer | None = None  # the search waiting for a pause in the typing
 
     def compose(self) -> ComposeResult:
         with Vertical(id="history"):
@@ -42,14 +47,12 @@ class HistoryScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#history").border_title = "Chats (Enter opens · Ctrl+D deletes)"
-        self.show("")
-        if not self.query_one(OptionList).option_count:
-            self.notify("No saved chats yet.")
+        self.look_up("")
 
-    def show(self, query: str) -> None:
-        """List the chats, or the messages matching ``query``."""
-        options = self.query_one(OptionList)
-        options.clear_options()
+    @work(thread=True, exclusive=True, group="search")
+    def look_up(self, query: str) -> None:
+        """List the chats, or the messages matching ``query``. Runs in a worker thread: a search
+        of a long history never freezes the app."""
         try:
             if query.strip():
                 rows = [
@@ -58,13 +61,25 @@ class HistoryScreen(ModalScreen[str | None]):
                 ]
             else:
                 rows = [(f"{when(c.updated)}  {c.title}  ({c.messages})", c.id) for c in self.history.chats(limit=500)]
-            options.add_options(Option(Text(printable(text)), id=key) for text, key in rows)
         except SpecemError as error:
-            self.notify(str(error), severity="error", timeout=10)
+            self.app.call_from_thread(self.notify, str(error), severity="error", timeout=10)
+            return
+        self.app.call_from_thread(self.show_rows, query, rows)
+
+    def show_rows(self, query: str, rows: list[tuple[str, str]]) -> None:
+        if query != self.query_one(Input).value:
+            return  # the user has typed on since: a newer search is coming
+        options = self.query_one(OptionList)
+        options.clear_options()
+        options.add_options(Option(Text(printable(text)), id=key) for text, key in rows)
+        if not rows and not query:
+            self.notify("No saved chats yet.")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.pending_delete = None
-        self.show(event.value)
+        if self.typing is not None:
+            self.typing.stop()
+        self.typing = self.set_timer(SEARCH_DELAY, lambda: self.look_up(event.value))  # once typing pauses
 
     def on_input_submitted(self, _event: Input.Submitted) -> None:
         """Enter in the search box opens the highlighted chat (the first, unless moved)."""
@@ -103,4 +118,4 @@ class HistoryScreen(ModalScreen[str | None]):
             return
         self.pending_delete = None
         self.notify("Chat deleted.")
-        self.show(self.query_one(Input).value)
+        self.look_up(self.query_one(Input).value)
