@@ -73,8 +73,9 @@ class StartEvent(_Record):
 class RoundEvent(_Record):
     index: int  # 1-based round number
     text: str  # the winning segment, appended to the answer
-    author: str
-    decision: str  # a key of vote.DECISIONS: "vote", "contrast", "fast-finish", "only-candidate", "confident", "picked"
+    author: str  # the model that wrote the segment; "" for text a constraint forced ("forced")
+    decision: str  # a key of vote.DECISIONS: "vote", "contrast", "fast-finish", "only-candidate", "confident",
+    # "picked", "forced"
     candidates: tuple[Candidate, ...]
     weights: dict[str, float]  # verifier weights after this round's update
     drafters: tuple[str, ...]  # models that drafted this round
@@ -106,13 +107,18 @@ class FinalEvent(_Record):
     drafted_tokens: int = 0  # tokens decoded while drafting: every candidate, and members reading along
     contrast_changed: int = 0  # token-level contrast: tokens of the answer whose top choice it changed
     type: str = "final"
+    # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
+    # in records, where ``text`` is.
+    parsed: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "tokens_per_second": round(self.tokens_per_second, 3)}
+        record = {**super().to_dict(), "tokens_per_second": round(self.tokens_per_second, 3)}
+        record.pop("parsed")
+        return record
 
 
 def finish_note(final: FinalEvent) -> str | None:

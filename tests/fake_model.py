@@ -73,6 +73,7 @@ class FakeModel:
         self.closed = False
         self.threads = 1
         self._decoding = False
+        self._grammar_tokenizer = None
 
     # -- vocabulary ----------------------------------------------------------------------------
     def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
@@ -99,6 +100,23 @@ class FakeModel:
     @property
     def eog_tokens(self) -> np.ndarray:
         return np.array([EOS])
+
+    def grammar_tokenizer(self):
+        """llguidance's tokenizer over this byte vocabulary (the end token marked special)."""
+        if self._grammar_tokenizer is None:
+            import llguidance
+
+            model = self
+
+            class Vocabulary:
+                eos_token_id, bos_token_id, special_token_ids = EOS, BOS, [EOS, BOS]
+                tokens = [b"\xff<eos>", b"\xff<bos>", *self.pieces[BYTE_BASE:]]
+
+                def __call__(self, text: bytes | str) -> list[int]:
+                    return model.tokenize(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+
+            self._grammar_tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(Vocabulary()))
+        return self._grammar_tokenizer
 
     def chat_template(self) -> str | None:
         return None

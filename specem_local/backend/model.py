@@ -15,6 +15,7 @@ import ctypes
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class LlamaModel:
         self._model = None
         self._ctx = None
         self._batch = None
+        self._grammar_tokenizer: Any = None
         read_model_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
         init_backend()
         self.path = path
@@ -130,7 +132,9 @@ class LlamaModel:
             raise
 
     def close(self) -> None:
-        """Free the batch, then the context, then the model (llama.cpp's required order)."""
+        """Free the batch, then the context, then the model (llama.cpp's required order); the
+        grammar tokenizer, which points into the model's vocabulary, goes first."""
+        self._grammar_tokenizer = None
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -185,6 +189,17 @@ class LlamaModel:
     def eog_tokens(self) -> np.ndarray:
         """Every token llama.cpp treats as end-of-generation (found once, by asking for each)."""
         return np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.intp)
+
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's tokenizer for this vocabulary (structured output), built on first use and
+        kept (about 0.2 s for a 49k vocabulary, 1.2 s for 262k); every end-of-generation token
+        ends a constrained answer."""
+        if self._grammar_tokenizer is None:
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            eog = [int(token) for token in self.eog_tokens]
+            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=eog)
+        return self._grammar_tokenizer
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self._model, None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -72,6 +72,11 @@ class LanguageModel(Protocol):
 
     def chat_template(self) -> str | None:
         """The Jinja chat template in the model file, if any."""
+        ...
+
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's ``LLTokenizer`` for this vocabulary, built once and kept (the model must
+        outlive it): structured output masks each drafted token with it."""
         ...
 
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:

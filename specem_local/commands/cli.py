@@ -12,7 +12,8 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from specem_local.commands import history as history_commands
 from specem_local.commands import models as model_commands
@@ -26,6 +27,7 @@ from specem_local.commands.terminal import (
     settings_overrides,
     whole_number,
 )
+from specem_local.dirs import read_text
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
 from specem_local.models.config import builtin_ensembles, model_colours
@@ -70,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.engine import Ensemble
 
     prompt = read_prompt(args.prompt)
+    constraint = constraint_arguments(args)  # a bad schema is said before any model loads
     config = config_from_args(args)
     colours = model_colours(config)
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
@@ -78,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        stream = ensemble.stream(prompt)
+        stream = ensemble.stream(prompt, **constraint)
         record = None if recording_off(args.no_log) else start_record(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
@@ -90,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
                 elif isinstance(event, StartEvent):
                     origin = event.weights_origin
+                elif isinstance(event, RoundEvent) and constraint:
+                    continue  # the parsed answer alone is printed, once it is whole
                 elif isinstance(event, RoundEvent):
                     if args.authors and colour:
                         code = ANSI_COLOURS.get(colours.get(event.author, ""), 0)
@@ -100,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         sys.stdout.write(printable(event.text))
                     previous_author = event.author
                     sys.stdout.flush()
+                elif isinstance(event, FinalEvent) and constraint:
+                    print_parsed(event, ensemble.settings.max_tokens)
                 elif isinstance(event, FinalEvent):
                     print()
                     note = finish_note(event)
@@ -117,6 +124,35 @@ def cmd_run(args: argparse.Namespace) -> int:
                 record.fail(str(error))
             raise
     return 0
+
+
+def constraint_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``, as
+    ``Ensemble.stream`` takes them, checked (a ``SettingError`` names what is wrong)."""
+    from specem_local.engine.constraints import constraint_from
+
+    given: dict[str, Any] = {}
+    if args.schema is not None:
+        given["schema"] = read_text(Path(args.schema), "--schema", pipes=True)
+    if args.format == "json":
+        given["json"] = True
+    if args.grammar is not None:
+        given["grammar"] = read_text(Path(args.grammar), "--grammar", pipes=True)
+    if args.regex is not None:
+        given["regex"] = args.regex
+    constraint_from(**{"json_object" if key == "json" else key: value for key, value in given.items()})
+    return given
+
+
+def print_parsed(final: FinalEvent, max_tokens: int) -> None:
+    """A constrained answer on stdout, alone (for a script to read), once it is whole."""
+    if final.parsed is None:
+        why = {
+            "length": f"was cut at max_tokens ({max_tokens}) before it was whole; raise --max-tokens",
+            "cancelled": "was stopped before it was whole",
+        }.get(final.finish_reason, f"ended ({final.finish_reason}) before it was whole")
+        raise SpecemError(f"the answer {why}")
+    print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
 
 
 def start_record(prompt: str) -> AnswerRecord | None:
@@ -207,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-log", action="store_true", help="do not record this answer in the history (or set SPECEM_NO_LOG=1)"
     )
+    shape = run.add_argument_group("an answer a program can parse (printed alone, once whole)")
+    shape.add_argument("--schema", metavar="FILE", help="a JSON Schema the answer must match")
+    shape.add_argument("--format", choices=("json",), help="json: any JSON object")
+    shape.add_argument("--grammar", metavar="FILE", help="a Lark or GBNF grammar the answer must match")
+    shape.add_argument("--regex", metavar="REGEX", help="a regular expression the whole answer must match")
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 

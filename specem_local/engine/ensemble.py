@@ -15,14 +15,17 @@ is open is a ``SpecemError`` (never a hang). Each answer has its own cancel toke
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from specem_local.engine import feedback
+from specem_local.engine.constraints import Constraint, constraint_from, with_instruction
 from specem_local.engine.learned import StartingWeights, key_of, remember, starting_weights
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
@@ -174,18 +177,42 @@ class Ensemble:
         members = self._select(models)
         return self.weight_store is not None and self.weight_store.reset(key_of(members))
 
-    def stream(self, prompt: Prompt, *, models: list[str] | None = None, **overrides: object) -> AnswerStream:
+    def stream(
+        self,
+        prompt: Prompt,
+        *,
+        models: list[str] | None = None,
+        schema: Any = None,
+        json: bool = False,
+        grammar: str | None = None,
+        regex: str | None = None,
+        **overrides: object,
+    ) -> AnswerStream:
         """Answer ``prompt`` (a string or a conversation): iterate the returned stream for a
         StartEvent, a RoundEvent per round and a FinalEvent. ``models`` picks which loaded models
-        take part (default: all); ``overrides`` are ``[ensemble]`` settings for this answer."""
+        take part (default: all); ``overrides`` are ``[ensemble]`` settings for this answer.
+        An answer a program can parse: ``schema`` (a JSON Schema dict or text, or a pydantic
+        model class), ``json=True`` (any JSON object), ``grammar`` (Lark or GBNF) or ``regex``;
+        its final event then carries ``parsed``."""
         settings = with_overrides(self.settings, **overrides)
-        messages = as_messages(prompt, settings.system_prompt)
+        constraint = constraint_from(schema, json, grammar, regex)
+        messages = with_instruction(as_messages(prompt, settings.system_prompt), constraint)
         members = self._select(models)
-        return AnswerStream(self, members, settings, messages)
+        return AnswerStream(self, members, settings, messages, constraint)
 
-    def check_settings(self, **overrides: object) -> EnsembleSettings:
-        """The settings an answer with these overrides would run with; a bad value is a
-        ``SpecemError`` and nothing starts (a server checks a request before it waits in line)."""
+    def check_settings(
+        self,
+        *,
+        schema: Any = None,
+        json: bool = False,
+        grammar: str | None = None,
+        regex: str | None = None,
+        **overrides: object,
+    ) -> EnsembleSettings:
+        """The settings an answer with these overrides (and this constraint) would run with; a
+        bad value is a ``SpecemError`` and nothing starts (a server checks a request before it
+        waits in line)."""
+        constraint_from(schema, json, grammar, regex)
         return with_overrides(self.settings, **overrides)
 
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
@@ -333,10 +360,16 @@ class AnswerStream(Iterator[Event]):
     holds the ensemble from its first event until its last (or ``close()``)."""
 
     def __init__(
-        self, ensemble: Ensemble, members: list[Member], settings: EnsembleSettings, messages: list[Message]
+        self,
+        ensemble: Ensemble,
+        members: list[Member],
+        settings: EnsembleSettings,
+        messages: list[Message],
+        constraint: Constraint | None = None,
     ) -> None:
         self._ensemble = ensemble
         self._members, self._settings, self._messages = members, settings, messages
+        self._constraint = constraint
         self._cancelled = threading.Event()
         self._answer: Answer | None = None
         self._steps: Iterator[Event] | None = None
@@ -358,7 +391,13 @@ class AnswerStream(Iterator[Event]):
             try:  # whatever setting up raises, the ensemble is free for the next answer
                 start = self._ensemble._starting_weights(self._members, self._settings)
                 self._answer = Answer(
-                    self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start
+                    self._members,
+                    self._settings,
+                    self._messages,
+                    self._cancelled,
+                    self._ensemble._map,
+                    start,
+                    self._constraint,
                 )
                 self._steps = self._answer.run()
             except BaseException:
@@ -370,6 +409,8 @@ class AnswerStream(Iterator[Event]):
             self.close()
             raise
         if isinstance(event, FinalEvent):
+            if self._constraint is not None:
+                event = dataclasses.replace(event, parsed=self._constraint.parse(event.text))
             self._final = event
             self._ensemble._remember(self._members, self._settings, self._answer.start, event)
             self.close()

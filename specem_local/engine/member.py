@@ -18,11 +18,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel, vocabulary_digest
 from specem_local.backend.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
+from specem_local.engine.constraints import allowed_tokens
 from specem_local.engine.prompting import PromptFormat
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary
@@ -98,6 +100,8 @@ class Member:
         self.last_row: np.ndarray | None = None
         self._draft: Draft | None = None  # this round's draft, while its tokens are in sequence 0
         self._unread: list[int] = []  # reading along: tokens of the draft not decoded yet
+        self.matcher: Any = None  # a constrained answer: llguidance's matcher over this model's tokens
+        self._consumed = 0  # tokens of this round's draft the matcher has taken
         self._prompt_cache: tuple[list[int], np.ndarray] | None = None
 
     @property
@@ -180,6 +184,9 @@ class Member:
         if self._draft is not None:  # a second draft this round (draft_budget): drop the first's cells
             self.model.seq_remove(0, start, -1)
             self._draft = None
+        if self.matcher is not None:
+            self.matcher.rollback(self._consumed)
+            self._consumed = 0
         rows = [self.last_row]
         drafted: list[int] = []
         data = b""
@@ -188,9 +195,15 @@ class Member:
         if at_most is not None:
             limit = min(limit, at_most)
         while len(drafted) < limit and not cancel.is_set():
-            token = sampler(rows[-1])
-            if ignore_eos:
-                token = _resample_past_eog(self.model, sampler, rows[-1], token)
+            row = rows[-1]
+            if self.matcher is not None:  # a constrained answer: only what the matcher allows
+                allowed = allowed_tokens(self.matcher, len(row))
+                if not allowed.any():
+                    break
+                row = np.where(allowed, row, -np.inf)
+            token = sampler(row)
+            if ignore_eos and self.matcher is None:
+                token = _resample_past_eog(self.model, sampler, row, token)
             if self.model.is_eog(token):
                 ended = True
                 break
@@ -203,6 +216,9 @@ class Member:
                 at_boundary = True  # the next segment starts with this token, not decoded here
                 break
             drafted.append(token)
+            if self.matcher is not None:
+                self.matcher.consume_token(token)
+                self._consumed += 1
             data += piece
             rows.append(self.model.decode([BatchRow(token, start + len(drafted) - 1, 0, True)])[0])
             if on_token is not None:
@@ -360,30 +376,33 @@ class Member:
         """Make the winning segment part of sequence 0; return how many tokens it added here.
 
         Own aligned draft: keep its cells. Scored in-line: adopt the winner's sequence (seq_rm
-        our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it."""
+        our draft tail, seq_cp winner -> 0, seq_keep 0). Otherwise decode it. Under a
+        constraint, the matcher drops what the draft consumed and takes the winner's tokens."""
         prefix = len(self.tokens)
         self._draft = None
         if own is not None and own.text_tokens is not None:
-            kept = len(own.text_tokens)
-            self.model.seq_remove(0, prefix + kept, -1)
+            added = own.text_tokens
+            self.model.seq_remove(0, prefix + len(added), -1)
             self.model.seq_keep(0)
-            self.tokens += own.text_tokens
-            self.last_row = own.rows[kept]
-            return kept
-        self.model.seq_remove(0, prefix, -1)
-        if scored is not None and winner in scored.seq_of:
+            self.last_row = own.rows[len(added)]
+        elif scored is not None and winner in scored.seq_of:
+            self.model.seq_remove(0, prefix, -1)
             self.model.seq_copy(scored.seq_of[winner], 0, -1, -1)
             self.model.seq_keep(0)
-            tokens = scored.candidate_tokens[winner]
-            self.tokens += tokens
+            added = scored.candidate_tokens[winner]
             self.last_row = scored.last_rows[winner]
-            return len(tokens)
-        self.model.seq_keep(0)
-        tokens = self.model.tokenize(text)
-        rows = self.model.decode([BatchRow(t, prefix + i, 0, i == len(tokens) - 1) for i, t in enumerate(tokens)])
-        self.tokens += tokens
-        self.last_row = rows[-1]
-        return len(tokens)
+        else:
+            self.model.seq_remove(0, prefix, -1)
+            self.model.seq_keep(0)
+            added = self.model.tokenize(text)
+            rows = self.model.decode([BatchRow(t, prefix + i, 0, i == len(added) - 1) for i, t in enumerate(added)])
+            self.last_row = rows[-1]
+        self.tokens += added
+        if self.matcher is not None:
+            self.matcher.rollback(self._consumed)
+            self.matcher.consume_tokens(list(added))
+            self._consumed = 0
+        return len(added)
 
 
 def can_draft_and_verify(members: list[Member]) -> bool:

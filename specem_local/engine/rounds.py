@@ -16,6 +16,7 @@ import numpy as np
 
 from specem_local.backend.protocol import ContextFull
 from specem_local.engine import feedback, vote
+from specem_local.engine.constraints import AnswerFormat, Constraint, member_matcher
 from specem_local.engine.contrastive import TokenContrast
 from specem_local.engine.drafting import Drafting, RoundDrafts
 from specem_local.engine.learned import StartingWeights
@@ -45,8 +46,11 @@ class Answer:
         cancel: threading.Event,
         map_function: MapFunction,
         start: StartingWeights,
+        constraint: Constraint | None = None,
     ) -> None:
         self.settings = settings
+        self.constraint = constraint
+        self.format = AnswerFormat(constraint) if constraint is not None else None
         self.start = start
         self.messages = messages
         self.members = members
@@ -77,7 +81,8 @@ class Answer:
         self.wins = dict.fromkeys(self.names, 0)
         self.text = ""
         self.tokens = 0
-        self.rounds = 0
+        self.rounds = 0  # rounds drafted and voted on
+        self.forced_rounds = 0  # rounds of text the constraint forced (no model drafted them)
         self.drafter_count = 0
         self.confident_rounds = 0
         self.drafted_tokens = 0
@@ -137,31 +142,43 @@ class Answer:
         finish = ""
         if not self.cancel.is_set():
             self.map(lambda i: self.members[i].start(prompts[i]), self.following)
-        while not finish:
-            if self.cancel.is_set():
-                finish = "cancelled"
-                break
-            if self.tokens >= self.settings.max_tokens:
-                finish = "length"
-                break
-            try:
-                event, finish = self._round()
-            except ContextFull:
-                finish = "context"
-                break
-            if event is None:
-                break
-            if self.first_segment is None:
-                self.first_segment = time.perf_counter() - self.started
-            yield event
+        try:
+            self._give_matchers()
+            while not finish:
+                if self.cancel.is_set():
+                    finish = "cancelled"
+                    break
+                if self.tokens >= self.settings.max_tokens:
+                    finish = "length"
+                    break
+                try:
+                    event, finish = self._round()
+                except ContextFull:
+                    finish = "context"
+                    break
+                if event is None:
+                    break
+                if self.first_segment is None:
+                    self.first_segment = time.perf_counter() - self.started
+                yield event
+        finally:
+            for member in self.members:
+                member.matcher = None
         yield self.final_event(finish)
+
+    def _give_matchers(self) -> None:
+        """Under a constraint, each member drafts with a matcher over its own tokens."""
+        if self.constraint is None:
+            return
+        for member in self.members:
+            member.matcher = member_matcher(member.model.grammar_tokenizer(), self.constraint)
 
     def final_event(self, finish: str) -> FinalEvent:
         """The answer's final record, as it stands."""
         return FinalEvent(
             text=self.text,
             finish_reason=finish,
-            rounds=self.rounds,
+            rounds=self.rounds + self.forced_rounds,
             tokens=self.tokens,
             seconds=time.perf_counter() - self.started,
             first_segment_seconds=self.first_segment,
@@ -201,6 +218,9 @@ class Answer:
         appended) and a finish reason ("" to go on)."""
         settings = self.settings
         round_started = time.perf_counter()
+        forced = self.format.forced() if self.format is not None else ""
+        if forced:
+            return self._forced_round(forced, round_started)
         counts = self.drafting.counts(self.weights, self.active_drafters)
         # Every verifier holds its own draft and the others' tails in its KV memory at once,
         # so near the end of the context the segments shrink until they fit.
@@ -220,6 +240,8 @@ class Answer:
         if self.cancel.is_set():
             return None, "cancelled"
         drafts, author = round_drafts.written, round_drafts.author
+        if self.format is not None:  # a candidate the constraint does not allow can never win
+            drafts = {c: d for c, d in drafts.items() if self.format.accepts(d.text, d.ended)}
         if not drafts:
             return None, "eos" if any(d.ended for d in round_drafts.drafts.values()) else "empty"
         drafters = round_drafts.drafters
@@ -253,7 +275,7 @@ class Answer:
             spent[self.names[author[column]]] += done.seconds
             sampled[self.names[author[column]]] += done.sampled
         event = RoundEvent(
-            index=self.rounds,
+            index=self.rounds + self.forced_rounds,
             text=segment,
             author=self.names[writer],
             decision=result.decision,
@@ -305,11 +327,40 @@ class Answer:
             )
             self.active_drafters = [i for i in self.active_drafters if i not in leaving]
 
+    def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, str]:
+        """Text the constraint forces (a key, punctuation): committed to every member that
+        follows the answer without a round of drafting or a vote."""
+        following = self.following
+        added = self.map(lambda i: self.members[i].commit(-1, text, None, None), following)
+        self.tokens += max(added)
+        self.forced_rounds += 1
+        segment, finish = self._append(Draft(text, False, None, []))
+        event = RoundEvent(
+            index=self.rounds + self.forced_rounds,
+            text=segment,
+            author="",
+            decision="forced",
+            candidates=(),
+            weights=weights_dict(self.members, self.weights),
+            drafters=(),
+            draft_seconds={},
+            draft_tokens={},
+            verify_seconds={},
+            seconds=time.perf_counter() - started,
+            answer_tokens=self.tokens,
+        )
+        return event, finish
+
     def _append(self, winning: Draft) -> tuple[str, str]:
-        """Add the winning text to the answer; apply stop strings. Returns the segment as
-        shown (cut at a stop string) and the finish reason."""
+        """Add the winning text to the answer (and to the constraint's matcher); apply stop
+        strings. Returns the segment as shown (cut at a stop string) and the finish reason:
+        "eos" also when the constraint allows nothing more."""
         previous_length = len(self.text)
         self.text += winning.text
+        if self.format is not None:
+            self.format.commit(winning.text)
+            if self.format.complete:
+                return winning.text, "eos"
         if self.settings.stop:
             longest = max(len(stop) for stop in self.settings.stop)
             index = find_stop(self.text, self.settings.stop, previous_length - longest)

@@ -26,6 +26,7 @@ DECISIONS = {
     "only-candidate": "was the only non-empty draft (no vote needed)",
     "confident": "was sure of every token (vote gate: the others did not draft)",
     "picked": "was picked by you over the vote's winner (the answer went on from it)",
+    "forced": "was forced by the answer's format (a key, punctuation): no model drafted it",
 }
 
 
@@ -267,6 +268,8 @@ def tally(
 
 def explain(event: RoundEvent) -> str:
     """One or two sentences on why a round's winner won, from its event."""
+    if not event.candidates:  # forced by the constraint: no candidate, no vote
+        return f"Round {event.index}: {event.text!r} {DECISIONS.get(event.decision, event.decision)}."
     won = winning_candidate(event)
     decided = DECISIONS.get(event.decision, event.decision)
     if event.decision == "only-candidate" and not set(event.drafters) - {won.model}:

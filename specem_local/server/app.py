@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from specem_local.engine import Ensemble
+from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
@@ -185,6 +186,9 @@ class EnsembleServer:
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         except SettingError as error:
+            if error.field in CONSTRAINT_FIELDS and parsed.constraint_param:  # the schema of response_format
+                param = parsed.constraint_param
+                return _error(request, 400, f"{param}: {str(error).split(': ', 1)[-1]}", param=param)
             return _error(request, 400, str(error), param=error.field)
         except SpecemError as error:
             return _error(request, 400, str(error))

@@ -60,6 +60,7 @@ class Request:
     stream: bool  # Ollama streams unless told not to
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
+    constraint_param: str = "format"  # the request field a constraint comes from
 
 
 def _model(body: dict[str, Any]) -> None:
@@ -77,7 +78,7 @@ def _object(body: Any) -> dict[str, Any]:
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
-    for name, what in (("format", "structured output (format)"), ("tools", "tools"), ("images", "images")):
+    for name, what in (("tools", "tools"), ("images", "images")):
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     if body.get("think") not in (None, False):
@@ -129,7 +130,20 @@ def parse_chat(body: Any) -> Request:
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant"}
     messages = parse_messages(body.get("messages"), roles=roles, refused=("images", "tool_calls"), missing_content="")
-    return Request(messages, _settings(body), _stream(body), time.monotonic())
+    return Request(messages, {**_settings(body), **_format(body)}, _stream(body), time.monotonic())
+
+
+def _format(body: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's ``format``: "json" (any JSON object) or a JSON Schema object, as the answer's
+    constraint (``Ensemble.stream``'s ``json=`` or ``schema=``); "" or absent: none."""
+    value = body.get("format")
+    if value in (None, ""):
+        return {}
+    if value == "json":
+        return {"json": True}
+    if isinstance(value, dict):
+        return {"schema": value}
+    raise ApiError(400, 'format must be "json" or a JSON Schema object', "format")
 
 
 def parse_generate(body: Any) -> Request:
@@ -145,7 +159,7 @@ def parse_generate(body: Any) -> Request:
     prompt = message_text(body.get("prompt", ""), "prompt")
     system = message_text(body.get("system", ""), "system")
     stream = _stream(body)
-    settings = _settings(body)
+    settings = {**_settings(body), **_format(body)}
     if not prompt:
         return Request([], settings, stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []

@@ -26,7 +26,6 @@ UNSUPPORTED = {
     "logit_bias": "logit_bias",
     "logprobs": "logprobs",
     "top_logprobs": "logprobs",
-    "response_format": "response_format (structured output)",
     "audio": "audio output",
     "modalities": "modalities other than text",
     "prediction": "predicted outputs",
@@ -54,9 +53,10 @@ def error_body(
 @dataclass(frozen=True)
 class Request:
     messages: list[dict[str, str]]
-    settings: dict[str, Any]
+    settings: dict[str, Any]  # [ensemble] settings, and the answer's constraint (schema=, json=)
     stream: bool = False
     include_usage: bool = False
+    constraint_param: str | None = None  # the request field the constraint came from
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -102,7 +102,41 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         raise ApiError(400, "stream must be true or false", "stream")
     roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
     messages = parse_messages(body.get("messages"), roles=roles, refused=("tool_calls",))
-    return Request(messages, settings, stream, bool(options.get("include_usage")))
+    constraint, param = response_format(body.get("response_format"))
+    return Request(messages, {**settings, **constraint}, stream, bool(options.get("include_usage")), param)
+
+
+def response_format(value: Any) -> tuple[dict[str, Any], str | None]:
+    """``response_format`` as the answer's constraint (``Ensemble.stream``'s ``schema=`` or
+    ``json=``) and the field it came from: ``text`` (none), ``json_object`` (any JSON object;
+    with a ``schema``, as instructor's JSON-schema mode sends it, that schema) or ``json_schema``
+    (``{"name", "schema", "strict"}``). The schema itself is checked with the settings."""
+    if value is None:
+        return {}, None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ApiError(400, 'response_format must be an object with a "type"', "response_format")
+    kind = value["type"]
+    if kind == "text":
+        return {}, None
+    if kind == "json_object":
+        if value.get("schema") is not None:
+            return {"schema": value["schema"]}, "response_format.schema"
+        return {"json": True}, "response_format"
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise ApiError(
+                400, 'response_format.json_schema must be an object with a "name" and a "schema"', "response_format"
+            )
+        if spec.get("strict") not in (None, True, False):
+            raise ApiError(400, "response_format.json_schema.strict must be true or false", "response_format")
+        schema = spec.get("schema", {})  # OpenAI: no schema is any JSON
+        return {"schema": schema}, "response_format.json_schema.schema"
+    raise ApiError(
+        400,
+        f"response_format.type {str(kind)[:40]!r} is not one of text, json_object, json_schema",
+        "response_format.type",
+    )
 
 
 def _stops(value: Any) -> list[str]:

@@ -67,7 +67,8 @@ class Turn:
         if not self.rounds:
             return dict(self.final.wins) if self.final is not None else counts
         for event in self.rounds:
-            counts[event.author] = counts.get(event.author, 0) + 1
+            if event.author:  # "": text a constraint forced
+                counts[event.author] = counts.get(event.author, 0) + 1
         return counts
 
     def versions(self) -> list[Turn]:

@@ -198,7 +198,7 @@ class History:
     def segments_won(self) -> dict[str, int]:
         """Per model, the segments it wrote in every answer in the history (every version)."""
         rows = self._read("SELECT json_extract(event, '$.author'), COUNT(*) FROM rounds GROUP BY 1", ())
-        return {str(author): count for author, count in rows if author is not None}
+        return {str(author): count for author, count in rows if author}  # "": text a constraint forced
 
     def _read(self, query: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._reading() as db:

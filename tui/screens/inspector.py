@@ -40,7 +40,7 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
     def action_go_on(self) -> None:
         """Dismiss with (round index, the highlighted candidate): the chat goes on from it."""
         candidate = next((c for c in self.event.candidates if candidate_label(c) == self.highlighted), None)
-        if candidate is None or candidate is winning_candidate(self.event):
+        if candidate is None or candidate is winning_candidate(self.event):  # a forced round has none
             self.notify("Highlight a candidate other than the winner (★) to go on from it.")
             return
         self.dismiss((self.index, candidate))
@@ -68,6 +68,10 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
         self.query_one("#why", Static).update(printable(explain(event)))
         table = self.query_one(DataTable)
         table.clear(columns=True)
+        if not event.candidates:  # text the answer's format forced: nothing was drafted or voted on
+            self.highlighted = None
+            self.query_one("#detail", Static).update(Content(f"forced by the format: {printable(event.text)}"))
+            return
         verifiers = list(event.weights)
         table.add_column("", width=1)
         labels = [printable(candidate_label(c)) for c in event.candidates]

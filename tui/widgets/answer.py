@@ -136,7 +136,7 @@ class AnswerView(Vertical, can_focus=True):
     def segments_content(self) -> Content:
         parts: list[tuple[str, Style] | str] = []
         for index, event in enumerate(self.turn.rounds):
-            style = Style.parse(self.colours.get(event.author, "white"))
+            style = Style.parse(self.colours.get(event.author, "white")) if event.author else Style(dim=True)
             style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)

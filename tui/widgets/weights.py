@@ -44,7 +44,8 @@ class WeightsPanel(Static):
 
     def add_round(self, event: RoundEvent) -> None:
         self.weights = dict(event.weights)
-        self.wins[event.author] = self.wins.get(event.author, 0) + 1
+        if event.author:  # "": text the answer's format forced
+            self.wins[event.author] = self.wins.get(event.author, 0) + 1
         for name, seconds in event.draft_seconds.items():
             self._draft_seconds[name] = self._draft_seconds.get(name, 0.0) + seconds
             self._draft_tokens[name] = self._draft_tokens.get(name, 0) + event.draft_tokens.get(name, 0)

@@ -1,0 +1,234 @@
+"""Answers a program can parse: one constraint for a whole answer (any JSON object, a JSON
+Schema, a Lark or GBNF grammar, a regex), checked once where an answer's settings are, and
+enforced with llguidance.
+
+Each member drafts under a matcher of its own, over its own tokens (``member_matcher``), so a
+draft can only be text the constraint allows however its tokenizer splits it. The committed
+text has one byte-level matcher (``AnswerFormat``): it checks every candidate once (an invalid
+one can never win), gives the bytes the constraint forces (keys, punctuation), which are
+committed without a round of drafting, and says when the answer is complete. llguidance's
+errors are states, never exceptions from inside the token loop; a constraint it cannot
+enforce is refused here, up front, with what it could not do.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import llguidance
+import numpy as np
+
+from specem_local.engine.prompting import Message
+from specem_local.engine.segments import incomplete_utf8_tail
+from specem_local.errors import SettingError
+
+MAX_SOURCE = 256 * 1024  # bytes of schema, grammar or regex: far past any real one
+MAX_DEPTH = 64  # nesting of a JSON Schema
+# One line of JSON, a space after each separator: llguidance's flexible whitespace is unlimited,
+# and a small model can fill max_tokens with spaces.
+JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+FIELDS = ("schema", "json", "grammar", "regex")
+BYTE_EOS = 256  # the byte-level matcher's end token
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What an answer must be: ``kind`` is "json" (any JSON object), "schema", "grammar" (Lark
+    or GBNF) or "regex"; ``source`` what was given, as text; ``grammar`` llguidance's grammar."""
+
+    kind: str
+    source: str
+    grammar: str
+    model: Any = None  # a pydantic model class the schema came from: parsed answers are instances
+
+    @property
+    def is_json(self) -> bool:
+        return self.kind in ("json", "schema")
+
+    def instruction(self) -> str:
+        """Said to every member after the last user message: models write better JSON when told
+        what is wanted."""
+        if self.kind == "json":
+            return "Answer with a JSON object only, on one line."
+        if self.kind == "schema":
+            return f"Answer with JSON only, on one line, matching this JSON Schema:\n{self.source}"
+        return f"Answer only with text in this format ({self.kind}):\n{self.source}"
+
+    def parse(self, text: str) -> Any:
+        """The answer as a program reads it: the JSON value (a model instance for a pydantic
+        class), the text itself for a grammar or regex; None when it is not complete (cut by
+        ``max_tokens``, stopped)."""
+        if not self.is_json:
+            return text
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        if self.model is not None:
+            try:
+                return self.model.model_validate(value)
+            except ValueError:
+                return None
+        return value
+
+
+def with_instruction(messages: list[Message], constraint: Constraint | None) -> list[Message]:
+    """The conversation with the constraint's instruction after the last user message."""
+    if constraint is None:
+        return messages
+    last = max((i for i, message in enumerate(messages) if message.role == "user"), default=None)
+    if last is None:
+        return [*messages, Message("user", constraint.instruction())]
+    told = Message("user", f"{messages[last].content}\n\n{constraint.instruction()}")
+    return [*messages[:last], told, *messages[last + 1 :]]
+
+
+def constraint_from(
+    schema: Any = None, json_object: bool = False, grammar: str | None = None, regex: str | None = None
+) -> Constraint | None:
+    """The constraint an answer was asked for, checked: at most one of a JSON Schema (a dict,
+    its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF) or a
+    regex. A ``SettingError`` names the field and what is wrong; None when none was given."""
+    given = [name for name, value in zip(FIELDS, (schema, json_object, grammar, regex)) if value not in (None, False)]
+    if len(given) > 1:
+        raise SettingError(f"give one of schema, json, grammar or regex, not {' and '.join(given)}", given[1])
+    if not given:
+        return None
+    if schema is not None:
+        model = schema if hasattr(schema, "model_json_schema") else None
+        value = _schema_value(schema.model_json_schema() if model is not None else schema)
+        text = json.dumps(value, ensure_ascii=False)
+        return _checked("schema", text, llguidance.LLMatcher.grammar_from_json_schema(value, JSON_OPTIONS), model)
+    if json_object:
+        object_schema = {"type": "object"}
+        return _checked("json", "", llguidance.LLMatcher.grammar_from_json_schema(object_schema, JSON_OPTIONS))
+    if grammar is not None:
+        text = _text("grammar", grammar)
+        try:
+            return _checked("grammar", text, llguidance.grammar_from("grammar", text))
+        except ValueError as error:  # GBNF that does not convert to Lark
+            raise SettingError(f"grammar: {_first_line(str(error))}", "grammar") from None
+    text = _text("regex", regex)
+    return _checked("regex", text, llguidance.LLMatcher.grammar_from_regex(text))
+
+
+def _schema_value(schema: Any) -> dict[str, Any]:
+    if isinstance(schema, (str, bytes)):
+        _size("schema", len(schema))
+        try:
+            schema = json.loads(schema)
+        except RecursionError:
+            raise SettingError(f"schema: nested more than {MAX_DEPTH} levels deep", "schema") from None
+        except ValueError as error:
+            raise SettingError(f"schema: not JSON ({_first_line(str(error))})", "schema") from None
+    if not isinstance(schema, dict):
+        raise SettingError(f"schema: a JSON Schema is an object, not {type(schema).__name__}", "schema")
+    if _depth(schema) > MAX_DEPTH:
+        raise SettingError(f"schema: nested more than {MAX_DEPTH} levels deep", "schema")
+    _size("schema", len(json.dumps(schema)))
+    return schema
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests, counted without recursion (and no further than past the limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_DEPTH:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _text(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SettingError(f"{field}: give the {field} as non-empty text", field)
+    _size(field, len(value.encode("utf-8", errors="replace")))
+    return value
+
+
+def _size(field: str, size: int) -> None:
+    if size > MAX_SOURCE:
+        raise SettingError(f"{field}: {size:,} bytes is too large (at most {MAX_SOURCE:,})", field)
+
+
+def _checked(kind: str, source: str, grammar: str, model: Any = None) -> Constraint:
+    """The constraint, once llguidance has built a matcher for it: what it cannot enforce (an
+    unsupported keyword, a regex that can never end) is said here, not found mid-answer."""
+    field = "json" if kind == "json" else kind
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, byte_tokenizer())
+    if failed:
+        raise SettingError(f"{field}: cannot be enforced: {_first_line(messages[0])}", field)
+    matcher = llguidance.LLMatcher(byte_tokenizer(), grammar, log_level=0)
+    if matcher.is_error():
+        raise SettingError(f"{field}: cannot be enforced: {_first_line(matcher.get_error())}", field)
+    return Constraint(kind, source, grammar, model)
+
+
+def _first_line(text: str) -> str:
+    return " ".join(text.strip().splitlines()[:1])[:300] or "llguidance refused it"
+
+
+@functools.cache
+def byte_tokenizer() -> llguidance.LLTokenizer:
+    """A tokenizer whose tokens are the 256 bytes (and an end token): the committed text's."""
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+
+
+class _Bytes:
+    eos_token_id = BYTE_EOS
+    bos_token_id = None
+    tokens = [bytes([b]) for b in range(256)] + [b"\xff<end>"]
+    special_token_ids = [BYTE_EOS]
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        return list(text if isinstance(text, bytes) else text.encode("utf-8"))
+
+
+class AnswerFormat:
+    """The committed text's matcher: checks candidates, gives forced bytes, says when done."""
+
+    def __init__(self, constraint: Constraint) -> None:
+        self._matcher = llguidance.LLMatcher(byte_tokenizer(), constraint.grammar, log_level=0)
+
+    def forced(self) -> str:
+        """The text the constraint allows next and nothing else (whole characters only)."""
+        data = self._matcher.compute_ff_bytes()
+        return data[: len(data) - incomplete_utf8_tail(data)].decode("utf-8")
+
+    def accepts(self, text: str, ended: bool) -> bool:
+        """Whether ``text`` may follow what is committed (and, if ``ended``, end the answer)."""
+        data = list(text.encode("utf-8"))
+        if self._matcher.validate_tokens(data) != len(data):
+            return False
+        if not ended:
+            return True
+        self._matcher.consume_tokens(data)
+        accepting = self._matcher.is_accepting()
+        self._matcher.rollback(len(data))
+        return accepting
+
+    def commit(self, text: str) -> None:
+        self._matcher.consume_tokens(list(text.encode("utf-8")))
+
+    @property
+    def complete(self) -> bool:
+        """Nothing more may be written: the answer is whole."""
+        return self._matcher.is_stopped() or self._matcher.is_error()
+
+
+def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: Constraint) -> llguidance.LLMatcher:
+    """A matcher over one member's own tokens (the tokenizer is built once per loaded model)."""
+    return llguidance.LLMatcher(tokenizer, constraint.grammar, log_level=0)
+
+
+def allowed_tokens(matcher: llguidance.LLMatcher, size: int) -> np.ndarray:
+    """The tokens ``matcher`` allows next, as a boolean mask over a logits row of ``size``."""
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    mask = np.zeros(size, dtype=bool)
+    shared = min(size, len(bits))
+    mask[:shared] = bits[:shared].astype(bool)
+    return mask
