@@ -23,7 +23,7 @@ import numpy as np
 
 from specem_local.engine.prompting import Message
 from specem_local.engine.segments import incomplete_utf8_tail
-from specem_local.errors import SettingError
+from specem_local.errors import SettingError, SpecemError
 
 MAX_SOURCE = 256 * 1024  # bytes of schema, grammar or regex: far past any real one
 MAX_DEPTH = 64  # nesting of a JSON Schema
@@ -32,6 +32,7 @@ MAX_DEPTH = 64  # nesting of a JSON Schema
 JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 FIELDS = ("schema", "json", "grammar", "regex")
 BYTE_EOS = 256  # the byte-level matcher's end token
+MAX_FORCED = 64  # characters of forced text committed in one round
 
 
 @dataclass(frozen=True)
@@ -163,13 +164,18 @@ def _checked(kind: str, source: str, grammar: str, model: Any = None) -> Constra
     if failed:
         raise SettingError(f"{field}: cannot be enforced: {_first_line(messages[0])}", field)
     matcher = llguidance.LLMatcher(byte_tokenizer(), grammar, log_level=0)
+    matcher.consume_tokens(list(matcher.compute_ff_bytes()[: MAX_FORCED * 4]))  # what a first round commits
     if matcher.is_error():
         raise SettingError(f"{field}: cannot be enforced: {_first_line(matcher.get_error())}", field)
+    if not matcher.is_accepting() and not allowed_tokens(matcher, BYTE_EOS).any():  # no byte may come
+        raise SettingError(f"{field}: no text can match it", field)
     return Constraint(kind, source, grammar, model)
 
 
 def _first_line(text: str) -> str:
-    return " ".join(text.strip().splitlines()[:1])[:300] or "llguidance refused it"
+    """llguidance's message on one line (its own runs over several, with a caret)."""
+    text = text.split("\n<state>")[0]
+    return " ".join(text.split())[:300] or "llguidance refused it"
 
 
 @functools.cache
@@ -195,9 +201,10 @@ class AnswerFormat:
         self._matcher = llguidance.LLMatcher(byte_tokenizer(), constraint.grammar, log_level=0)
 
     def forced(self) -> str:
-        """The text the constraint allows next and nothing else (whole characters only)."""
-        data = self._matcher.compute_ff_bytes()
-        return data[: len(data) - incomplete_utf8_tail(data)].decode("utf-8")
+        """The text the constraint allows next and nothing else (whole characters, at most
+        ``MAX_FORCED`` of them a round: ``a{5000000}`` forces five million)."""
+        data = self._matcher.compute_ff_bytes()[: MAX_FORCED * 4]
+        return data[: len(data) - incomplete_utf8_tail(data)].decode("utf-8")[:MAX_FORCED]
 
     def accepts(self, text: str, ended: bool) -> bool:
         """Whether ``text`` may follow what is committed (and, if ``ended``, end the answer)."""
@@ -216,8 +223,11 @@ class AnswerFormat:
 
     @property
     def complete(self) -> bool:
-        """Nothing more may be written: the answer is whole."""
-        return self._matcher.is_stopped() or self._matcher.is_error()
+        """Nothing more may be written: the answer is whole. A matcher that failed (a grammar
+        past llguidance's limits mid-answer) ends the answer with that error, in one line."""
+        if self._matcher.is_error():
+            raise SpecemError(f"the answer's format could not be followed: {_first_line(self._matcher.get_error())}")
+        return self._matcher.is_stopped()
 
 
 def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: Constraint) -> llguidance.LLMatcher:

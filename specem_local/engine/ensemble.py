@@ -409,7 +409,7 @@ class AnswerStream(Iterator[Event]):
             self.close()
             raise
         if isinstance(event, FinalEvent):
-            if self._constraint is not None:
+            if self._constraint is not None and event.finish_reason == "eos":  # whole: the constraint ended it
                 event = dataclasses.replace(event, parsed=self._constraint.parse(event.text))
             self._final = event
             self._ensemble._remember(self._members, self._settings, self._answer.start, event)

@@ -1,0 +1,133 @@
+"""Structured output (issue 37) on fake models: each member drafts under its own matcher, the
+committed text's matcher drops invalid candidates and commits forced bytes as rounds of their
+own, the final event carries the parsed value, and every bad constraint is one line naming
+its field, with the next answer unharmed."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pydantic
+import pytest
+
+from specem_local.engine.constraints import AnswerFormat, constraint_from
+from specem_local.errors import SettingError
+from specem_local.events import RoundEvent
+from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "number"}, "why": {"type": "string"}},
+    "required": ["answer", "why"],
+}
+JSON_ANSWER = '{"answer": 42, "why": "six sevens"}'
+
+
+def trio():
+    """Three tokenizers: bytes only, and two with whole words of their own."""
+    return (
+        fake_member("big", JSON_ANSWER, n_params=3000),
+        fake_member("mid", JSON_ANSWER, n_params=1500, words=['{"', '": ', " sevens", "answer"]),
+        fake_member("small", "No idea at all.", words=[" idea", "No"]),
+    )
+
+
+def rounds_of(events) -> list[RoundEvent]:
+    return [e for e in events if isinstance(e, RoundEvent)]
+
+
+def test_every_tokenizer_drafts_only_what_the_schema_allows_and_the_answer_parses():
+    with fake_ensemble(*trio(), segment_tokens=4, model_exit=False) as ensemble:
+        events = list(ensemble.stream(QUESTION, schema=SCHEMA, max_tokens=120))
+    final = events[-1]
+    assert final.finish_reason == "eos" and final.parsed == {"answer": 42, "why": "six sevens"}
+    jsonschema.validate(json.loads(final.text), SCHEMA)
+    rounds = rounds_of(events)
+    forced = [r for r in rounds if r.decision == "forced"]
+    assert forced and forced[0].text == '{"answer": ' and all(r.author == "" and not r.candidates for r in forced)
+    assert "".join(r.text for r in rounds) == final.text and final.rounds == len(rounds)
+    assert sum(final.wins.values()) == len(rounds) - len(forced)  # forced text is no model's
+    committed = AnswerFormat(constraint_from(SCHEMA))
+    for event in rounds:  # every candidate of every round was a valid continuation
+        assert all(committed.accepts(c.text, c.ended) for c in event.candidates), event
+        committed.commit(event.text)
+    drafted_by = {c.model for r in rounds for c in r.candidates}
+    assert drafted_by == {"big", "mid", "small"}  # the member that wants prose drafted JSON too
+
+
+def test_a_pydantic_class_any_object_a_regex_and_grammars():
+    class Reply(pydantic.BaseModel):
+        answer: int
+        why: str
+
+    with fake_ensemble(*trio()[:2], segment_tokens=6) as ensemble:
+        reply = ensemble.generate(QUESTION, schema=Reply, max_tokens=120).parsed
+        assert isinstance(reply, Reply) and reply.answer == 42
+        assert isinstance(ensemble.generate(QUESTION, json=True, max_tokens=120).parsed, dict)
+        assert ensemble.generate(QUESTION, regex=r"[0-9]{2}", max_tokens=20).parsed.isdigit()
+        lark = 'start: "The answer is " NUMBER\nNUMBER: /[0-9]+/'
+        assert ensemble.generate(QUESTION, grammar=lark, max_tokens=40).parsed.startswith("The answer is ")
+        gbnf = 'root ::= "yes" | "no"'
+        assert ensemble.generate(QUESTION, grammar=gbnf, max_tokens=20).parsed in ("yes", "no")
+
+
+def test_an_answer_cut_by_max_tokens_is_not_parsed():
+    with fake_ensemble(*trio()[:2], segment_tokens=4) as ensemble:
+        final = ensemble.generate(QUESTION, schema=SCHEMA, max_tokens=6)
+    assert final.finish_reason == "length" and final.parsed is None
+
+
+def test_the_committed_matcher_refuses_what_the_constraint_does_not_allow():
+    committed = AnswerFormat(constraint_from(SCHEMA))
+    assert committed.forced() == '{"answer": '
+    committed.commit('{"answer": ')
+    assert committed.accepts("42, ", False) and not committed.accepts("forty", False)
+    assert not committed.accepts("42}", True)  # "why" is required: it cannot end there
+    committed.commit('42, "why": "x"}')
+    assert committed.complete
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "says"),
+    [
+        ({"schema": "{"}, "schema", "not JSON"),
+        ({"schema": [1]}, "schema", "a JSON Schema is an object"),
+        ({"schema": {"type": "string", "format": "zzz"}}, "schema", "Unknown format: zzz"),
+        ({"schema": {"type": "object", "unevaluatedProperties": False}}, "schema", "unevaluatedProperties"),
+        ({"schema": {"description": "x" * (1 << 20)}}, "schema", "too large"),
+        ({"regex": "a(b"}, "regex", "unclosed group"),
+        ({"regex": ""}, "regex", "non-empty"),
+        ({"grammar": "start: foo"}, "grammar", "unknown name"),
+        ({"grammar": "root ::= foo"}, "grammar", "foo"),
+        ({"regex": "[^\\x00-\\x{10FFFF}]"}, "regex", "no text can match it"),
+        ({"regex": "a{5000000}"}, "regex", "too many expressions"),
+        ({"schema": SCHEMA, "regex": "a"}, "regex", "give one of"),
+    ],
+)
+def test_a_constraint_that_cannot_be_enforced_is_one_line_naming_its_field(given, field, says):
+    with fake_ensemble(*trio()[:2]) as ensemble:
+        with pytest.raises(SettingError) as caught:
+            ensemble.stream(QUESTION, **given)
+        assert caught.value.field == field and says in str(caught.value) and "\n" not in str(caught.value)
+        assert ensemble.generate(QUESTION, max_tokens=8).tokens == 8  # the next answer is unharmed
+
+
+def test_a_schema_nested_ten_thousand_levels_is_refused_without_recursion():
+    deep: dict = {}
+    inner = deep
+    for _ in range(10_000):
+        inner["items"] = {}
+        inner = inner["items"]
+    with pytest.raises(SettingError, match="nested more than 64 levels"):
+        constraint_from(deep)
+    with pytest.raises(SettingError, match="nested more than 64 levels"):
+        constraint_from("[" * 20_000 + "]" * 20_000)
+
+
+def test_a_long_forced_run_is_committed_in_bounded_rounds():
+    with fake_ensemble(*trio()[:2]) as ensemble:
+        events = list(ensemble.stream(QUESTION, regex="a{1000}", max_tokens=300))
+    forced = [e.text for e in rounds_of(events)]
+    assert all(len(text) <= 64 for text in forced) and events[-1].finish_reason == "length"
+    assert events[-1].parsed is None
