@@ -33,6 +33,8 @@ from specem_local.backend.scoring import RowScores, row_scores
 from specem_local.errors import SpecemError
 from specem_local.models.gguf import read_model_header
 
+GRAMMAR_PIECE_BYTES = 16 * 1024  # the longest token piece the grammar tokenizer reads
+
 
 class LlamaModel:
     """One llama.cpp model and context. Not thread-safe: one thread at a time per instance."""
@@ -192,13 +194,32 @@ class LlamaModel:
 
     def grammar_tokenizer(self) -> Any:
         """llguidance's tokenizer for this vocabulary (structured output), built on first use and
-        kept (about 0.2 s for a 49k vocabulary, 1.2 s for 262k); every end-of-generation token
-        ends a constrained answer."""
+        kept; every end-of-generation token ends a constrained answer. Built as llguidance's
+        ``lltokenizer_from_vocab`` builds it (control tokens marked with a 0xff byte, llama.cpp's
+        own tokenizer for text), with llama.cpp's current attribute call."""
         if self._grammar_tokenizer is None:
-            from llguidance.llamacpp import lltokenizer_from_vocab
+            import llguidance
 
-            eog = [int(token) for token in self.eog_tokens]
-            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=eog)
+            special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            buffer = ctypes.create_string_buffer(GRAMMAR_PIECE_BYTES)
+            pieces = []
+            for token in range(self.n_vocab):
+                size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, GRAMMAR_PIECE_BYTES, 0, True)
+                piece = buffer.raw[: max(size, 0)]
+                attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+                if attributes & special or (
+                    attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"
+                ):
+                    piece = b"\xff" + piece
+                pieces.append(piece)
+            tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(
+                tokens=pieces,
+                vocab_ptr=self._vocab,
+                tokenize_fptr=tokenize,
+                eos_token=[int(token) for token in self.eog_tokens],
+                slices=None,
+            )
         return self._grammar_tokenizer
 
     def chat_template(self) -> str | None:
