@@ -13,6 +13,7 @@ enforce is refused here, up front, with what it could not do.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ from typing import Any
 import llguidance
 import numpy as np
 
+from specem_local.engine import tools
 from specem_local.engine.prompting import Message
 from specem_local.engine.segments import incomplete_utf8_tail
+from specem_local.engine.tools import Tool, ToolChoice
 from specem_local.errors import SettingError, SpecemError
 
 MAX_SOURCE = 256 * 1024  # bytes of schema, grammar or regex: far past any real one
@@ -30,7 +33,7 @@ MAX_DEPTH = 64  # nesting of a JSON Schema
 # One line of JSON, a space after each separator: llguidance's flexible whitespace is unlimited,
 # and a small model can fill max_tokens with spaces.
 JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-FIELDS = ("schema", "json", "grammar", "regex")
+FIELDS = ("schema", "json", "grammar", "regex", "tools", "tool_choice")
 BYTE_EOS = 256  # the byte-level matcher's end token
 MAX_FORCED = 64  # characters of forced text committed in one round
 
@@ -44,14 +47,18 @@ class Constraint:
     source: str
     grammar: str
     model: Any = None  # a pydantic model class the schema came from: parsed answers are instances
+    tools: tuple[Tool, ...] = ()  # kind "tools": the functions offered
+    choice: ToolChoice | None = None
 
     @property
     def is_json(self) -> bool:
-        return self.kind in ("json", "schema")
+        return self.kind in ("json", "schema", "tools")
 
     def instruction(self) -> str:
         """Said to every member after the last user message: models write better JSON when told
         what is wanted."""
+        if self.kind == "tools":
+            return tools.instruction(self.tools, self.choice or tools.ToolChoice())
         if self.kind == "json":
             return "Answer with a JSON object only, on one line."
         if self.kind == "schema":
@@ -73,7 +80,7 @@ class Constraint:
                 return self.model.model_validate(value)
             except ValueError:
                 return None
-        return value
+        return tools.reply_from(value) if self.kind == "tools" else value
 
 
 def with_instruction(messages: list[Message], constraint: Constraint | None) -> list[Message]:
@@ -88,16 +95,35 @@ def with_instruction(messages: list[Message], constraint: Constraint | None) -> 
 
 
 def constraint_from(
-    schema: Any = None, json_object: bool = False, grammar: str | None = None, regex: str | None = None
+    schema: Any = None,
+    json_object: bool = False,
+    grammar: str | None = None,
+    regex: str | None = None,
+    offered: Any = None,
+    tool_choice: Any = None,
+    parallel_tool_calls: bool = True,
 ) -> Constraint | None:
     """The constraint an answer was asked for, checked: at most one of a JSON Schema (a dict,
-    its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF) or a
-    regex. A ``SettingError`` names the field and what is wrong; None when none was given."""
-    given = [name for name, value in zip(FIELDS, (schema, json_object, grammar, regex)) if value not in (None, False)]
+    its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF), a
+    regex, or tools (``tools.py``: calls or a message). A ``SettingError`` names the field and
+    what is wrong; None when none was given (or an empty list of tools: no tools)."""
+    offered = None if offered in (None, [], ()) else offered
+    values = (schema, json_object, grammar, regex, offered)
+    given = [name for name, value in zip(FIELDS, values) if value not in (None, False)]
     if len(given) > 1:
-        raise SettingError(f"give one of schema, json, grammar or regex, not {' and '.join(given)}", given[1])
+        raise SettingError(f"give one of schema, json, grammar, regex or tools, not {' and '.join(given)}", given[1])
+    if tool_choice is not None and offered is None and tool_choice not in ("none", "auto"):
+        raise SettingError("tool_choice needs tools to choose from", "tool_choice")
     if not given:
         return None
+    if offered is not None:
+        functions = tools.tools_from(offered)
+        choice = tools.choice_from(tool_choice, functions)
+        envelope = tools.envelope_schema(functions, choice, parallel_tool_calls)
+        text = json.dumps(envelope, ensure_ascii=False)
+        _size("tools", len(text))
+        grammar_text = llguidance.LLMatcher.grammar_from_json_schema(envelope, JSON_OPTIONS)
+        return dataclasses.replace(_checked("tools", text, grammar_text), tools=functions, choice=choice)
     if schema is not None:
         model = schema if hasattr(schema, "model_json_schema") else None
         value = _schema_value(schema.model_json_schema() if model is not None else schema)

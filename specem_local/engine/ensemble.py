@@ -31,6 +31,7 @@ from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message, as_messages
 from specem_local.engine.rounds import Answer, weights_dict
+from specem_local.engine.tools import render_messages
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, origin_words
 from specem_local.models.config import Config, load_config, with_load_overrides
@@ -186,6 +187,9 @@ class Ensemble:
         json: bool = False,
         grammar: str | None = None,
         regex: str | None = None,
+        tools: Any = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool = True,
         **overrides: object,
     ) -> AnswerStream:
         """Answer ``prompt`` (a string or a conversation): iterate the returned stream for a
@@ -193,9 +197,14 @@ class Ensemble:
         take part (default: all); ``overrides`` are ``[ensemble]`` settings for this answer.
         An answer a program can parse: ``schema`` (a JSON Schema dict or text, or a pydantic
         model class), ``json=True`` (any JSON object), ``grammar`` (Lark or GBNF) or ``regex``;
-        its final event then carries ``parsed``."""
+        or ``tools`` (JSON-Schema function specs or Python functions; ``tool_choice``,
+        ``parallel_tool_calls`` as OpenAI's). Its final event then carries ``parsed`` (for tools
+        a ``ToolReply``: calls, or a message). A conversation may hold earlier tool calls
+        (``tool_calls`` on assistant messages) and results (``role: "tool"``)."""
         settings = with_overrides(self.settings, **overrides)
-        constraint = constraint_from(schema, json, grammar, regex)
+        constraint = constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
+        if isinstance(prompt, list) and any(isinstance(m, dict) and _uses_tools(m) for m in prompt):
+            prompt = render_messages(prompt)  # type: ignore[arg-type]
         messages = with_instruction(as_messages(prompt, settings.system_prompt), constraint)
         members = self._select(models)
         return AnswerStream(self, members, settings, messages, constraint)
@@ -207,12 +216,15 @@ class Ensemble:
         json: bool = False,
         grammar: str | None = None,
         regex: str | None = None,
+        tools: Any = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool = True,
         **overrides: object,
     ) -> EnsembleSettings:
         """The settings an answer with these overrides (and this constraint) would run with; a
         bad value is a ``SpecemError`` and nothing starts (a server checks a request before it
         waits in line)."""
-        constraint_from(schema, json, grammar, regex)
+        constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
         return with_overrides(self.settings, **overrides)
 
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
@@ -340,6 +352,10 @@ class Ensemble:
         threads = threads_each(self.threads_per_model, at_once)
         for member in self.members:
             member.model.set_threads(threads)
+
+
+def _uses_tools(message: dict[str, Any]) -> bool:
+    return message.get("role") == "tool" or bool(message.get("tool_calls"))
 
 
 def threads_each(threads_per_model: int, at_once: int) -> int:

@@ -1,0 +1,126 @@
+"""Is every structured answer valid? For each schema of the vendored sets (JSONSchemaBench's
+Glaiveai2K and Github_easy, JSON-Schema-Test-Suite draft 2020-12; research/data/schemas/):
+refused up front (with the keyword llguidance names), or answered by the ensemble and checked
+with ``jsonschema`` (formats included). Resumable: schemas already in the output are skipped.
+
+    python -m specem_research.schema_validity [--limit N] [--max-tokens 256] [--output FOLDER]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from specem_local.commands import config_from_args
+from specem_local.engine import Ensemble
+from specem_local.errors import SettingError
+
+DATA = Path(__file__).parent / "data" / "schemas"
+SETS = ("glaiveai2k", "github_easy", "test_suite_2020_12")
+PROMPT = "Write one realistic example of this data."
+
+
+def schemas(limit: int | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(set, id, schema) of every vendored schema, the first ``limit`` of each set."""
+    out = []
+    for name in SETS:
+        lines = (DATA / f"{name}.jsonl").read_text("utf-8").splitlines()[:limit]
+        out += [(name, item["id"], item["schema"]) for item in map(json.loads, lines)]
+    return out
+
+
+def check(schema: dict[str, Any], text: str) -> str:
+    """"valid", or what is wrong with the answer (not JSON, or the first validation error)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        return f"not JSON: {error}"
+    kind = jsonschema.validators.validator_for(schema)  # the schema's draft, and that draft's formats
+    validator = kind(schema, format_checker=kind.FORMAT_CHECKER)
+    error = next(iter(validator.iter_errors(value)), None)
+    return "valid" if error is None else f"invalid: {error.message[:200]}"
+
+
+def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output: Path, max_tokens: int) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    done_path = output / "items.jsonl"
+    lines = done_path.read_text().splitlines() if done_path.exists() else []
+    done = {(r["set"], r["id"]) for r in map(json.loads, lines)}
+    with done_path.open("a", encoding="utf-8") as out:
+        for set_name, item_id, schema in items:
+            if (set_name, item_id) in done:
+                continue
+            started = time.perf_counter()
+            record: dict[str, Any] = {"set": set_name, "id": item_id}
+            try:
+                final = ensemble.generate(PROMPT, schema=schema, max_tokens=max_tokens, greedy=True)
+            except SettingError as error:
+                record.update(outcome="refused", why=str(error))
+            else:
+                outcome = check(schema, final.text) if final.finish_reason == "eos" else f"cut ({final.finish_reason})"
+                record.update(outcome=outcome, text=final.text, tokens=final.tokens)
+            record["seconds"] = round(time.perf_counter() - started, 2)
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.flush()
+            print(f"{set_name}/{item_id}: {record['outcome'][:100]}", flush=True)
+    report(done_path, output / "report.json", {(name, key): schema for name, key, schema in items})
+
+
+def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], Any]) -> dict[str, Any]:
+    """Per set: schemas, refused (and the reasons), answered, valid, cut, invalid. Whole answers
+    are checked again, so a run is reported with this version's checks."""
+    summary: dict[str, Any] = {}
+    for record in map(json.loads, items_path.read_text().splitlines()):
+        schema = by_key.get((record["set"], record["id"]))
+        if schema is not None and record["outcome"] != "refused" and not record["outcome"].startswith("cut"):
+            record["outcome"] = check(schema, record["text"])
+        entry = summary.setdefault(
+            record["set"], {"schemas": 0, "refused": 0, "valid": 0, "cut": 0, "invalid": 0, "refusals": {}}
+        )
+        entry["schemas"] += 1
+        outcome = record["outcome"]
+        kind = outcome.split(" ")[0].rstrip(":")
+        if kind == "refused":
+            entry["refused"] += 1
+            reason = record["why"].split("cannot be enforced: ")[-1][:80]
+            entry["refusals"][reason] = entry["refusals"].get(reason, 0) + 1
+        elif kind == "valid":
+            entry["valid"] += 1
+        elif kind == "cut":
+            entry["cut"] += 1
+        else:
+            entry["invalid"] += 1
+    report_path.write_text(json.dumps(summary, indent=2))
+    for name, entry in summary.items():
+        answered = entry["schemas"] - entry["refused"]
+        print(
+            f"{name}: {entry['schemas']} schemas, {entry['refused']} refused, {answered} answered: "
+            f"{entry['valid']} valid, {entry['cut']} cut at max_tokens, {entry['invalid']} invalid"
+        )
+        for reason, count in collections.Counter(entry["refusals"]).most_common(5):
+            print(f"    refused {count}: {reason}")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m specem_research.schema_validity", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--limit", type=int, help="the first N schemas of each set")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--output", default="research/results/schema-validity", help="folder (resumable)")
+    parser.add_argument("--config", help="models.toml (default: the usual lookup)")
+    parser.add_argument("--ensemble", help="a built-in ensemble")
+    args = parser.parse_args()
+    with Ensemble.from_config(config_from_args(args)) as ensemble:
+        run(ensemble, schemas(args.limit), Path(args.output), args.max_tokens)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Tool calls through the ensemble: one text-level envelope for every member, whatever its
+family's native format (as llama.cpp's server does for templates it does not know).
+
+The tools are described in the same words in every member's prompt, each in its own chat
+template, and the answer is constrained (``constraints.py``) to either calls,
+``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` with each function's arguments
+matching its parameter schema, or a message, ``{"response": "..."}``. Earlier calls and
+their results are rendered in the same envelope, so every family reads them the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specem_local.errors import SettingError
+
+MAX_TOOLS = 128  # OpenAI's limit
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_DESCRIPTION = 4096
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the models may call: its name, what it does, its parameters' JSON Schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """A tool-using answer as a program reads it: the calls, or a message (``content``)."""
+
+    calls: tuple[ToolCall, ...] = ()
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """Which answers are allowed: "auto" (calls or a message), "required" (calls), "none" (a
+    message, tools still described), or calls of one ``function`` only."""
+
+    mode: str = "auto"
+    function: str | None = None
+
+
+def tools_from(tools: Any) -> tuple[Tool, ...]:
+    """Tools as given: OpenAI's ``{"type": "function", "function": {...}}``, a bare
+    ``{"name", "description", "parameters"}``, or a Python function (its signature and
+    docstring give the schema, as the ``ollama`` client reads them). A ``SettingError`` names
+    what is wrong (field ``tools``)."""
+    if not isinstance(tools, (list, tuple)):
+        raise SettingError("tools must be a list of functions", "tools")
+    if len(tools) > MAX_TOOLS:
+        raise SettingError(f"tools: {len(tools)} tools is too many (at most {MAX_TOOLS})", "tools")
+    out = [_tool(tool, f"tools[{index}]") for index, tool in enumerate(tools)]
+    names = [tool.name for tool in out]
+    repeated = next((name for name in names if names.count(name) > 1), None)
+    if repeated is not None:
+        raise SettingError(f"tools: two functions are named {repeated!r}", "tools")
+    return tuple(out)
+
+
+def _tool(value: Any, where: str) -> Tool:
+    if callable(value) and not isinstance(value, dict):
+        return _from_function(value, where)
+    if not isinstance(value, dict):
+        raise SettingError(f"{where} must be a function or an object", "tools")
+    spec = value.get("function", value) if value.get("type", "function") == "function" else None
+    if not isinstance(spec, dict):
+        raise SettingError(f'{where}.type must be "function"', "tools")
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        shown = str(name)[:40]
+        raise SettingError(f"{where}.function.name {shown!r} must be 1 to 64 letters, digits, _ or -", "tools")
+    description = spec.get("description") or ""
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        raise SettingError(f"{where}.function.description must be text of at most {MAX_DESCRIPTION:,} characters",
+                           "tools")
+    parameters = spec.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        raise SettingError(f"{where}.function.parameters must be a JSON Schema of an object", "tools")
+    return Tool(name, description, parameters)
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _from_function(function: Callable[..., Any], where: str) -> Tool:
+    """A Python function as a tool: parameters from its type hints, descriptions from its
+    docstring's ``Args:`` section."""
+    name = getattr(function, "__name__", "")
+    if not NAME.fullmatch(name):
+        raise SettingError(f"{where}: the function's name {name[:40]!r} cannot name a tool", "tools")
+    doc = inspect.getdoc(function) or ""
+    summary, _, rest = doc.partition("\n\n")
+    described = dict(re.findall(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", rest, re.MULTILINE))
+    hints = typing.get_type_hints(function)
+    properties, required = {}, []
+    for parameter in inspect.signature(function).parameters.values():
+        hint = hints.get(parameter.name, str)
+        kind = _JSON_TYPES.get(typing.get_origin(hint) or hint, "string")
+        about = {"description": described[parameter.name]} if parameter.name in described else {}
+        properties[parameter.name] = {"type": kind, **about}
+        if parameter.default is inspect.Parameter.empty:
+            required.append(parameter.name)
+    return Tool(name, " ".join(summary.split()), {"type": "object", "properties": properties, "required": required})
+
+
+def choice_from(value: Any, tools: tuple[Tool, ...]) -> ToolChoice:
+    """``tool_choice``: "auto", "required", "none", a function's name, or OpenAI's
+    ``{"type": "function", "function": {"name": ...}}``."""
+    if value is None or value == "auto":
+        return ToolChoice()
+    if value in ("required", "none"):
+        return ToolChoice(value)
+    name = value.get("function", {}).get("name") if isinstance(value, dict) else value
+    if not isinstance(name, str):
+        raise SettingError('tool_choice must be "auto", "required", "none" or a function', "tool_choice")
+    if name not in {tool.name for tool in tools}:
+        raise SettingError(f"tool_choice names {name[:40]!r}, which is not one of the tools", "tool_choice")
+    return ToolChoice("function", name)
+
+
+def envelope_schema(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool = True) -> dict[str, Any]:
+    """The JSON Schema every answer must match: calls (each function's arguments by its own
+    schema; one call without ``parallel``), or a message, as ``choice`` allows."""
+    offered = [tool for tool in tools if choice.function in (None, tool.name)]
+    call = {
+        "anyOf": [
+            _object({"name": {"const": tool.name}, "arguments": tool.parameters})
+            for tool in offered
+        ]
+    }
+    calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+    shapes = {
+        "calls": _object({"tool_calls": calls}),
+        "message": _object({"response": {"type": "string"}}),
+    }
+    allowed = {"auto": ("calls", "message"), "none": ("message",)}.get(choice.mode, ("calls",))
+    chosen = [shapes[name] for name in allowed if name == "message" or offered]
+    return chosen[0] if len(chosen) == 1 else {"anyOf": chosen}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def instruction(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
+    """The tools in words, the same for every member: said as a system message."""
+    listed = json.dumps(
+        [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools], ensure_ascii=False
+    )
+    how = {
+        "none": 'Do not call a function now: answer with {"response": "your answer"}.',
+        "required": 'Answer by calling functions: {"tool_calls": [{"name": "...", "arguments": {...}}]}.',
+        "function": f'Answer by calling {choice.function}: {{"tool_calls": [{{"name": "{choice.function}", '
+        '"arguments": {...}}]}.',
+    }.get(
+        choice.mode,
+        'To call functions, answer {"tool_calls": [{"name": "...", "arguments": {...}}]}; to answer the user '
+        'directly, answer {"response": "your answer"}.',
+    )
+    return f"You can call these functions:\n{listed}\n{how} Answer with that JSON only, on one line."
+
+
+def reply_from(value: Any) -> ToolReply | None:
+    """The parsed envelope as calls or a message; None when it is neither."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("response"), str):
+        return ToolReply(content=value["response"])
+    calls = value.get("tool_calls")
+    if isinstance(calls, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        return ToolReply(tuple(ToolCall(c["name"], c.get("arguments") or {}) for c in calls))
+    return None
+
+
+def reply_from_text(text: str) -> ToolReply | None:
+    """A recorded answer's text as a tool reply, if it is one (the chat app shows it so)."""
+    if not text.startswith('{"tool_calls": '):
+        return None
+    try:
+        return reply_from(json.loads(text))
+    except ValueError:
+        return None
+
+
+def render_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A conversation with earlier calls and their results as plain messages every member
+    reads the same way: an assistant's calls as its envelope, tool results as a user message
+    of ``{"tool_results": [...]}`` (consecutive results together). A ``SettingError`` names
+    the message that is wrong (field ``messages``)."""
+    out: list[dict[str, str]] = []
+    called: dict[str, str] = {}  # call id -> function name
+    results: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        role = message.get("role")
+        if role == "tool":
+            results.append({"name": _answered(message, called, where), "content": _text(message.get("content"), where)})
+            continue
+        if results:
+            out.append({"role": "user", "content": json.dumps({"tool_results": results}, ensure_ascii=False)})
+            results = []
+        calls = message.get("tool_calls")
+        if role == "assistant" and calls:
+            envelope = []
+            for number, call in enumerate(calls if isinstance(calls, list) else [None]):
+                name, arguments, call_id = _call(call, f"{where}.tool_calls[{number}]")
+                called[call_id or f"{index}.{number}"] = name
+                envelope.append({"name": name, "arguments": arguments})
+            out.append({"role": "assistant", "content": json.dumps({"tool_calls": envelope}, ensure_ascii=False)})
+            continue
+        out.append({"role": str(role), "content": _text(message.get("content"), where)})
+    if results:
+        out.append({"role": "user", "content": json.dumps({"tool_results": results}, ensure_ascii=False)})
+    return out
+
+
+def _answered(message: dict[str, Any], called: dict[str, str], where: str) -> str:
+    """The function a tool message answers: by ``tool_call_id`` (OpenAI), by ``tool_name`` or
+    ``name`` (Ollama), or the only function called so far."""
+    call_id = message.get("tool_call_id")
+    if isinstance(call_id, str):
+        if call_id not in called:
+            raise SettingError(f"{where}.tool_call_id {call_id[:40]!r} answers no earlier tool call", "messages")
+        return called[call_id]
+    named = message.get("tool_name", message.get("name"))
+    if isinstance(named, str) and named in called.values():
+        return named
+    if len(set(called.values())) == 1:
+        return next(iter(called.values()))
+    raise SettingError(f"{where} is a tool result that answers no earlier tool call", "messages")
+
+
+def _call(call: Any, where: str) -> tuple[str, dict[str, Any], str | None]:
+    """An earlier call as (name, arguments, id): OpenAI's (arguments as a JSON string) or
+    Ollama's (arguments as an object)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise SettingError(f"{where}.function.name is missing", "messages")
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise SettingError(f"{where}.function.arguments is not JSON", "messages") from None
+    if not isinstance(arguments, dict):
+        raise SettingError(f"{where}.function.arguments must be a JSON object", "messages")
+    call_id = call.get("id")
+    return name, arguments, call_id if isinstance(call_id, str) else None
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI's parts: the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return json.dumps(content, ensure_ascii=False)
