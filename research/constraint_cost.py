@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from specem_local.backend import BatchRow, LlamaModel
-from specem_local.engine import Ensemble
-from specem_local.engine.constraints import allowed_tokens, constraint_from, member_matcher
+from specem_local.engine import Ensemble, allowed_tokens, constraint_from, member_matcher
 from specem_local.models import DEMO_MODELS, demo_path, load_config
 
 SCHEMA = {

@@ -12,6 +12,7 @@ Knows nothing of the front ends.
 
 from specem_local.engine import feedback, learned, sampling
 from specem_local.engine.choices import best_rewards, choice_change
+from specem_local.engine.constraints import AnswerFormat, allowed_tokens, constraint_from, member_matcher
 from specem_local.engine.ensemble import AnswerStream, Ensemble, threads_each
 from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
 from specem_local.engine.member import Member
@@ -19,17 +20,21 @@ from specem_local.engine.prompting import Message
 from specem_local.engine.sampling import make_sampler
 
 __all__ = [
+    "AnswerFormat",
     "AnswerStream",
     "Ensemble",
     "Member",
     "Message",
+    "allowed_tokens",
     "best_rewards",
     "built_in_calibrations",
     "calibrate",
     "choice_change",
+    "constraint_from",
     "feedback",
     "learned",
     "make_sampler",
+    "member_matcher",
     "names_in",
     "sampling",
     "threads_each",

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from specem_local.engine import Ensemble
 from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
+from specem_local.engine.tools import ReplyStream, ToolCall
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
@@ -174,7 +175,7 @@ class EnsembleServer:
             request,
             events,
             place,
-            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, final.text)),
+            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, *ol.reply_text(parsed, final))),
         )
 
     async def _start(self, request: HttpRequest, parse: Callable[[Any], Any]) -> Response | tuple[Any, PlaceInLine]:
@@ -186,7 +187,7 @@ class EnsembleServer:
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         except SettingError as error:
-            if error.field in CONSTRAINT_FIELDS and parsed.constraint_param:  # the schema of response_format
+            if error.field in CONSTRAINT_FIELDS[:4] and parsed.constraint_param:  # the schema of response_format
                 param = parsed.constraint_param
                 return _error(request, 400, f"{param}: {str(error).split(': ', 1)[-1]}", param=param)
             return _error(request, 400, str(error), param=error.field)
@@ -226,12 +227,16 @@ class EnsembleServer:
     async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         start: StartEvent | None = None
         first = True
+        reply, ids = (ReplyStream(), {}) if parsed.tools else (None, {})  # a tool reply streams as its pieces
         try:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
                 elif isinstance(event, RoundEvent) and event.text:
-                    yield json.dumps(oa.round_chunk(parsed, event, first), ensure_ascii=False)
+                    delta = oa.tool_delta(*reply.feed(event.text), ids) if reply is not None else None
+                    if delta == {}:
+                        continue  # envelope punctuation: nothing a client shows
+                    yield json.dumps(oa.round_chunk(parsed, event, first, delta), ensure_ascii=False)
                     first = False
                 elif isinstance(event, FinalEvent):
                     for chunk in oa.final_chunks(parsed, start, event, first):
@@ -242,10 +247,18 @@ class EnsembleServer:
 
     async def _ndjson_lines(self, parsed: ol.Request, events: AsyncIterator[Event], chat: bool) -> AsyncIterator[str]:
         start: StartEvent | None = None
+        reply = ReplyStream() if parsed.tools else None
         try:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
+                elif isinstance(event, RoundEvent) and event.text and reply is not None:
+                    content, moved = reply.feed(event.text)
+                    if content:
+                        yield json.dumps(ol.round_line(chat, event, content), ensure_ascii=False) + "\n"
+                    done = tuple(ToolCall(c.name or "", json.loads(c.arguments)) for _, c, _, _ in moved if c.complete)
+                    if done:
+                        yield json.dumps(ol.tool_line(done), ensure_ascii=False) + "\n"
                 elif isinstance(event, RoundEvent) and event.text:
                     yield json.dumps(ol.round_line(chat, event), ensure_ascii=False) + "\n"
                 elif isinstance(event, FinalEvent):

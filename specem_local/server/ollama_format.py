@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from specem_local.engine.tools import ToolCall, ToolReply
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.openai_format import ApiError, message_text, parse_messages
 
@@ -61,6 +62,7 @@ class Request:
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
     constraint_param: str = "format"  # the request field a constraint comes from
+    tools: bool = False  # tools were offered: the answer is calls or a message
 
 
 def _model(body: dict[str, Any]) -> None:
@@ -78,7 +80,7 @@ def _object(body: Any) -> dict[str, Any]:
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
-    for name, what in (("tools", "tools"), ("images", "images")):
+    for name, what in (("images", "images"),):
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     if body.get("think") not in (None, False):
@@ -128,9 +130,13 @@ def parse_chat(body: Any) -> Request:
     body = _object(body)
     _model(body)
     _refuse_unsupported(body)
-    roles = {"system": "system", "user": "user", "assistant": "assistant"}
-    messages = parse_messages(body.get("messages"), roles=roles, refused=("images", "tool_calls"), missing_content="")
-    return Request(messages, {**_settings(body), **_format(body)}, _stream(body), time.monotonic())
+    roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+    messages = parse_messages(body.get("messages"), roles=roles, refused=("images",), missing_content="")
+    tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools
+    if tools and body.get("format") not in (None, ""):
+        raise ApiError(400, "give tools or format, not both", "format")
+    settings = {**_settings(body), **_format(body), **tools}
+    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools))
 
 
 def _format(body: dict[str, Any]) -> dict[str, Any]:
@@ -175,29 +181,49 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _text_field(chat: bool, text: str) -> dict[str, Any]:
-    return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
+    if not chat:
+        return {"response": text}
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:  # Ollama's shape: each call whole, its arguments an object
+        message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    return {"message": message}
 
 
-def round_line(chat: bool, event: RoundEvent) -> dict[str, Any]:
+def tool_line(calls: tuple[ToolCall, ...]) -> dict[str, Any]:
+    """Calls streamed as Ollama streams them: each once, complete."""
+    return {"model": TAGGED, "created_at": now(), **_text_field(True, "", calls), "done": False}
+
+
+def reply_text(request: Request, final: FinalEvent) -> tuple[str, tuple[ToolCall, ...]]:
+    """A whole answer's text and calls: with tools, the message's text (or none) and the calls."""
+    if request.tools and isinstance(final.parsed, ToolReply):
+        return final.parsed.content or "", final.parsed.calls
+    return final.text, ()
+
+
+def round_line(chat: bool, event: RoundEvent, text: str | None = None) -> dict[str, Any]:
+    """A round's segment as a line (``text``: what of it a client shows, for a tool reply)."""
     return {
         "model": TAGGED,
         "created_at": now(),
-        **_text_field(chat, event.text),
+        **_text_field(chat, event.text if text is None else text),
         "done": False,
         "x_specem": {"round": event.index, "author": event.author, "candidates": len(event.candidates)},
     }
 
 
-def final_line(chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, text: str) -> dict[str, Any]:
-    """The line that ends an answer (``text`` is the whole answer when not streamed, else
-    empty), with Ollama's statistics: durations in nanoseconds; prompt reading is part of
-    ``eval_duration``, since the ensemble reads prompts as part of its first round."""
+def final_line(
+    chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, text: str, calls: tuple = ()
+) -> dict[str, Any]:
+    """The line that ends an answer (``text`` and ``calls``: the whole answer when not
+    streamed, else empty), with Ollama's statistics: durations in nanoseconds; prompt reading
+    is part of ``eval_duration``, since the ensemble reads prompts as part of its first round."""
     prompt_tokens = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
     return {
         "model": TAGGED,
         "created_at": now(),
-        **_text_field(chat, text),
+        **_text_field(chat, text, calls),
         "done": True,
         "done_reason": DONE_REASON.get(final.finish_reason, "stop"),
         "total_duration": int((time.monotonic() - request.started) * 1e9),

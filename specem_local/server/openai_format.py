@@ -9,19 +9,19 @@ back in later turns.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from specem_local.engine.tools import StreamedCall, ToolReply
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 
 MODEL_ID = "specem"
 # Fields the ensemble cannot honour: a 400 naming them, never a silent ignore.
 UNSUPPORTED = {
-    "tools": "tools (function calling)",
-    "tool_choice": "tools (function calling)",
-    "functions": "functions (function calling)",
+    "functions": "functions (the legacy function calling; use tools)",
     "function_call": "functions (function calling)",
     "logit_bias": "logit_bias",
     "logprobs": "logprobs",
@@ -57,6 +57,7 @@ class Request:
     stream: bool = False
     include_usage: bool = False
     constraint_param: str | None = None  # the request field the constraint came from
+    tools: bool = False  # tools were offered: the answer is calls or a message
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -71,7 +72,7 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
             404, f"the model {model!r} does not exist; this server serves {served!r}", "model", "not_found_error"
         )
     for name, what in UNSUPPORTED.items():
-        if body.get(name) not in (None, False, [], {}) and not (name == "tool_choice" and body[name] == "none"):
+        if body.get(name) not in (None, False, [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     if body.get("n") not in (None, 1):
         raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
@@ -100,10 +101,29 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", "stream")
-    roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-    messages = parse_messages(body.get("messages"), roles=roles, refused=("tool_calls",))
+    roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+    messages = parse_messages(body.get("messages"), roles=roles, refused=())
     constraint, param = response_format(body.get("response_format"))
-    return Request(messages, {**settings, **constraint}, stream, bool(options.get("include_usage")), param)
+    tools = tool_settings(body)
+    return Request(
+        messages, {**settings, **constraint, **tools}, stream, bool(options.get("include_usage")), param, bool(tools)
+    )
+
+
+def tool_settings(body: dict[str, Any]) -> dict[str, Any]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as ``Ensemble.stream`` takes them
+    (their contents are checked there, where every setting is: a 400 naming the field)."""
+    settings: dict[str, Any] = {}
+    if body.get("tools") not in (None, []):
+        settings["tools"] = body["tools"]
+    if body.get("tool_choice") is not None and (settings or body["tool_choice"] not in ("none", "auto")):
+        settings["tool_choice"] = body["tool_choice"]  # "none" without tools: nothing to choose from
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None:
+        if not isinstance(parallel, bool):
+            raise ApiError(400, "parallel_tool_calls must be true or false", "parallel_tool_calls")
+        settings["parallel_tool_calls"] = parallel
+    return settings
 
 
 def response_format(value: Any) -> tuple[dict[str, Any], str | None]:
@@ -167,14 +187,21 @@ def parse_messages(
         for name in refused:
             if message.get(name):
                 raise ApiError(400, f"{where}.{name} is not supported by the specem ensemble", f"{where}.{name}")
-        content = message_text(message.get("content", missing_content), f"{where}.content")
-        messages.append({"role": role, "content": content})
-    asked = messages[:-1] if messages[-1]["role"] == "assistant" else messages
-    if not asked or asked[-1]["role"] != "user":
+        calls = message.get("tool_calls")
+        default = "" if calls or role == "tool" else missing_content
+        content = message_text(_or(message.get("content"), default), f"{where}.content")
+        kept = {key: message[key] for key in ("tool_calls", "tool_call_id", "tool_name", "name") if message.get(key)}
+        messages.append({"role": role, "content": content, **kept})
+    asked = messages[:-1] if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls") else messages
+    if not asked or asked[-1]["role"] not in ("user", "tool"):
         raise ApiError(
             400, "the last message must be the user's (or the start of an answer to continue after it)", "messages"
         )
     return messages
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def message_text(content: Any, where: str) -> str:
@@ -215,8 +242,11 @@ def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": final.tokens, "total_tokens": prompt + final.tokens}
 
 
-def round_chunk(request: Request, event: RoundEvent, first: bool) -> dict[str, Any]:
-    delta: dict[str, Any] = {"content": event.text}
+def round_chunk(
+    request: Request, event: RoundEvent, first: bool, delta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A round's segment as a chunk: its text, or ``delta`` (a tool reply's pieces)."""
+    delta = {"content": event.text} if delta is None else delta
     if first:
         delta = {"role": "assistant", **delta}
     return {
@@ -232,7 +262,31 @@ def round_chunk(request: Request, event: RoundEvent, first: bool) -> dict[str, A
     }
 
 
+def tool_delta(content: str, moved: list[tuple[int, StreamedCall, str, bool]], ids: dict[int, str]) -> dict[str, Any]:
+    """A tool reply's pieces as OpenAI streams them: the message's text, and per call its id,
+    type and name once, then its arguments' new text (clients concatenate the fragments)."""
+    delta: dict[str, Any] = {"content": content} if content else {}
+    calls = []
+    for index, call, fragment, named in moved:
+        piece: dict[str, Any] = {"index": index, "function": {"arguments": fragment}}
+        if named:
+            ids[index] = _call_id()
+            function = {"name": call.name, "arguments": fragment}
+            piece = {"index": index, "id": ids[index], "type": "function", "function": function}
+        if named or fragment:
+            calls.append(piece)
+    if calls:
+        delta["tool_calls"] = calls
+    return delta
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
 def _finish_reason(final: FinalEvent) -> str:
+    if isinstance(final.parsed, ToolReply) and final.parsed.calls:
+        return "tool_calls"
     return FINISH.get(final.finish_reason, "stop")
 
 
@@ -262,12 +316,21 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
 
 
 def completion(request: Request, start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
+    reply = final.parsed
+    if request.tools and isinstance(reply, ToolReply):
+        message["content"] = reply.content
+        if reply.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                for c in reply.calls
+            ]
     return {
         **_base(request, "chat.completion"),
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": final.text, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": _finish_reason(final),
             }

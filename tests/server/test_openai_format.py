@@ -74,7 +74,7 @@ def test_messages_take_text_parts_and_developer_is_system():
             400,
             "messages",
         ),
-        ({"model": "specem", "messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role"),
+        ({"model": "specem", "messages": [{"role": "function", "content": "x"}]}, 400, "messages[0].role"),
         ({"model": "specem", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
     ],
 )
