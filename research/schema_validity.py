@@ -19,7 +19,7 @@ import jsonschema
 
 from specem_local.commands import config_from_args
 from specem_local.engine import Ensemble
-from specem_local.errors import SettingError
+from specem_local.errors import SettingError, SpecemError
 
 DATA = Path(__file__).parent / "data" / "schemas"
 SETS = ("glaiveai2k", "github_easy", "test_suite_2020_12")
@@ -43,7 +43,10 @@ def check(schema: dict[str, Any], text: str) -> str:
         return f"not JSON: {error}"
     kind = jsonschema.validators.validator_for(schema)  # the schema's draft, and that draft's formats
     validator = kind(schema, format_checker=kind.FORMAT_CHECKER)
-    error = next(iter(validator.iter_errors(value)), None)
+    try:
+        error = next(iter(validator.iter_errors(value)), None)
+    except Exception as failure:
+        return f"unchecked: jsonschema cannot check it ({type(failure).__name__}: {str(failure)[:80]})"
     return "valid" if error is None else f"invalid: {error.message[:200]}"
 
 
@@ -62,6 +65,8 @@ def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output
                 final = ensemble.generate(PROMPT, schema=schema, max_tokens=max_tokens, greedy=True)
             except SettingError as error:
                 record.update(outcome="refused", why=str(error))
+            except SpecemError as error:  # a schema longer than the models' context, say
+                record.update(outcome="not answered", why=str(error))
             else:
                 outcome = check(schema, final.text) if final.finish_reason == "eos" else f"cut ({final.finish_reason})"
                 record.update(outcome=outcome, text=final.text, tokens=final.tokens)
@@ -78,10 +83,12 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
     summary: dict[str, Any] = {}
     for record in map(json.loads, items_path.read_text().splitlines()):
         schema = by_key.get((record["set"], record["id"]))
-        if schema is not None and record["outcome"] != "refused" and not record["outcome"].startswith("cut"):
+        if schema is not None and "text" in record and not record["outcome"].startswith("cut"):
             record["outcome"] = check(schema, record["text"])
         entry = summary.setdefault(
-            record["set"], {"schemas": 0, "refused": 0, "valid": 0, "cut": 0, "invalid": 0, "refusals": {}}
+            record["set"],
+            {"schemas": 0, "refused": 0, "not_answered": 0, "valid": 0, "cut": 0, "invalid": 0, "unchecked": 0,
+             "refusals": {}},
         )
         entry["schemas"] += 1
         outcome = record["outcome"]
@@ -94,14 +101,20 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
             entry["valid"] += 1
         elif kind == "cut":
             entry["cut"] += 1
+        elif kind == "not":
+            entry["not_answered"] += 1
+        elif kind == "unchecked":
+            entry["unchecked"] += 1
         else:
             entry["invalid"] += 1
     report_path.write_text(json.dumps(summary, indent=2))
     for name, entry in summary.items():
-        answered = entry["schemas"] - entry["refused"]
+        answered = entry["schemas"] - entry["refused"] - entry["not_answered"]
         print(
-            f"{name}: {entry['schemas']} schemas, {entry['refused']} refused, {answered} answered: "
-            f"{entry['valid']} valid, {entry['cut']} cut at max_tokens, {entry['invalid']} invalid"
+            f"{name}: {entry['schemas']} schemas, {entry['refused']} refused, {entry['not_answered']} longer than "
+            f"the context, {answered} answered: "
+            f"{entry['valid']} valid, {entry['cut']} cut at max_tokens, {entry['invalid']} invalid, "
+            f"{entry['unchecked']} jsonschema could not check"
         )
         for reason, count in collections.Counter(entry["refusals"]).most_common(5):
             print(f"    refused {count}: {reason}")

@@ -140,12 +140,27 @@ def constraint_arguments(args: argparse.Namespace) -> dict[str, Any]:
         given["grammar"] = read_text(Path(args.grammar), "--grammar", pipes=True)
     if args.regex is not None:
         given["regex"] = args.regex
-    constraint_from(**{"json_object" if key == "json" else key: value for key, value in given.items()})
+    if args.tools is not None:
+        try:
+            given["tools"] = json.loads(read_text(Path(args.tools), "--tools", pipes=True))
+        except (ValueError, RecursionError):
+            raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
+    names = {"json": "json_object", "tools": "offered"}
+    constraint_from(**{names.get(key, key): value for key, value in given.items()})
     return given
 
 
 def print_parsed(final: FinalEvent, max_tokens: int) -> None:
-    """A constrained answer on stdout, alone (for a script to read), once it is whole."""
+    """A constrained answer on stdout, alone (for a script to read), once it is whole; with
+    tools, the calls as a JSON list, or the message."""
+    from specem_local.engine.tools import ToolReply
+
+    if isinstance(final.parsed, ToolReply):
+        reply = final.parsed
+        calls = [{"name": call.name, "arguments": call.arguments} for call in reply.calls]
+        text = json.dumps(calls, ensure_ascii=False) if calls else reply.content or ""
+        print(printable(text) if sys.stdout.isatty() else text, flush=True)
+        return
     if final.parsed is None:
         why = {
             "length": f"was cut at max_tokens ({max_tokens}) before it was whole; raise --max-tokens",
@@ -248,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--format", choices=("json",), help="json: any JSON object")
     shape.add_argument("--grammar", metavar="FILE", help="a Lark or GBNF grammar the answer must match")
     shape.add_argument("--regex", metavar="REGEX", help="a regular expression the whole answer must match")
+    shape.add_argument(
+        "--tools", metavar="FILE", help="functions the models may call (a JSON list): prints the calls, or the message"
+    )
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 

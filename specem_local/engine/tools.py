@@ -109,7 +109,7 @@ def _from_function(function: Callable[..., Any], where: str) -> Tool:
         raise SettingError(f"{where}: the function's name {name[:40]!r} cannot name a tool", "tools")
     doc = inspect.getdoc(function) or ""
     summary, _, rest = doc.partition("\n\n")
-    described = dict(re.findall(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", rest, re.MULTILINE))
+    described = dict(re.findall(r"^[ \t]*(\w+)(?:[ \t]*\([^)]*\))?:[ \t]*(\S.*)$", rest, re.MULTILINE))
     hints = typing.get_type_hints(function)
     properties, required = {}, []
     for parameter in inspect.signature(function).parameters.values():
@@ -193,7 +193,7 @@ def reply_from(value: Any) -> ToolReply | None:
 
 def reply_from_text(text: str) -> ToolReply | None:
     """A recorded answer's text as a tool reply, if it is one (the chat app shows it so)."""
-    if not text.startswith('{"tool_calls": '):
+    if not text.startswith(('{"tool_calls": ', '{"response": ')):
         return None
     try:
         return reply_from(json.loads(text))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from textual import events
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
@@ -13,6 +15,7 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Markdown, Static
 
+from specem_local.engine.tools import reply_from_text
 from specem_local.events import finish_note
 from specem_local.storage.chat_files import speaker
 from specem_local.storage.chats import GIVEN, Turn, code_blocks
@@ -39,6 +42,19 @@ def version_label(turn: Turn) -> str:
     return {"regenerated": "Ensemble (regenerated)", "continued": "Ensemble (from your pick)"}.get(
         turn.kind, "Ensemble"
     )
+
+
+def readable(text: str) -> str:
+    """An answer as Markdown: a tool reply as its calls (or its message), not as raw JSON; the
+    chat app runs no tools."""
+    reply = reply_from_text(text)
+    if reply is None:
+        return text
+    if not reply.calls:
+        return reply.content or ""
+    calls = "\n".join(f"- `{call.name}({json.dumps(call.arguments, ensure_ascii=False)})`" for call in reply.calls)
+    what = "a tool" if len(reply.calls) == 1 else f"{len(reply.calls)} tools"
+    return f"**Calls {what}** (the chat app runs none):\n\n{calls}"
 
 
 class SegmentText(Static):
@@ -161,7 +177,8 @@ class AnswerView(Vertical, can_focus=True):
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
             self.border_subtitle = printable(" · ".join(part for part in parts if part))
         why = self.turn.ending or (finish_note(final) if final is not None else None)
-        drawn = self.query_one(Markdown).update(printable(self.turn.content + (f"\n\n*({why})*" if why else "")))
+        shown = readable(self.turn.content)
+        drawn = self.query_one(Markdown).update(printable(shown + (f"\n\n*({why})*" if why else "")))
         self.refresh_segments()
         self.show_markdown = True
         return drawn
