@@ -227,6 +227,12 @@ class Ensemble:
         constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
         return with_overrides(self.settings, **overrides)
 
+    def check_conversation(self, messages: list[dict[str, Any]]) -> None:
+        """The tool calls and results a conversation holds are whole (a ``SettingError`` names
+        the message): a server checks this before the request waits in line."""
+        if any(_uses_tools(message) for message in messages):
+            render_messages(messages)
+
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
         """Answer a prompt; return the final record."""
         return self.stream(prompt, **overrides).final()

@@ -184,6 +184,7 @@ class EnsembleServer:
         try:
             parsed = parse(await self._json_body(request))
             self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
+            self.ensemble.check_conversation(parsed.messages)
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         except SettingError as error:
