@@ -56,12 +56,25 @@ class Task:
         return f"{self.question}\n\n{lettered}\n\n{CHOICE_INSTRUCTION}"
 
     def grade(self, text: str) -> tuple[str | None, bool]:
-        """The extracted answer (as text) and whether it is correct."""
+        """The extracted answer (as text) and whether it is correct; a JSON answer (``eval
+        --schema``) is graded by its ``answer`` field."""
+        text = _answer_field(text)
         if self.choices:
             letter = extract_choice(text, len(self.choices))
             return letter, letter == self.answer.strip().upper()
         number = extract_number(text)
         return (None if number is None else f"{number:g}"), numbers_equal(number, self.answer)
+
+
+def _answer_field(text: str) -> str:
+    """A structured answer's ``answer`` field as text, else the answer as it is."""
+    if not text.startswith("{"):
+        return text
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return str(value["answer"]) if isinstance(value, dict) and "answer" in value else text
 
 
 def load_tasks(path: Path) -> list[Task]:
@@ -292,6 +305,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     base: dict[str, Any] = {"greedy": not args.sampled}  # --seed sets the sampling seed
     base.update(settings_overrides(args))
     with_overrides(config.ensemble, **base)  # validate before loading anything
+    if args.schema:
+        from specem_local.engine import constraint_from
+
+        base["schema"] = read_text(Path(args.schema), "--schema")
+        constraint_from(base["schema"])  # a bad schema is said before any model loads
     variants = dict(parse_variant(v) for v in args.variant or [])
     if args.weights and not Path(args.weights).is_file():
         raise SpecemError(f"--weights {args.weights}: no such file; make one with specem calibrate")
@@ -449,5 +467,8 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="answer nothing: rewrite report.json from the answers already in items.jsonl",
     )
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
+    parser.add_argument(
+        "--schema", metavar="FILE", help="every system answers as JSON matching this schema, graded by its answer field"
+    )
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_eval)
