@@ -165,3 +165,22 @@ def test_an_empty_list_is_no_tools():
         final = ensemble.chat(ASKED, tools=[], max_tokens=8)
     assert final.parsed is None and final.tokens == 8
     assert ToolCall("f", {}).id != ToolCall("f", {}).id
+
+
+def test_the_agent_loop_in_docs_api_md_runs():
+    """docs/api.md's loop, as written, on fake models: it calls the tool, sends the result
+    back and prints the answer in words."""
+    import contextlib
+    import io
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "api.md").read_text("utf-8")
+    section = text[text.index("### Tool calls") :]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    printed = io.StringIO()
+    namespace = {"Ensemble": lambda: caller(max_tokens=120)}
+    with contextlib.redirect_stdout(printed):
+        exec(code.replace("from specem_local import Ensemble\n", ""), namespace)
+    assert printed.getvalue().strip() and namespace["messages"][-1]["role"] == "tool"

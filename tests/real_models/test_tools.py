@@ -88,7 +88,8 @@ def stream_completion(client: openai.OpenAI, request: dict) -> tuple[str | None,
         delta = chunk.choices[0].delta
         content += delta.content or ""
         for piece in delta.tool_calls or []:
-            call = calls.setdefault(piece.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            empty = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            call = calls.setdefault(piece.index, empty)
             call["id"] = piece.id or call["id"]
             call["function"]["name"] += piece.function.name or ""
             call["function"]["arguments"] += piece.function.arguments or ""
