@@ -136,3 +136,12 @@ def test_a_slice_of_the_vendored_schemas_is_refused_up_front_or_answered_validly
     outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert len(outcomes) == 6 and all(o == "valid" or o.startswith(("refused", "cut")) for o in outcomes), outcomes
     assert outcomes.count("valid") >= 4
+
+
+def test_the_example_in_docs_structured_output_runs(capsys):
+    import re
+
+    text = (ROOT / "docs" / "structured-output.md").read_text("utf-8")
+    example = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
+    exec(compile(example, "docs/structured-output.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("name=")  # a City, printed by its pydantic repr
