@@ -25,7 +25,7 @@ from specem_local.commands import (
     whole_number,
 )
 from specem_local.errors import SpecemError
-from specem_research.evaluate import load_tasks
+from specem_research.tasks import load_tasks
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -18,7 +18,6 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,96 +32,8 @@ from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
 from specem_local.models import Config, tomllib
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
-from specem_research.grading import extract_choice, extract_number, normalise_number, numbers_equal
 from specem_research.stats import mcnemar_exact_p, wilson_interval
-
-NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
-CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
-LETTERS = "ABCDEFGHIJ"  # what extract_choice reads: at most ten choices
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    question: str
-    answer: str
-    choices: tuple[str, ...] = ()
-
-    @property
-    def prompt(self) -> str:
-        if not self.choices:
-            return f"{self.question}\n\n{NUMERIC_INSTRUCTION}"
-        lettered = "\n".join(f"{LETTERS[i]}) {choice}" for i, choice in enumerate(self.choices))
-        return f"{self.question}\n\n{lettered}\n\n{CHOICE_INSTRUCTION}"
-
-    def grade(self, text: str) -> tuple[str | None, bool]:
-        """The extracted answer (as text) and whether it is correct; a JSON answer (``eval
-        --schema``) is graded by its ``answer`` field."""
-        text = _answer_field(text)
-        if self.choices:
-            letter = extract_choice(text, len(self.choices))
-            return letter, letter == self.answer.strip().upper()
-        number = extract_number(text)
-        return (None if number is None else f"{number:g}"), numbers_equal(number, self.answer)
-
-
-def _answer_field(text: str) -> str:
-    """A structured answer's ``answer`` field as text, else the answer as it is."""
-    if not text.startswith("{"):
-        return text
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    return str(value["answer"]) if isinstance(value, dict) and "answer" in value else text
-
-
-def load_tasks(path: Path) -> list[Task]:
-    """Read JSON lines: ``{"id", "question", "answer"}`` (a numeric answer) or with
-    ``"choices"`` (a list of strings) and a letter answer (multiple choice). A line that cannot
-    be read or an item that cannot be scored is a one-line error naming the line."""
-    tasks = []
-    for number, line in enumerate(read_text(path, "tasks file", pipes=True).splitlines(), start=1):
-        if line.strip():
-            try:
-                tasks.append(task_from_json(line, number))
-            except ValueError as error:
-                raise SpecemError(f"{path}:{number}: {error}") from None
-    if not tasks:
-        raise SpecemError(f"{path}: no tasks in the file")
-    return tasks
-
-
-def task_from_json(line: str, number: int) -> Task:
-    """One item, checked so that it can be scored; ``ValueError`` says what is wrong."""
-    try:
-        data = json.loads(line)
-    except RecursionError:
-        raise ValueError("nested too deeply to be a task") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f'expected an object {{"question": ..., "answer": ...}}, got {type(data).__name__}')
-    question, answer, choices = data.get("question"), data.get("answer"), data.get("choices")
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError('"question" must be a non-empty string')
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-        raise ValueError('"answer" must be a number or a string (a letter with "choices")')
-    if choices is None:
-        value = normalise_number(str(answer))
-        if value is None or not math.isfinite(value):
-            raise ValueError(f'"answer" {str(answer)[:30]!r} is not a number; give "choices" for a letter answer')
-        return Task(str(data.get("id", number)), question, str(answer))
-    if (
-        not isinstance(choices, list)
-        or not 2 <= len(choices) <= len(LETTERS)
-        or not all(isinstance(choice, str) for choice in choices)
-    ):
-        raise ValueError(f'"choices" must be a list of 2 to {len(LETTERS)} strings')
-    letters = LETTERS[: len(choices)]
-    if not isinstance(answer, str) or answer.strip().upper() not in letters:
-        raise ValueError(f'"answer" {str(answer)[:30]!r} must be one of the letters {", ".join(letters)}')
-    return Task(str(data.get("id", number)), question, answer.strip().upper(), tuple(choices))
+from specem_research.tasks import Task, load_tasks
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -377,7 +288,8 @@ def run_systems(
         todo = [task for task in tasks if task.id not in done or set(systems) - set(done[task.id]["systems"])]
         with items_path.open("a", encoding="utf-8") as sink:
             for task in tqdm(todo, desc="eval", unit="item", file=sys.stderr):
-                fresh = {"id": task.id, "prompt": task.prompt, "expected": task.answer, "systems": {}}
+                expected = json.dumps(list(task.calls)) if task.tools else task.answer
+                fresh = {"id": task.id, "prompt": task.prompt, "expected": expected, "systems": {}}
                 record = done.get(task.id, fresh)
                 for system, (models, overrides) in systems.items():
                     if system in record["systems"]:
@@ -388,7 +300,7 @@ def run_systems(
                         shutil.copy(args.weights, store)
                     ensemble.weight_store = WeightStore(store)
                     started = time.perf_counter()
-                    events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides}))
+                    events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides, **task.options}))
                     start, final = events[0], events[-1]
                     extracted, correct = task.grade(final.text)
                     record["systems"][system] = {
