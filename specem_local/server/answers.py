@@ -15,7 +15,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from specem_local.engine import AnswerStream, Ensemble
@@ -24,6 +24,7 @@ from specem_local.storage.chats import Turn
 from specem_local.storage.history import AnswerRecord, History
 
 _END = object()
+WAITING_CHECK = 0.25  # seconds between checks that a request waiting for the models still has a client
 
 
 class AnswerLine:
@@ -53,17 +54,24 @@ class AnswerLine:
         return max(1, math.ceil(self._answer_seconds * (self.waiting + 1)))
 
     async def events(
-        self, messages: list[dict[str, str]], settings: dict[str, Any], place: PlaceInLine
+        self,
+        messages: list[dict[str, str]],
+        settings: dict[str, Any],
+        place: PlaceInLine,
+        gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Event]:
         """The answer's events, in order, as the worker thread produces them. Ending early
-        (the client went away) cancels the answer; the next one starts when it has stopped."""
-        loop = asyncio.get_running_loop()
+        (the client went away) cancels the answer; the next one starts when it has stopped.
+        ``gone``: whether the client has hung up, asked while the request waits for its turn,
+        so a request nobody waits for gives its place back at once and never starts."""
         if self._turn is None:
             self._turn = asyncio.Lock()
         try:
-            await self._turn.acquire()
+            if not await self._take_turn(gone):
+                return
         finally:
             place.give_back()
+        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         try:
             stream = self.ensemble.stream(messages, **settings)
@@ -85,6 +93,32 @@ class AnswerLine:
         finally:
             stream.cancel()  # a no-op once the answer has ended; else it stops at the next round
 
+    async def _take_turn(self, gone: Callable[[], Awaitable[bool]] | None) -> bool:
+        """Wait for the models; False (and no turn taken) if the client hangs up first. A
+        request cancelled while it waits (a stream whose client left) takes no turn either."""
+        assert self._turn is not None
+        waiting = asyncio.ensure_future(self._turn.acquire())
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=WAITING_CHECK)
+                if done:
+                    return True
+                if gone is not None and await gone():
+                    self._let_go(waiting)
+                    return False
+        except BaseException:
+            self._let_go(waiting)
+            raise
+
+    def _let_go(self, waiting: asyncio.Future) -> None:
+        """Stop waiting for the turn; a turn that came as it was let go is given back."""
+        assert self._turn is not None
+        if waiting.done() and not waiting.cancelled():
+            self._turn.release()
+        else:
+            waiting.cancel()
+            waiting.add_done_callback(lambda f: self._turn.release() if not f.cancelled() else None)
+
     def _work(
         self,
         messages: list[dict[str, str]],
@@ -95,7 +129,7 @@ class AnswerLine:
         """The worker thread: record the request, run the answer, hand each event (or the error)
         to the loop. Whatever happens (the stream closes itself on any error), the loop hears
         the end and the models are released."""
-        finish = None
+        finish, record = None, None
         try:
             record = self._start_record(messages)
             for event in stream:
@@ -105,6 +139,8 @@ class AnswerLine:
                     finish = event.finish_reason
                 _tell(loop, queue.put_nowait, event)
         except BaseException as error:  # handed to the loop, which raises it there
+            if record is not None:  # the history says how it ended, as specem run's does
+                record.fail(str(error) or type(error).__name__)
             _tell(loop, queue.put_nowait, error)
         finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
             _tell(loop, self._answer_ended, finish == "cancelled")

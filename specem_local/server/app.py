@@ -141,7 +141,8 @@ class EnsembleServer:
         if isinstance(started, Response):
             return started
         parsed, place = started
-        events = self.line.events(parsed.messages, parsed.settings, place)
+        gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
+        events = self.line.events(parsed.messages, parsed.settings, place, gone)
         if parsed.stream:  # the background task gives the place back if the stream never starts
             return EventSourceResponse(
                 self._sse_chunks(parsed, events), ping=15, sep="\n", background=BackgroundTask(place.give_back)
@@ -164,7 +165,8 @@ class EnsembleServer:
         if parsed.load_only:
             place.give_back()
             return JSONResponse(ol.load_line(chat))
-        events = self.line.events(parsed.messages, parsed.settings, place)
+        gone = None if parsed.stream else request.is_disconnected
+        events = self.line.events(parsed.messages, parsed.settings, place, gone)
         if parsed.stream:
             return StreamingResponse(
                 self._ndjson_lines(parsed, events, chat),
