@@ -21,6 +21,7 @@ from specem_local.commands import rpc as rpc_commands
 from specem_local.commands import weights as weights_commands
 from specem_local.commands.terminal import (
     add_settings_flags,
+    check_port_free,
     config_from_args,
     printable,
     recording_off,
@@ -203,6 +204,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     api_key = args.api_key or os.environ.get("SPECEM_API_KEY") or None
     check_binding(args.host, api_key)
+    check_port_free(args.host, args.port, "is another server there?")  # before the models load, not after
     origins = split_origins([*args.allow_origin, os.environ.get("SPECEM_ORIGINS", "")])
     gate = GateRules(args.host, tuple(args.allowed_host), origins, api_key)
     options = ServerOptions(args.queue, args.max_body_bytes, not recording_off(args.no_log), gate)

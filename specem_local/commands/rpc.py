@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 
-from specem_local.commands.terminal import whole_number
+from specem_local.commands.terminal import check_port_free, whole_number
 from specem_local.dirs import cache_dir
 from specem_local.errors import SpecemError
 from specem_local.models.rpc import DEFAULT_PORT, PROTOCOL, SAFE_REACH, is_loopback
@@ -34,19 +34,6 @@ def chosen_devices(wanted: list[str] | None) -> list[str]:
         return wanted
     gpus = [device.name for device in local if device.kind in ("GPU", "integrated GPU")]
     return gpus or [device.name for device in local if device.kind == "CPU"][:1]
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail early, in one line, where ggml would print "Failed to create server socket"."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise SpecemError(
-                f"cannot listen on {host}:{port} ({error.strerror or error}); is another rpc-serve there? "
-                "choose another --port"
-            ) from None
 
 
 def listening_address(host: str) -> str:
@@ -73,7 +60,7 @@ def cmd_rpc_serve(args: argparse.Namespace) -> int:
     if not supports_rpc():
         raise SpecemError("this llama.cpp was built without the RPC backend; run ./scripts/setup.sh again")
     names = chosen_devices(args.device)
-    check_port_free(host, port)
+    check_port_free(host, port, "is another rpc-serve there?")
     cache = str(cache_dir() / "rpc") if args.cache else None
     threads = args.threads or os.cpu_count() or 1
     version = ".".join(map(str, PROTOCOL))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specem_local.errors import SpecemError
 from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings, Setting, describe
 from specem_local.text import printable
@@ -93,3 +95,20 @@ def recording_off(no_log_flag: bool) -> bool:
     """Whether this command records nothing in the history: ``--no-log``, or ``SPECEM_NO_LOG``
     set to anything but empty or 0 (a privacy switch for every command that records)."""
     return no_log_flag or os.environ.get("SPECEM_NO_LOG", "").strip() not in ("", "0")
+
+
+def check_port_free(host: str, port: int, hint: str) -> None:
+    """Fail early, in one line, when something already listens on ``host:port``: before the
+    models load (a server), or where ggml would print "Failed to create server socket"."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except (OSError, UnicodeError):
+        family = socket.AF_INET  # a name uvicorn or ggml will refuse in its own words
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise SpecemError(
+                f"cannot listen on {host}:{port} ({error.strerror or error}); {hint} choose another --port"
+            ) from None

@@ -227,6 +227,11 @@ class Ensemble:
         constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
         return with_overrides(self.settings, **overrides)
 
+    def check_room(self, prompt: Prompt, **options: Any) -> None:
+        """The prompt (with these options) leaves room to answer in every member's context:
+        ``PromptTooLong`` if not, known before any token (a server answers it with a 400)."""
+        self.stream(prompt, **options).check_room()
+
     def check_conversation(self, messages: list[dict[str, Any]]) -> None:
         """The tool calls and results a conversation holds are whole (a ``SettingError`` names
         the message): a server checks this before the request waits in line."""
@@ -437,6 +442,14 @@ class AnswerStream(Iterator[Event]):
             self._ensemble._remember(self._members, self._settings, self._answer.start, event)
             self.close()
         return event
+
+    def check_room(self) -> None:
+        """``PromptTooLong`` if the prompt leaves no room to answer; runs nothing."""
+        start = self._ensemble._starting_weights(self._members, self._settings)
+        Answer(
+            self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start,
+            self._constraint,
+        ).check_room()
 
     def final(self) -> FinalEvent:
         """Run the answer to its end and return its final record. An answer that an exception

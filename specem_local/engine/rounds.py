@@ -31,6 +31,11 @@ from specem_local.settings import EnsembleSettings
 MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
 
 
+class PromptTooLong(SpecemError):
+    """The conversation leaves no room to answer in a member's context (OpenAI's
+    ``context_length_exceeded``)."""
+
+
 def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
     return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
 
@@ -191,6 +196,12 @@ class Answer:
             contrast_changed=self.contrast_changed,
         )
 
+    def check_room(self) -> None:
+        """Every member's prompt leaves room for a round (``PromptTooLong`` if not), checked
+        before the answer starts, as a server does before it streams."""
+        for member in self.members:
+            self._prompt_tokens(member)
+
     def _prompt_tokens(self, member: Member) -> list[int]:
         """The prompt in this member's tokens, checked to leave room for one whole round: every
         drafter's segment in its KV memory at once."""
@@ -206,7 +217,7 @@ class Answer:
                 f"for {drafters} drafters' segments at once); lower segment_tokens or raise n_ctx in models.toml"
             )
         if len(tokens) + needed > model.n_ctx:
-            raise SpecemError(
+            raise PromptTooLong(
                 f"the conversation ({len(tokens)} tokens for {member.name}) leaves no room to answer in its "
                 f"context of {model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or "
                 "start a new chat"

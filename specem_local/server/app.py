@@ -21,12 +21,14 @@ import numpy as np
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from specem_local.engine import Ensemble
 from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
+from specem_local.engine.rounds import PromptTooLong
 from specem_local.engine.tools import ReplyStream, ToolCall
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
@@ -60,6 +62,7 @@ class EnsembleServer:
             Route("/", self.root, methods=["GET", "HEAD"]),
             Route("/health", self.health),
             Route("/v1/models", self.models),
+            Route("/v1/models/{model:path}", self.model),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.text_completions, methods=["GET", "POST"]),
             Route("/api/version", self.ollama_version),
@@ -94,6 +97,16 @@ class EnsembleServer:
     async def models(self, _request: HttpRequest) -> Response:
         runs_on = {member.name: member.model.placement for member in self.ensemble.members}
         return JSONResponse(oa.models_list(self.ensemble.model_names, self.created, runs_on))
+
+    async def model(self, request: HttpRequest) -> Response:
+        """``client.models.retrieve("specem")``: the one model, or a 404 naming it."""
+        wanted = request.path_params["model"]
+        runs_on = {member.name: member.model.placement for member in self.ensemble.members}
+        [served] = oa.models_list(self.ensemble.model_names, self.created, runs_on)["data"]
+        if wanted != served["id"]:
+            message = f"the model {wanted[:80]!r} does not exist; this server serves {served['id']!r}"
+            return _error(request, 404, message, "not_found_error", param="model")
+        return JSONResponse(served)
 
     async def ollama_version(self, _request: HttpRequest) -> Response:
         return JSONResponse({"version": ol.OLLAMA_VERSION})
@@ -187,9 +200,16 @@ class EnsembleServer:
             parsed = parse(await self._json_body(request))
             self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
             self.ensemble.check_conversation(parsed.messages)
+            if parsed.messages:  # an over-long prompt is known before any token: a 400, streamed or not
+                self.ensemble.check_room(parsed.messages, **parsed.settings)
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
+        except PromptTooLong as error:
+            return _error(request, 400, str(error), param="messages", code="context_length_exceeded")
         except SettingError as error:
+            sent = getattr(parsed, "option_names", {}).get(error.field)
+            if sent:  # Ollama's options: named as the client sent them
+                return _error(request, 400, str(error).replace(error.field, sent, 1), param=sent)
             if error.field in CONSTRAINT_FIELDS[:4] and parsed.constraint_param:  # the schema of response_format
                 param = parsed.constraint_param
                 return _error(request, 400, f"{param}: {str(error).split(': ', 1)[-1]}", param=param)
@@ -290,16 +310,21 @@ class EnsembleServer:
         if declared.isdigit() and int(declared) > limit:
             raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
         body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+        try:
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+        except ClientDisconnect:  # it hung up while sending: no answer is owed, no fault to log
+            raise oa.ApiError(499, "the client went away while sending its request") from None
         if json_depth(body) > MAX_JSON_DEPTH:
             raise oa.ApiError(400, f"the request body is nested more than {MAX_JSON_DEPTH} levels deep")
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise oa.ApiError(400, f"the request body is not valid JSON ({error})") from None
+        except ValueError:  # Python's limit on integer digits (4,300): no field takes such a number
+            raise oa.ApiError(400, "the request body holds a number too long (over 4,300 digits)") from None
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a string, or an unterminated one to the end
@@ -329,6 +354,9 @@ def _error(
     kind: str = "invalid_request_error",
     *,
     param: str | None = None,
+    code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_payload(request.url.path, message, kind, param), status_code=status, headers=headers)
+    return JSONResponse(
+        error_payload(request.url.path, message, kind, param, code), status_code=status, headers=headers
+    )

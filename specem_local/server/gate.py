@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
+import itertools
 import json
 import re
 import sys
@@ -96,13 +97,13 @@ class GateRules:
     def origin_allowed(self, origin: str, host_header: str) -> bool:
         """Whether a page from ``origin`` may use the server: a local page, an allowed one, or
         the server's own origin."""
-        origin = origin.strip().lower().rstrip("/")
+        origin = _without_slash(origin.strip().lower())
         if origin == "null" or not origin:  # sandboxed frames and local files with no origin of their own
             return "*" in self.allowed_origins
         parts = urlsplit(origin)
         if parts.scheme in ("http", "https") and parts.netloc == host_header.strip().lower():
             return True  # a page served from this very address (same origin)
-        patterns = (*DEFAULT_ORIGINS, *(pattern.lower().rstrip("/") for pattern in self.allowed_origins))
+        patterns = (*DEFAULT_ORIGINS, *(_without_slash(pattern.lower()) for pattern in self.allowed_origins))
         return any(_glob(pattern).fullmatch(origin) for pattern in patterns)
 
 
@@ -139,10 +140,28 @@ def host_name(header: str) -> str | None:
     return name or None
 
 
+def _without_slash(origin: str) -> str:
+    """An origin without the trailing slash some clients add; ``file://`` keeps its own."""
+    return origin[:-1] if origin.endswith("/") and not origin.endswith("://") else origin
+
+
 @functools.cache
 def _glob(pattern: str) -> re.Pattern[str]:
-    """An origin pattern whose only wildcard is ``*`` (``[::1]`` is an address, not a set)."""
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    """An origin pattern whose only wildcard is ``*``: a port's digits after a colon, a whole
+    host right after ``scheme://``, else one label of a name; never any characters
+    (``http://localhost:*`` is not ``http://localhost:3000.evil.com``). ``[::1]`` is an
+    address, not a set."""
+    parts = pattern.split("*")
+    out = re.escape(parts[0])
+    for before, part in itertools.pairwise(parts):
+        if before.endswith("://"):
+            wildcard = r"[^/:@?#]*" if not part else r"[^./:@?#]*"  # "app://*": a host; "http://*.x": a label
+        elif before.endswith(":"):
+            wildcard = r"[0-9]{1,5}"
+        else:
+            wildcard = r"[^./:@?#]*"
+        out += wildcard + re.escape(part)
+    return re.compile(out)
 
 
 def _is_port(text: str) -> bool:

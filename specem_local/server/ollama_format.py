@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,6 +63,7 @@ class Request:
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
     constraint_param: str = "format"  # the request field a constraint comes from
     tools: bool = False  # tools were offered: the answer is calls or a message
+    option_names: dict[str, str] = field(default_factory=dict)  # setting -> the option as sent ("options.num_predict")
 
 
 def _model(body: dict[str, Any]) -> None:
@@ -98,6 +99,8 @@ def _settings(body: dict[str, Any]) -> dict[str, Any]:
     for name, value in options.items():
         if value is None or name in LOAD_OPTIONS or name in IGNORED_WHEN_NEUTRAL:
             continue
+        if name == "seed" and value == -1:
+            continue  # Ollama's default: a random seed
         if name in OPTIONS:
             settings[OPTIONS[name]] = value
         elif name == "num_predict":
@@ -131,12 +134,14 @@ def parse_chat(body: Any) -> Request:
     _model(body)
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+    if body.get("messages") == []:  # how the ollama CLI and client load a model: it is loaded
+        return Request([], _settings(body), _stream(body), time.monotonic(), load_only=True)
     messages = parse_messages(body.get("messages"), roles=roles, refused=("images",), missing_content="")
     tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools
     if tools and body.get("format") not in (None, ""):
         raise ApiError(400, "give tools or format, not both", "format")
     settings = {**_settings(body), **_format(body), **tools}
-    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools))
+    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools), option_names=_named(body))
 
 
 def _format(body: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +174,20 @@ def parse_generate(body: Any) -> Request:
     if not prompt:
         return Request([], settings, stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []
-    return Request([*messages, {"role": "user", "content": prompt}], settings, stream, time.monotonic())
+    asked = [*messages, {"role": "user", "content": prompt}]
+    return Request(asked, settings, stream, time.monotonic(), option_names=_named(body))
+
+
+def _named(body: dict[str, Any]) -> dict[str, str]:
+    """Each setting an option became, and the option's name as sent: an error names what the
+    client wrote (``options.num_predict``), not the ensemble's own name."""
+    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    named = {OPTIONS[name]: f"options.{name}" for name in options if name in OPTIONS}
+    if "num_predict" in options:
+        named["max_tokens"] = "options.num_predict"
+    if "stop" in options:
+        named["stop"] = "options.stop"
+    return named
 
 
 # -- responses -----------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ UNSUPPORTED = {
     "logprobs": "logprobs",
     "top_logprobs": "logprobs",
     "audio": "audio output",
-    "modalities": "modalities other than text",
     "prediction": "predicted outputs",
 }
 
@@ -74,6 +73,8 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     for name, what in UNSUPPORTED.items():
         if body.get(name) not in (None, False, [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
+    if body.get("modalities") not in (None, ["text"]):
+        raise ApiError(400, 'modalities must be ["text"]: the ensemble writes text only', "modalities")
     if body.get("n") not in (None, 1):
         raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
     for name in ("presence_penalty", "frequency_penalty"):

@@ -63,6 +63,9 @@ def test_the_bound_host_and_allowed_names_are_taken():
         "http://[::1]:5173",
         "vscode-webview://abc",
         "app://obsidian.md",
+        "file://",  # a local file's page (the trailing-slash strip made it "file:" and refused it)
+        "file:///",
+        "app://",
     ],
 )
 def test_local_origins_are_allowed(origin):
@@ -78,6 +81,9 @@ def test_local_origins_are_allowed(origin):
         "",
         "http://127.0.0.1.evil.com",
         "ftp://localhost",
+        "http://localhost:3000.evil.com",  # "*" after a colon is a port's digits, not any characters
+        "http://localhost:abc",
+        "http://[::1]:80.evil.com",
     ],
 )
 def test_other_origins_are_refused(origin):
@@ -88,6 +94,8 @@ def test_allowed_origins_patterns_and_the_servers_own_origin():
     rules = GateRules(allowed_origins=split_origins(["https://chat.example.com, http://*.corp.example", ""]))
     assert rules.origin_allowed("https://chat.example.com", "127.0.0.1:8080")
     assert rules.origin_allowed("http://a.corp.example", "127.0.0.1:8080")
+    assert not rules.origin_allowed("http://a.b.corp.example", "127.0.0.1:8080")  # "*" is one label
+    assert not rules.origin_allowed("http://evil.com/.corp.example", "127.0.0.1:8080")
     assert not rules.origin_allowed("https://other.example.com", "127.0.0.1:8080")
     assert LOCAL.origin_allowed("http://mybox.lan:8080", "mybox.lan:8080")  # same origin
     assert GateRules(allowed_origins=("*",)).origin_allowed("null", "127.0.0.1")

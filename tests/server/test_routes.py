@@ -227,7 +227,8 @@ async def test_ollama_catalogue_routes(http):
     ("body", "status", "says"),
     [
         ({**OLLAMA_CHAT, "model": "llama3"}, 404, "not found"),
-        ({**OLLAMA_CHAT, "options": {"seed": -1}}, 400, "seed must be"),
+        ({**OLLAMA_CHAT, "options": {"seed": -5}}, 400, "options.seed must be"),  # -1 is Ollama's "random"
+        ({**OLLAMA_CHAT, "options": {"num_predict": "many"}}, 400, "options.num_predict must be"),
         ({**OLLAMA_CHAT, "options": {"temperature": "hot"}}, 400, "temperature must be a number"),
         ({**OLLAMA_CHAT, "options": {"repeat_penalty": 1.3}}, 400, "repeat_penalty"),
         ({**OLLAMA_CHAT, "options": {"bogus": 1}}, 400, "bogus"),
@@ -235,7 +236,7 @@ async def test_ollama_catalogue_routes(http):
         ({**OLLAMA_CHAT, "format": 5}, 400, "format"),
         ({**OLLAMA_CHAT, "format": "xml"}, 400, "format"),
         ({**OLLAMA_CHAT, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images"),
-        ({**OLLAMA_CHAT, "messages": []}, 400, "messages"),
+        ({**OLLAMA_CHAT, "messages": None}, 400, "messages"),
         ({**OLLAMA_CHAT, "stream": "yes"}, 400, "stream"),
         ([1, 2, 3], 400, "JSON object"),
     ],
