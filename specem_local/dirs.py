@@ -61,7 +61,7 @@ def replace_file(path: Path, text: str, mode: int | None = None) -> None:
         info = target.stat() if os.path.lexists(target) else None
         if info is not None and stat.S_ISDIR(info.st_mode):
             raise SpecemError(f"cannot write {path}: it is a folder; give a file name")
-        if info is not None and stat.S_ISREG(info.st_mode) and not os.access(target, os.W_OK):
+        if info is not None and stat.S_ISREG(info.st_mode) and read_only(target, info.st_mode):
             raise SpecemError(f"cannot write {path}: it is read-only; make it writable first (chmod u+w)")
         if info is not None and not stat.S_ISREG(info.st_mode):
             with open(target, "w", encoding="utf-8") as stream:
@@ -72,6 +72,13 @@ def replace_file(path: Path, text: str, mode: int | None = None) -> None:
         _replace_regular(target, text, mode)
     except OSError as error:
         raise SpecemError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def read_only(path: Path, mode: int) -> bool:
+    """Whether a file the user made read-only is to be left alone: no one may write it, or this
+    user may not. Root may write any file, so a 0444 file (the user's own "do not touch") is
+    refused for root too."""
+    return not mode & 0o222 or not os.access(path, os.W_OK)
 
 
 _DESCRIPTORS = {"/dev/stdout": 1, "/dev/stderr": 2}

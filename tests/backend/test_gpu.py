@@ -3,6 +3,9 @@ otherwise, with a fake answer from the backend's probe (the real CPU build says 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from specem_local import backend
@@ -43,9 +46,20 @@ def test_a_gpu_build_offloads_every_layer_unless_told(tmp_path, monkeypatch):
     assert runs_on == ["GPU 5/31 layers", "CPU", "GPU 12/31 layers"]
 
 
-@pytest.mark.skipif(backend.gpu_offload(), reason="llama.cpp here was built with a GPU backend")
-def test_a_cpu_build_runs_everything_on_the_cpu(tmp_path):
+def test_a_cpu_build_runs_everything_on_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(backend, "gpu_offload", lambda: False)
     assert [row["runs_on"] for row in model_rows(config_with_three(tmp_path))] == ["CPU"] * 3
+
+
+BUILD_STAMP = Path(sys.prefix) / ".llama-cpp-python-build"  # scripts/setup.sh's record of the build's flags
+
+
+@pytest.mark.skipif(not BUILD_STAMP.is_file(), reason="llama.cpp was not built by scripts/setup.sh here")
+def test_gpu_offload_says_what_this_build_was_made_with():
+    """Checked against the flags the setup built llama.cpp with, not against itself."""
+    flags = BUILD_STAMP.read_text()
+    gpu = any(f"-DGGML_{backend_name}=on" in flags for backend_name in ("CUDA", "METAL", "VULKAN", "HIP", "SYCL"))
+    assert backend.gpu_offload() == gpu
 
 
 def test_offloaded_models_count_against_gpu_memory(tmp_path, monkeypatch):
