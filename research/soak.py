@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specem_local import Ensemble
 from specem_local.backend import peak_rss_bytes, rss_bytes
 from specem_local.events import FinalEvent, RoundEvent
@@ -89,6 +91,21 @@ def check(history: History, expected: list[dict[str, Any]]) -> dict[str, Any]:
     return {"lost": lost, "corrupt": corrupt, "integrity": integrity, "left_streaming": streaming}
 
 
+WARM_UP = 5  # answers at the start of each block (after a load) left out of its slope
+MAX_SLOPE = 128 * 1024  # bytes of RSS per answer: a leak of a megabyte an answer is far past it
+
+
+def block_slopes(rss: list[int], reload_every: int) -> list[float]:
+    """Per block of answers between reloads, the least-squares growth of the RSS in bytes per
+    answer, its first answers (warm-up) left out."""
+    slopes = []
+    for start in range(0, len(rss), reload_every):
+        ys = np.array(rss[start + WARM_UP : start + reload_every], dtype=float)
+        if len(ys) >= 3:
+            slopes.append(round(float(np.polyfit(np.arange(len(ys)), ys, 1)[0]), 1))
+    return slopes
+
+
 def soak(
     answers: int, max_tokens: int, reload_every: int, config_path: str | None, seed: int, data: Path
 ) -> dict[str, Any]:
@@ -99,10 +116,12 @@ def soak(
     done: list[dict[str, Any]] = []
     peaks: dict[int, int] = {}
     now: dict[int, int] = {}  # RSS at the end of each block
+    after: list[int] = []  # RSS after every answer: a leak is a slope, not two points
     started = time.perf_counter()
     try:
         for index in range(1, answers + 1):
             done.append(one_answer(ensemble, history, rng, max_tokens))
+            after.append(rss_bytes(os.getpid()) or 0)
             if index % reload_every == 0:
                 peaks[index] = peak_rss_bytes()
                 now[index] = rss_bytes(os.getpid()) or peaks[index]
@@ -121,6 +140,7 @@ def soak(
     growth = final_peak / first_block - 1
     blocks = sorted(now)
     rss_growth = now[blocks[-1]] / now[blocks[0]] - 1 if blocks else 0.0
+    slopes = block_slopes(after, reload_every)
     result.update(
         answers=len(done),
         seconds=round(seconds, 1),
@@ -132,6 +152,8 @@ def soak(
         peak_rss_by_block=peaks,
         rss_by_block=now,
         rss_growth=round(rss_growth, 4),
+        rss_slope_bytes_per_answer=slopes,
+        rss_slope_max=max(slopes, default=0.0),
     )
     result["ok"] = (
         result["lost"] == 0
@@ -141,6 +163,7 @@ def soak(
         and result["record_errors"] == 0
         and growth <= 0.05
         and rss_growth <= 0.05
+        and max(slopes, default=0.0) <= MAX_SLOPE
     )
     return result
 

@@ -275,6 +275,7 @@ def test_draft_budget_and_contrast_on_the_demo_trio(trio):
         assert event.draft_tokens.keys() == set(event.drafters)
         if event.decision == "contrast":
             assert {v for c in event.candidates for v in c.scores} == set(trio.model_names)
+    assert any(event.decision == "contrast" for event in rounds)  # the contrastive vote did decide
     assert trio.generate(QUESTION, **settings).text == final.text
     plain = trio.generate(QUESTION, greedy=True, max_tokens=40, model_exit=False)
     assert plain.text  # the ensemble still answers the usual way afterwards

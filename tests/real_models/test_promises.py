@@ -36,7 +36,7 @@ def test_run_records_nothing_when_asked(tmp_path, args, env, kept):
 def test_serve_records_nothing_when_asked(tmp_path, args, env):
     process, base = start_server(*args, env={"SPECEM_DATA_DIR": str(tmp_path), **env})
     try:
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         reply = client.chat.completions.create(
             model="specem", messages=[{"role": "user", "content": "Say hi."}], max_tokens=6
         )

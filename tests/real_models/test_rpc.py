@@ -79,10 +79,13 @@ def test_one_remote_and_two_local_members_answer_through_specem_run(servers, tmp
     listed = specem("models", "list", "--config", str(config))
     assert listed.returncode == 0 and f"RPC {servers[1]}" in listed.stdout
     result = specem(
-        "run", "--config", str(config), "--greedy", "--max-tokens", "24", "--no-model-exit", "What is 2 + 3?"
+        "run", "--config", str(config), "--greedy", "--max-tokens", "24", "--no-model-exit", "--json", "What is 2 + 3?"
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() and "Traceback" not in result.stderr
+    rounds = [e for e in map(json.loads, result.stdout.splitlines()) if e["type"] == "round"]
+    assert rounds and "Traceback" not in result.stderr
+    assert any("smol" in e["drafters"] for e in rounds)  # the remote member drafted
+    assert all("smol" in e["verify_seconds"] for e in rounds if len(e["candidates"]) > 1)  # and verified
 
 
 async def test_the_chat_app_answers_with_one_remote_and_two_local_members(servers, tmp_path, monkeypatch):
@@ -103,6 +106,7 @@ async def test_the_chat_app_answers_with_one_remote_and_two_local_members(server
         await ask(pilot, app, "Say hello.")
         await wait_until(pilot, lambda: answered(app), 120)
         assert app.screen.chat.turns[-1].content
+        assert any("smol" in event.drafters for event in app.screen.chat.turns[-1].rounds)  # the remote drafted
         status = str(app.screen.query_one("#status").render())
         assert f"smol: RPC {servers[1]}" in status
 

@@ -143,6 +143,7 @@ async def test_drafting_is_shown_and_an_early_stop_leaves_no_dangling_separator(
         assert "drafting" in str(view.query_one(SegmentText).content)
         await pilot.press("escape")
         await wait_until(pilot, lambda: answered(app), 10)
+        assert view.turn.stopped  # the stop happened: the answer did not simply finish
         assert not view.border_subtitle.rstrip().endswith("·")
 
 
@@ -230,8 +231,10 @@ async def test_the_inspector_lists_several_candidates_of_one_model():
         table = app.screen.query_one("#candidates")
         names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert "big" in names and "big #2" in names
+        detail = app.screen.query_one("#detail")
+        before = str(detail.render())
         await pilot.press("down")
-        assert app.screen.query_one("#detail") is not None
+        await wait_until(pilot, lambda: str(detail.render()) != before, 5)  # the next candidate, in full
 
 
 async def test_the_inspector_says_a_draft_was_contrasted_token_by_token():

@@ -117,6 +117,8 @@ async def test_compare_runs_each_model_alone_and_b_marks_the_best(tmp_path):
         store = app.ensemble.weight_store
         assert [(c.kind, c.rewards) for c in store.choices()] == [("best", {"big": 1.0, "small": 0.0})]
         await pilot.press("plus")  # one model wrote all of big's answer: nothing to learn
+        said = lambda: any("nothing for the weights to learn" in str(n.message) for n in app._notifications)  # noqa: E731
+        await wait_until(pilot, said, 5)
         assert len(store.choices()) == 1
     saved = saved_chat()
     assert sorted(t.kind for t in saved.turns[1].versions()) == ["", "alone: big", "alone: small"]
@@ -145,11 +147,16 @@ async def test_a_version_that_cannot_start_leaves_the_answer_as_it_was(monkeypat
         first = app.screen.chat.turns[-1]
         from specem_local.engine import AnswerStream
 
+        tried = []
+
         def broken(stream):
+            tried.append(stream)
             raise RuntimeError("out of memory")
 
         monkeypatch.setattr(AnswerStream, "__next__", broken)
         await pilot.press("r")
+        toasts = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await wait_until(pilot, lambda: tried and any("out of memory" in t for t in toasts()))  # r did try
         await wait_until(pilot, lambda: answered(app) and view.turn is first)
         assert first.alternatives == [] and app.screen.chat.turns[-1] is first
     assert [t.kind for t in saved_chat().turns[1].versions()] == [""]
