@@ -81,6 +81,7 @@ def test_an_export_to_dev_stdout_appends_where_the_shell_points_it(recorded):
     text = notes.read_text()
     assert text.startswith("my notes\n") and text.count("answered") == 2
     assert notes.stat().st_mode & 0o777 == 0o644
+    assert not (ROOT / "-").exists()  # "-" is standard output, never a file of that name
     piped = subprocess.run(
         f"{sys.executable} -m specem_local history export {chat_id} -o /dev/stdout | cat",
         shell=True, capture_output=True, text=True, cwd=ROOT, env=_env(data),
