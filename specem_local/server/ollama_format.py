@@ -41,6 +41,7 @@ LOAD_OPTIONS = frozenset(
         "vocab_only",
     }
 )
+SWITCHES = frozenset({"use_mmap", "use_mlock", "numa", "low_vram", "vocab_only"})  # the rest are integers
 # Options that change the answer in a way the ensemble cannot: refused unless neutral.
 NEUTRAL = {
     "repeat_penalty": 1.0,
@@ -97,7 +98,10 @@ def _settings(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "options must be an object", "options")
     settings: dict[str, Any] = {}
     for name, value in options.items():
-        if value is None or name in LOAD_OPTIONS or name in IGNORED_WHEN_NEUTRAL:
+        if value is None or name in IGNORED_WHEN_NEUTRAL:
+            continue
+        if name in LOAD_OPTIONS:
+            _check_load_option(name, value)
             continue
         if name == "seed" and value == -1:
             continue  # Ollama's default: a random seed
@@ -110,13 +114,25 @@ def _settings(body: dict[str, Any]) -> dict[str, Any]:
         elif name == "stop":
             settings["stop"] = [value] if isinstance(value, str) else value
         elif name in NEUTRAL:
-            if value != NEUTRAL[name]:
-                raise ApiError(400, f"options.{name} is not supported by the specem ensemble; remove it", name)
+            neutral = NEUTRAL[name]
+            if value != neutral or isinstance(value, bool) != isinstance(neutral, bool):
+                message = f"options.{name} is not supported by the specem ensemble; remove it"
+                raise ApiError(400, message, f"options.{name}")
         else:
-            raise ApiError(400, f"options.{name[:40]} is not an option this server knows; remove it", name[:40])
+            name = name[:40]
+            raise ApiError(400, f"options.{name} is not an option this server knows; remove it", f"options.{name}")
     if settings.get("temperature") == 0:
         settings["greedy"] = True
     return settings
+
+
+def _check_load_option(name: str, value: Any) -> None:
+    """A load option is left alone (the models are loaded), but only one of the type Ollama
+    takes: a switch is true or false, the rest are integers."""
+    switch = name in SWITCHES
+    if isinstance(value, bool) != switch or not isinstance(value, int):
+        wanted = "true or false" if switch else "an integer"
+        raise ApiError(400, f"options.{name} must be {wanted}, got {repr(value)[:60]}", f"options.{name}")
 
 
 def _stream(body: dict[str, Any]) -> bool:
@@ -134,7 +150,7 @@ def parse_chat(body: Any) -> Request:
     _model(body)
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-    if body.get("messages") == []:  # how the ollama CLI and client load a model: it is loaded
+    if body.get("messages") in (None, []):  # how the ollama CLI and client load a model: it is loaded
         return Request([], _settings(body), _stream(body), time.monotonic(), load_only=True)
     messages = parse_messages(body.get("messages"), roles=roles, refused=("images",), missing_content="")
     tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools

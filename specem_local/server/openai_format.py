@@ -57,6 +57,7 @@ class Request:
     include_usage: bool = False
     constraint_param: str | None = None  # the request field the constraint came from
     tools: bool = False  # tools were offered: the answer is calls or a message
+    option_names: dict[str, str] = field(default_factory=dict)  # setting -> the field as sent
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -71,15 +72,17 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
             404, f"the model {model!r} does not exist; this server serves {served!r}", "model", "not_found_error"
         )
     for name, what in UNSUPPORTED.items():
-        if body.get(name) not in (None, False, [], {}):
+        if not (body.get(name) is None or body[name] is False or body[name] in ([], {})):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     if body.get("modalities") not in (None, ["text"]):
         raise ApiError(400, 'modalities must be ["text"]: the ensemble writes text only', "modalities")
-    if body.get("n") not in (None, 1):
+    if body.get("n") is not None and not _same(body["n"], 1):
         raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
     for name in ("presence_penalty", "frequency_penalty"):
-        if body.get(name, 0) not in (0, 0.0, None):
+        if body.get(name) is not None and not _same(body[name], 0):
             raise ApiError(400, f"{name} is not supported by the specem ensemble; remove it or set 0", name)
+    if not isinstance(body.get("user", ""), (str, type(None))):
+        raise ApiError(400, f"user must be a string, got {repr(body['user'])[:60]}", "user")
     # Values go to the settings as they came: checked there, like every setting, and a bad one
     # is a 400 naming the field.
     settings: dict[str, Any] = {}
@@ -88,9 +91,11 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         settings["greedy"] = body["temperature"] == 0
     if body.get("top_p") is not None:
         settings["top_p"] = body["top_p"]
+    sent: dict[str, str] = {}
     for name in ("max_completion_tokens", "max_tokens"):  # the newer name wins
         if body.get(name) is not None:
             settings["max_tokens"] = body[name]
+            sent["max_tokens"] = name
             break
     if body.get("seed") is not None:
         settings["seed"] = body["seed"]
@@ -99,7 +104,7 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
-    stream = body.get("stream", False)
+    stream = False if body.get("stream") is None else body["stream"]  # null: the default, as OpenAI takes it
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", "stream")
     roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -107,8 +112,19 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     constraint, param = response_format(body.get("response_format"))
     tools = tool_settings(body)
     return Request(
-        messages, {**settings, **constraint, **tools}, stream, bool(options.get("include_usage")), param, bool(tools)
+        messages,
+        {**settings, **constraint, **tools},
+        stream,
+        bool(options.get("include_usage")),
+        param,
+        bool(tools),
+        option_names=sent,
     )
+
+
+def _same(value: Any, number: int) -> bool:
+    """``value`` is the number itself, not a boolean equal to it (``true == 1`` in Python)."""
+    return not isinstance(value, bool) and value == number
 
 
 def tool_settings(body: dict[str, Any]) -> dict[str, Any]:

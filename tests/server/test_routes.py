@@ -236,7 +236,10 @@ async def test_ollama_catalogue_routes(http):
         ({**OLLAMA_CHAT, "format": 5}, 400, "format"),
         ({**OLLAMA_CHAT, "format": "xml"}, 400, "format"),
         ({**OLLAMA_CHAT, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images"),
-        ({**OLLAMA_CHAT, "messages": None}, 400, "messages"),
+        ({**OLLAMA_CHAT, "messages": "hello"}, 400, "messages"),
+        ({**OLLAMA_CHAT, "options": {"num_ctx": "big"}}, 400, "options.num_ctx must be an integer"),
+        ({**OLLAMA_CHAT, "options": {"use_mmap": 1}}, 400, "options.use_mmap must be true or false"),
+        ({**OLLAMA_CHAT, "options": {"repeat_penalty": True}}, 400, "options.repeat_penalty"),  # true == 1.0
         ({**OLLAMA_CHAT, "stream": "yes"}, 400, "stream"),
         ([1, 2, 3], 400, "JSON object"),
     ],
@@ -246,6 +249,23 @@ async def test_ollama_refusals_name_what_is_wrong(http, body, status, says):
     assert response.status_code == status and says in response.json()["error"]
     ok = await http.post("/api/chat", json={**OLLAMA_CHAT, "stream": False})
     assert ok.status_code == 200
+
+
+async def test_null_messages_load_the_model_as_ollama_does(http):
+    response = await http.post("/api/chat", json={"model": "specem", "messages": None, "stream": False})
+    assert response.status_code == 200 and response.json()["done_reason"] == "load"
+
+
+async def test_openai_names_the_field_as_sent_and_takes_null_as_absent(http):
+    refused = await http.post("/v1/chat/completions", json={**ASK, "max_completion_tokens": 0})
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "max_completion_tokens"
+    assert error["message"].startswith("max_completion_tokens must be")
+    for field, value in (("n", True), ("user", 7), ("logprobs", 0)):  # true == 1 and 0 == false in Python
+        refused = await http.post("/v1/chat/completions", json={**ASK, field: value})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == field, (field, refused.text)
+    taken = await http.post("/v1/chat/completions", json={**ASK, "stream": None, "user": None})
+    assert taken.status_code == 200 and taken.json()["object"] == "chat.completion"
 
 
 async def test_load_options_are_accepted_and_left_alone(http):
