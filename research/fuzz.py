@@ -2,9 +2,11 @@
 Hypothesis over every route and method, with bodies of random shape, type, size, nesting,
 unicode and extreme numbers, and random Host, Origin, Content-Type and Authorization headers.
 
-Invariants checked on every response: no 5xx, a JSON error in the route's shape with a
-message, and a refusal of one bad field names that field. At the end a normal request must
-answer, ``/health`` must show nothing stuck, and the server's output must hold no traceback.
+Invariants checked on every response (fuzz_rules.py): no 5xx; a 2xx in its route's shape,
+whole or streamed; an error in its path's shape (OpenAI's or Ollama's); a body valid but for
+one field whose value the API rules out is refused, and a refusal of such a body names that
+field exactly. At the end a normal request must answer, ``/health`` must show nothing stuck,
+and the server's output must hold no traceback.
 
     python -m specem_research.fuzz [--requests 400] [--seconds 600] [--seed 0] [--output fuzz.json]
 
@@ -31,6 +33,7 @@ import httpx
 import hypothesis
 from hypothesis import strategies as st
 
+from specem_research import fuzz_rules as rules
 from specem_research.load import start_server
 
 ROUTES = (
@@ -53,7 +56,6 @@ EXTREME_NUMBERS = [0, -1, 1, 2**31, 2**63, 2**64, -(2**63), 10**30, 0.5, -0.0, 1
 EXTREME_NUMBERS += [math.inf, -math.inf]
 ODD_TEXT = ["", "\x00", "\u202e", "💥" * 20, "a" * 3000]
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(ODD_TEXT)
-ALIASES = {"max_completion_tokens": ("max_tokens",), "num_predict": ("max_tokens",)}  # the setting each sets
 SCALARS = st.none() | st.booleans() | st.sampled_from(EXTREME_NUMBERS) | st.integers() | st.floats() | TEXT
 JSON = st.recursive(
     SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12
@@ -63,6 +65,7 @@ JSON = st.recursive(
 @dataclass
 class Tally:
     sent: int = 0
+    named: int = 0  # refusals of a mutated field that named it
     by_code: collections.Counter = field(default_factory=collections.Counter)
     violations: list[str] = field(default_factory=list)
 
@@ -102,8 +105,9 @@ def request_strategy() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda what, head: {**what, "headers": head}, mutated | wild | junk, headers)
 
 
-def build(case: dict[str, Any], rng: random.Random) -> tuple[str, str, bytes | None, dict[str, str], str | None]:
-    """Method, path, body bytes, headers, and the field a refusal should name (if one)."""
+def build(case: dict[str, Any], rng: random.Random) -> tuple[str, str, bytes | None, dict[str, str], Any]:
+    """Method, path, body bytes, headers, and (field, value) for a body valid but for one
+    field (None otherwise)."""
     headers = {"Content-Type": "application/json", **case["headers"]}
     if "raw" in case:
         method, path = case["route"]
@@ -129,30 +133,41 @@ def build(case: dict[str, Any], rng: random.Random) -> tuple[str, str, bytes | N
     options = body.get("options", {})
     if isinstance(options.get("num_predict"), int) and options["num_predict"] > 12:
         options["num_predict"] = 10**30
-    return "POST", path, json.dumps(body).encode(), headers, name.rpartition(".")[2]
+    sent = options.get(name.split(".", 1)[1]) if name.startswith("options.") else body[name]
+    return "POST", path, json.dumps(body).encode(), headers, (name, sent)
 
 
-def check(tally: Tally, path: str, response: httpx.Response, named: str | None) -> None:
+def check(tally: Tally, method: str, path: str, response: httpx.Response, mutated: tuple[str, Any] | None) -> None:
+    """Every invariant of fuzz_rules on one response; ``mutated``: the one field changed in an
+    otherwise valid body, and its value."""
     code = response.status_code
     tally.by_code[code] += 1
+    where = f"{code} on {method} {path}"
     if code >= 500:
-        tally.violation(f"{code} on {path}: {response.text[:200]}")
+        tally.violation(f"{where}: {response.text[:200]}")
         return
-    if code < 400 or code == 499:
+    if mutated is not None and 200 <= code < 300 and rules.must_refuse(path, *mutated):
+        tally.violation(f"{where} took {mutated[0]}={str(mutated[1])[:60]}, which the API rules out")
+    if 200 <= code < 300:
+        wrong = rules.success_shape(method, path, response.headers.get("content-type", ""), response.text)
+        if wrong:
+            tally.violation(f"{where}: {wrong}")
+        return
+    if code == 499 or code < 400:
         return
     try:
         body = response.json()
     except ValueError:
-        tally.violation(f"{code} on {path} is not JSON: {response.text[:100]}")
+        tally.violation(f"{where} is not JSON: {response.text[:100]}")
         return
-    error = body.get("error") if isinstance(body, dict) else None
-    message = error if isinstance(error, str) else error.get("message") if isinstance(error, dict) else None
-    if not message:
-        tally.violation(f"{code} on {path} has no error message: {body}")
-    elif code == 400 and named is not None:
-        said = f"{message} {error.get('param') if isinstance(error, dict) else ''}"
-        if not any(name in said for name in (named, *ALIASES.get(named, ()))):
-            tally.violation(f"400 on {path} does not name {named!r}: {message}")
+    wrong = rules.error_shape(path, body)
+    if wrong:
+        tally.violation(f"{where}: {wrong}")
+    elif mutated is not None and code in (400, 404):
+        said = rules.named(path, body["error"])
+        if said != mutated[0]:
+            tally.violation(f"{where} names {said!r}, not {mutated[0]!r}: {str(body['error'])[:150]}")
+        tally.named += 1
 
 
 def run(requests: int, seconds: float, seed: int, folder: Path) -> dict[str, Any]:
@@ -177,14 +192,14 @@ def run(requests: int, seconds: float, seed: int, folder: Path) -> dict[str, Any
             def one(case: dict[str, Any]) -> None:
                 if tally.sent >= requests or time.monotonic() > deadline:
                     return
-                method, path, body, headers, named = build(case, rng)
+                method, path, body, headers, mutated = build(case, rng)
                 tally.sent += 1
                 try:
                     response = http.request(method, path, content=body, headers=headers)
                 except httpx.HTTPError as error:
                     tally.violation(f"{method} {path}: no response ({type(error).__name__}: {error})")
                     return
-                check(tally, path, response, named)
+                check(tally, method, path, response, mutated)
 
             one()
             final = http.post("/v1/chat/completions", json={"model": "specem", "messages": [good_message()]})
@@ -202,6 +217,7 @@ def run(requests: int, seconds: float, seed: int, folder: Path) -> dict[str, Any
         tally.violation("the server's output holds a traceback")
     return {
         "requests": tally.sent,
+        "refusals_naming_the_field": tally.named,
         "responses_by_code": {str(code): n for code, n in sorted(tally.by_code.items())},
         "server_errors": sum(n for code, n in tally.by_code.items() if code >= 500),
         "violations": tally.violations,

@@ -99,6 +99,8 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
             break
     if body.get("seed") is not None:
         settings["seed"] = body["seed"]
+    if body.get("ignore_eos") is not None:  # llama.cpp's server takes it too, for fixed-length runs
+        settings["ignore_eos"] = body["ignore_eos"]
     if body.get("stop") is not None:
         settings["stop"] = _stops(body["stop"])
     options = body.get("stream_options") or {}

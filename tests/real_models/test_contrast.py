@@ -36,10 +36,25 @@ def prompt_tokens(member, settings: EnsembleSettings) -> list[int]:
     return member.prompt_format.tokens(messages, model, bos_token=model.bos_token if model.adds_bos else None)
 
 
-def reference_contrastive_decoding(ensemble: Ensemble, beta: float, tokens: int) -> tuple[list[int], int]:
-    """Greedy contrastive decoding, one token at a time, straight on the two models' contexts:
-    the tokens and how many of them were not the expert's own top choice. Leaves both models
-    empty (the members are reset)."""
+# How far apart two scores may be and still count as a tie: llama.cpp's kernels differ with the
+# batch's shape (a segment of 8 rows, a catch-up batch, one row here), which moves a logit by
+# ~1e-3; a wrong position, beta or plausibility cut moves scores by far more.
+TIE = 0.05
+
+
+@dataclasses.dataclass
+class Replay:
+    wrong: list[str]  # positions where the engine's token was not the reference's choice
+    changed: int  # tokens that were not the expert's own top choice
+    ties: int  # positions where a choice was a tie within TIE (either decision is right)
+
+
+def replay_contrastive_decoding(ensemble: Ensemble, beta: float, answer: list[int]) -> Replay:
+    """Greedy contrastive decoding one token at a time, straight on the two models' contexts,
+    along the engine's own answer: at each position the engine's token must be the reference's
+    choice, or tie with it within TIE (batch shapes differ, so exact ties may break either
+    way); then both models read the engine's token, so one tie never derails the rest. Leaves
+    both models empty (the members are reset)."""
     members = {m.name: m for m in ensemble.members}
     rows, positions = {}, {}
     for name, member in members.items():
@@ -47,27 +62,34 @@ def reference_contrastive_decoding(ensemble: Ensemble, beta: float, tokens: int)
         prompt = prompt_tokens(member, ensemble.settings)
         rows[name] = member.model.decode([BatchRow(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])[-1]
         positions[name] = len(prompt)
-    out, changed = [], 0
-    while len(out) < tokens:
+    replay = Replay([], 0, 0)
+    for index, token in enumerate(answer):
         expert, amateur = rows[BIG].astype(np.float64), rows[SMALL].astype(np.float64)
-        plausible = expert >= expert.max() + math.log(0.1)
-        token = int(np.argmax(np.where(plausible, (1 + beta) * expert - beta * amateur, -np.inf)))
-        if members[BIG].model.is_eog(token):
-            break
-        changed += token != int(np.argmax(expert))
-        out.append(token)
+        cut = expert.max() + math.log(0.1)
+        scores = np.where(expert >= cut - TIE, (1 + beta) * expert - beta * amateur, -np.inf)
+        best = int(np.argmax(np.where(expert >= cut, scores, -np.inf)))
+        if scores[token] < scores[best] - TIE:
+            replay.wrong.append(f"token {index}: {token} scores {scores[token]:.3f}, {best} {scores[best]:.3f}")
+        replay.ties += token != best or _top_two_gap(expert) < TIE or abs(expert[token] - cut) < TIE
+        replay.changed += token != int(np.argmax(expert))
         for name, member in members.items():
             rows[name] = member.model.decode([BatchRow(token, positions[name], 0, True)])[0]
             positions[name] += 1
     for member in members.values():
         member.reset()
-    return out, changed
+    return replay
+
+
+def _top_two_gap(logits: np.ndarray) -> float:
+    top = np.partition(logits, -2)[-2:]
+    return float(top[1] - top[0])
 
 
 def test_the_engine_decodes_what_plain_contrastive_decoding_does(qwen_pair):
     """Drafting in segments, the amateur catching up in batches only where two tokens are
-    plausible, and commits that keep the drafted cells change nothing: the answer's tokens are
-    those of a plain greedy contrastive decoding, in both models' memories."""
+    plausible, and commits that keep the drafted cells change nothing: every token of the
+    answer is what a plain greedy contrastive decoding chooses at that point, in both
+    models' memories (up to ties within float noise, which batch shapes break either way)."""
     events = list(qwen_pair.stream(QUESTION, contrast=0.5, max_tokens=64))
     start, rounds, final = events[0], [e for e in events if isinstance(e, RoundEvent)], events[-1]
     assert start.drafters == (BIG,) and final.text
@@ -75,9 +97,10 @@ def test_the_engine_decodes_what_plain_contrastive_decoding_does(qwen_pair):
     members = {m.name: m for m in qwen_pair.members}
     answer = members[BIG].tokens[start.prompt_tokens[BIG] :]
     assert members[SMALL].tokens[start.prompt_tokens[SMALL] :] == answer  # read along, cells kept
-    reference, changed = reference_contrastive_decoding(qwen_pair, 0.5, len(answer))
-    assert answer == reference[: len(answer)]
-    assert final.contrast_changed == changed
+    assert len(answer) >= 16
+    replay = replay_contrastive_decoding(qwen_pair, 0.5, answer)
+    assert replay.wrong == []
+    assert abs(final.contrast_changed - replay.changed) <= replay.ties and replay.ties <= len(answer) // 4
     assert final.drafted_tokens >= 2 * len(answer)  # the 1.5B's drafting and the 0.5B's reading
 
 

@@ -40,6 +40,9 @@ def health(server) -> dict:
     return httpx.get(f"{server['base']}/health", headers={"Authorization": f"Bearer {KEY}"}).json()
 
 
+ENDLESS = {"ignore_eos": True}  # an answer runs to its max_tokens, so its length is known
+
+
 def ask(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
@@ -133,44 +136,58 @@ def test_a_client_that_goes_away_cancels_its_answer_and_the_next_is_answered(ser
 
 
 def test_one_answer_at_a_time_one_waits_and_the_next_is_told_to_retry(server, client):
+    """The first answer cannot end early (``ignore_eos``, 2,000 tokens): it is still running
+    however slow the machine while the line is checked, and it ends when its client hangs up."""
     results: dict[str, object] = {}
+    hang_up = threading.Event()
 
-    def long_answer(name: str) -> None:
+    def endless() -> None:
+        stream = client.chat.completions.create(
+            model="specem", messages=ask("Tell me a long story."), max_tokens=2000, stream=True, extra_body=ENDLESS
+        )
+        results["first"] = 0
+        for _chunk in stream:
+            results["first"] += 1
+            if hang_up.is_set():
+                break
+        stream.close()
+
+    def short() -> None:
         try:
-            results[name] = (
-                client.chat.completions.create(
-                    model="specem",
-                    messages=ask("Tell me a long story."),
-                    max_tokens=60,
-                    temperature=0.8,
-                )
-                .choices[0]
-                .message.content
-            )
+            reply = client.chat.completions.create(model="specem", messages=ask("Say hi."), max_tokens=8)
+            results["second"] = reply.choices[0].message.content
         except openai.APIStatusError as error:
-            results[name] = error.status_code
+            results["second"] = error.status_code
 
-    first = threading.Thread(target=long_answer, args=("first",))
+    cancelled = health(server)["cancelled"]
+    first = threading.Thread(target=endless)
     first.start()
     poll_until(lambda: health(server)["answering"], 120, "the first answer never started")
-    second = threading.Thread(target=long_answer, args=("second",))
+    second = threading.Thread(target=short)
     second.start()
     poll_until(lambda: health(server)["waiting"] >= 1, 120, "the second request never waited in line")
     with pytest.raises(openai.RateLimitError) as refused:
         client.chat.completions.create(model="specem", messages=ask("Me too?"), max_tokens=4)
     assert int(refused.value.response.headers["retry-after"]) >= 1  # the answers ahead, at the recent pace
+    assert health(server)["answering"] and "second" not in results  # nothing above raced the first answer
+    hang_up.set()
     first.join()
     second.join()
-    assert isinstance(results["first"], str) and isinstance(results["second"], str)
+    assert results["first"] >= 1 and isinstance(results["second"], str) and results["second"]
+    assert health(server)["cancelled"] == cancelled + 1
 
 
 def test_streamed_requests_arriving_together_are_counted_in_line(server):
+    """Four streams at once: one answers, one waits, two are refused. Each answer is 48 tokens
+    whatever the models would say (``ignore_eos``), far longer than four requests take to
+    arrive."""
+
     def stream(results: list[int]) -> None:
         with httpx.stream(
             "POST",
             f"{server['base']}/v1/chat/completions",
             headers={"Authorization": f"Bearer {KEY}"},
-            json={"model": "specem", "messages": ask("Tell me a story."), "stream": True, "max_tokens": 24},
+            json={"model": "specem", "messages": ask("Tell me a story."), "stream": True, "max_tokens": 48, **ENDLESS},
             timeout=300,
         ) as response:
             response.read()
@@ -184,7 +201,7 @@ def test_streamed_requests_arriving_together_are_counted_in_line(server):
     for thread in threads:
         thread.join()
     assert sorted(results) == [200, 200, 429, 429]  # one answering, one waiting (--queue 1)
-    assert health(server)["waiting"] == 0 and not health(server)["answering"]
+    poll_until(lambda: not (health(server)["answering"] or health(server)["waiting"]), 30, "the server never idled")
 
 
 @pytest.mark.parametrize(

@@ -190,3 +190,11 @@ def test_a_trailing_assistant_message_is_kept_to_be_continued():
         }
     )
     assert parsed.messages[-1] == {"role": "assistant", "content": "It is"}
+
+
+def test_ignore_eos_is_taken_as_llama_cpps_server_takes_it():
+    assert oa.parse_request(body(ignore_eos=True)).settings == {"ignore_eos": True}
+    settings = oa.parse_request(body(ignore_eos="yes")).settings
+    with pytest.raises(SettingError) as caught:
+        with_overrides(EnsembleSettings(), **settings)
+    assert caught.value.field == "ignore_eos"
