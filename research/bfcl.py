@@ -23,7 +23,13 @@ from typing import Any
 DATA = Path(__file__).parent / "data"
 SOURCE = "berkeley-function-call-leaderboard/bfcl_eval/data"
 PYTHON_TYPES: dict[str, Any] = {
-    "string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list, "dict": dict,
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
     "any": str,
 }
 SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}
@@ -60,8 +66,14 @@ def item(question: dict[str, Any], truth: dict[str, Any]) -> dict[str, Any]:
         "id": question["id"],
         "messages": question["question"][0],
         "tools": [
-            {"type": "function", "function": {"name": tool_name(f["name"]), "description": f.get("description", ""),
-                                              "parameters": json_schema(f["parameters"])}}
+            {
+                "type": "function",
+                "function": {
+                    "name": tool_name(f["name"]),
+                    "description": f.get("description", ""),
+                    "parameters": json_schema(f["parameters"]),
+                },
+            }
             for f in functions
         ],
         "functions": functions,
@@ -126,10 +138,15 @@ def value_correct(value: Any, detail: dict[str, Any], possible: list) -> bool:
     if expected is list:
         inner = detail.get("items", {}).get("type")
         if inner == "dict":
-            return any(isinstance(answer, list) and len(answer) == len(value)
-                       and all(dict_correct(v, a) for v, a in zip(value, answer)) for answer in possible)
-        return [_standard(v) for v in value] in [[_standard(a) for a in answer] for answer in possible
-                                                  if isinstance(answer, list)]
+            return any(
+                isinstance(answer, list)
+                and len(answer) == len(value)
+                and all(dict_correct(v, a) for v, a in zip(value, answer))
+                for answer in possible
+            )
+        return [_standard(v) for v in value] in [
+            [_standard(a) for a in answer] for answer in possible if isinstance(answer, list)
+        ]
     if expected is str:
         return _standard(value) in [_standard(answer) for answer in possible if isinstance(answer, str)]
     return value in possible

@@ -91,8 +91,11 @@ def per_token(ensemble: Ensemble, prompts: list[str], max_tokens: int, **options
     the prompt, longer with a schema in it) over the tokens they wrote."""
     seconds = tokens = 0.0
     for prompt in prompts:
-        rounds = [e for e in ensemble.stream(prompt, max_tokens=max_tokens, greedy=True, **options)
-                  if isinstance(e, RoundEvent)]
+        rounds = [
+            e
+            for e in ensemble.stream(prompt, max_tokens=max_tokens, greedy=True, **options)
+            if isinstance(e, RoundEvent)
+        ]
         seconds += sum(event.seconds for event in rounds[1:])
         tokens += rounds[-1].answer_tokens - rounds[0].answer_tokens
     return {"answers": len(prompts), "tokens": int(tokens), "seconds": round(seconds, 2), "per_token": seconds / tokens}

@@ -37,7 +37,7 @@ def schemas(limit: int | None) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def check(schema: dict[str, Any], text: str) -> str:
-    """"valid", or what is wrong with the answer (not JSON, or the first validation error)."""
+    """ "valid", or what is wrong with the answer (not JSON, or the first validation error)."""
     try:
         value = json.loads(text)
     except ValueError as error:
@@ -96,8 +96,16 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
             record["outcome"] = check(schema, record["text"])
         entry = summary.setdefault(
             record["set"],
-            {"schemas": 0, "refused": 0, "not_answered": 0, "valid": 0, "cut": 0, "invalid": 0, "unchecked": 0,
-             "refusals": {}},
+            {
+                "schemas": 0,
+                "refused": 0,
+                "not_answered": 0,
+                "valid": 0,
+                "cut": 0,
+                "invalid": 0,
+                "unchecked": 0,
+                "refusals": {},
+            },
         )
         entry["schemas"] += 1
         outcome = record["outcome"]

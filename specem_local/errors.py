@@ -17,3 +17,9 @@ class SettingError(SpecemError):
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class NoMemberLeft(SpecemError):
+    """Every member that could draft, or every one that could verify, was lost (their machines
+    stopped answering or their workers died): the answer cannot go on. Nothing the request did:
+    a server answers it 503, and the next answer tries to bring the members back."""

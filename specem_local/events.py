@@ -61,6 +61,7 @@ class StartEvent(_Record):
     learned_answers: int = 0  # answers the carried weights were learned from
     calibrated_items: int = 0  # labelled items they were calibrated on
     choices: int = 0  # the user's choices (picks, thumbs, comparisons) in them
+    absent: dict[str, str] = dataclasses.field(default_factory=dict)  # lost members not back: name -> why
     type: str = "start"
 
     @property
@@ -88,6 +89,7 @@ class RoundEvent(_Record):
     ranked_first_by: tuple[str, ...] = ()  # verifiers that gave the winner their highest share
     discounted: str | None = None  # the loop guard kept this candidate from winning
     confidence: float | None = None  # with vote_gate: the leading draft's least token probability
+    lost: dict[str, str] = dataclasses.field(default_factory=dict)  # members lost since the last event: name -> why
     type: str = "round"
 
 
@@ -106,6 +108,7 @@ class FinalEvent(_Record):
     confident_rounds: int = 0  # rounds the vote gate took unvoted
     drafted_tokens: int = 0  # tokens decoded while drafting: every candidate, and members reading along
     contrast_changed: int = 0  # token-level contrast: tokens of the answer whose top choice it changed
+    lost: dict[str, str] = dataclasses.field(default_factory=dict)  # members lost in this answer: name -> why
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.
@@ -128,6 +131,20 @@ def finish_note(final: FinalEvent) -> str | None:
     if not final.text and final.finish_reason in ("eos", "empty"):
         return "the models ended the answer without writing anything"
     return None
+
+
+def member_news(event: StartEvent | RoundEvent | FinalEvent, said: set[str]) -> list[str]:
+    """One line for each member that is out of the answer and not yet said to be (``said``
+    keeps the names already said): every front end tells the user the same way."""
+    if isinstance(event, StartEvent):
+        out, verb = event.absent, "is out of this answer"
+    elif isinstance(event, (RoundEvent, FinalEvent)):
+        out, verb = event.lost, "left the answer"
+    else:
+        return []
+    lines = [f"{name} {verb}: {why}" for name, why in out.items() if name not in said]
+    said.update(out)
+    return lines
 
 
 def origin_words(weights_from: str, answers: int, items: int, choices: int = 0) -> str:
@@ -164,7 +181,7 @@ def _record(cls: type, data: Any) -> Any:
     values = {}
     for field in dataclasses.fields(cls):
         if field.name not in data:
-            if field.default is dataclasses.MISSING:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ValueError(f"{cls.__name__} record without {field.name!r}")
             continue
         value = data[field.name]

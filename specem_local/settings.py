@@ -181,6 +181,14 @@ class LoadSettings:
         low=-1,
         high=1_000_000,
     )
+    remote_timeout: float = setting(
+        120.0,
+        "load",
+        "seconds a member on other machines (rpc) may go silent while it loads or takes its first steps "
+        "before it leaves the answer (later steps: 10x its slowest pace, at least 5 s)",
+        low=1,
+        high=86_400,
+    )
 
     def __post_init__(self) -> None:
         checked(self, "[ensemble]")

@@ -14,6 +14,9 @@ a byte-level vocabulary, logits from a script, and a KV memory that checks what 
   shared between sequences, counted against ``n_ctx``; a decode must continue each sequence at
   its next position and use sequence ids below ``n_seq_max``; any call after ``close()`` or a
   ``close()`` during a decode is recorded in ``violations``.
+- Loss (a member whose worker process ended): ``lose(reason)`` makes every later decode and
+  sequence call raise ``MemberLost``, as a ``WorkerModel`` does; ``restart()`` brings it back
+  with an empty memory unless ``comes_back`` is False.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specem_local.backend.protocol import BatchRow, ContextFull
+from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost
 from specem_local.backend.scoring import RowScores, row_scores
 from specem_local.engine.prompting import PLAIN_ANSWER_HEADER
+from specem_local.errors import SpecemError
 
 EOS, BOS = 0, 1
 BYTE_BASE = 2
@@ -74,6 +78,9 @@ class FakeModel:
         self.threads = 1
         self._decoding = False
         self._grammar_tokenizer = None
+        self.lost: str | None = None
+        self.comes_back = True
+        self.restarts = 0
 
     # -- vocabulary ----------------------------------------------------------------------------
     def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
@@ -206,6 +213,21 @@ class FakeModel:
         assert not self._decoding, "threads changed during a decode"
         self.threads = threads
 
+    def lose(self, reason: str) -> None:
+        self.lost = reason
+
+    def interrupt(self) -> None:
+        """Steps here never hang."""
+
+    def restart(self) -> None:
+        if self.lost is None:
+            return
+        self.restarts += 1
+        if not self.comes_back:
+            raise SpecemError(f"cannot come back: {self.lost}")
+        self.lost = None
+        self.cells = []
+
     def close(self) -> None:
         if self._decoding:
             self.violations.append("closed during a decode")
@@ -219,3 +241,5 @@ class FakeModel:
         if self.closed:
             self.violations.append(f"{what} after close")
             raise AssertionError(f"{what} after close")
+        if self.lost is not None:
+            raise MemberLost(self.lost)

@@ -4,8 +4,10 @@
 ``scoring`` turns logits rows into segment scores; both are plain Python and numpy, so the
 engine's tests run them with a fake model. ``library`` loads llama.cpp (the only module that
 imports ``llama_cpp``), ``devices`` lists what can compute (local devices, ggml-rpc servers)
-and runs an RPC server, ``model`` is one GGUF model with its context (``LlamaModel``), ``ram``
-reads host memory.
+and runs an RPC server, ``model`` is one GGUF model with its context (``LlamaModel``),
+``vocabulary`` its tokens, ``remote`` the same model computing in a worker process
+(``WorkerModel``, ``worker``; members on other machines) under a ``watchdog``, ``ram`` reads
+host memory.
 
 May import: ``models`` (GGUF headers), ``settings``, ``errors``, ``dirs``. A llama.cpp that
 cannot load costs the commands that need a model, not every command: its names then raise
@@ -21,6 +23,7 @@ try:
     from specem_local.backend.devices import Device, devices, gpu_offload
     from specem_local.backend.library import supports_rpc, system_info
     from specem_local.backend.model import LlamaModel
+    from specem_local.backend.remote import WorkerModel, workers_supported
 except (ImportError, OSError, RuntimeError) as _error:
     _unavailable: BaseException | None = _error
 else:
@@ -38,6 +41,7 @@ __all__ = [
     "LanguageModel",
     "LlamaModel",
     "RowScores",
+    "WorkerModel",
     "devices",
     "gpu_offload",
     "peak_rss_bytes",
@@ -46,6 +50,7 @@ __all__ = [
     "segment_score",
     "supports_rpc",
     "system_info",
+    "workers_supported",
 ]
 
 

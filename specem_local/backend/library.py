@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import signal
 import sys
 import threading
@@ -27,7 +28,16 @@ def _share_the_cpp_runtime() -> None:
             ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
 
 
+def _no_backtrace() -> None:
+    """ggml runs gdb and prints a backtrace when it aborts (20-70 lines, partly on stdout, which
+    breaks ``--json``); no user of ours needs it. ``SPECEM_BACKTRACE=1`` keeps it, for
+    debugging llama.cpp. Set before the library loads; worker processes inherit it."""
+    if os.environ.get("SPECEM_BACKTRACE", "") not in ("1", "true", "yes"):
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+
 _share_the_cpp_runtime()
+_no_backtrace()
 import llama_cpp  # noqa: E402  (after the runtime is shared)
 
 _LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR

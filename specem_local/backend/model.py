@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,14 +29,15 @@ from specem_local.backend.library import (
 )
 from specem_local.backend.protocol import BatchRow, ContextFull, offloaded_layers, placement
 from specem_local.backend.scoring import RowScores, row_scores
+from specem_local.backend.vocabulary import LlamaVocabulary
 from specem_local.errors import SpecemError
 from specem_local.models.gguf import read_model_header
 
-GRAMMAR_PIECE_BYTES = 16 * 1024  # the longest token piece the grammar tokenizer reads
 
-
-class LlamaModel:
+class LlamaModel(LlamaVocabulary):
     """One llama.cpp model and context. Not thread-safe: one thread at a time per instance."""
+
+    lost: str | None = None  # in this process, a model is never lost: a fault is an exception
 
     def __init__(
         self,
@@ -85,8 +85,7 @@ class LlamaModel:
         if not self._model:
             reason = recent_errors[-1] if recent_errors else "unknown error"
             raise SpecemError(f"llama.cpp could not load {path}: {reason}")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._take_vocabulary()
 
         ctx_params = llama_cpp.llama_context_default_params()
         n_batch = min(n_batch, n_ctx)  # llama.cpp caps a batch at n_ctx
@@ -114,12 +113,8 @@ class LlamaModel:
         layers = int(llama_cpp.llama_model_n_layer(self._model)) + 1  # the repeating layers and the output
         self.gpu_layers = offloaded_layers(n_gpu_layers, layers, gpu_offload() or bool(self.rpc))
         self.placement = f"RPC {', '.join(self.rpc)}" if self.rpc else placement(self.gpu_layers, layers)
-        self.bos_token = int(llama_cpp.llama_vocab_bos(self._vocab))
-        self.eos_token = int(llama_cpp.llama_vocab_eos(self._vocab))
-        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self._piece_cache: dict[int, bytes] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -150,81 +145,11 @@ class LlamaModel:
     def __del__(self) -> None:
         self.close()
 
-    # -- vocabulary -------------------------------------------------------------------------
-    def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
-        """Tokenize text. User and model text must use ``parse_special=False`` so that a
-        literal ``<|im_end|>`` in it stays text; only template scaffolding parses specials."""
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        while True:
-            buffer = (llama_cpp.llama_token * capacity)()
-            count = llama_cpp.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_bos, parse_special)
-            if count >= 0:
-                return list(buffer[:count])
-            capacity = -count
+    def interrupt(self) -> None:
+        """A step in this process ends by itself (Ctrl-C waits for llama.cpp to return)."""
 
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes a token stands for (special tokens render as nothing)."""
-        cached = self._piece_cache.get(token)
-        if cached is not None:
-            return cached
-        buffer = ctypes.create_string_buffer(64)
-        size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
-        if size < 0:
-            buffer = ctypes.create_string_buffer(-size)
-            size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -size, 0, False)
-        piece = buffer.raw[:size]
-        self._piece_cache[token] = piece
-        return piece
-
-    def special_text(self, token: int) -> str:
-        """A special token's own text (``<bos>``), for chat templates that print it."""
-        if token < 0:
-            return ""
-        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
-
-    @functools.cached_property
-    def eog_tokens(self) -> np.ndarray:
-        """Every token llama.cpp treats as end-of-generation (found once, by asking for each)."""
-        return np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.intp)
-
-    def grammar_tokenizer(self) -> Any:
-        """llguidance's tokenizer for this vocabulary (structured output), built on first use and
-        kept; every end-of-generation token ends a constrained answer. Built as llguidance's
-        ``lltokenizer_from_vocab`` builds it (control tokens marked with a 0xff byte, llama.cpp's
-        own tokenizer for text), with llama.cpp's current attribute call."""
-        if self._grammar_tokenizer is None:
-            import llguidance
-
-            special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-            buffer = ctypes.create_string_buffer(GRAMMAR_PIECE_BYTES)
-            pieces = []
-            for token in range(self.n_vocab):
-                size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, GRAMMAR_PIECE_BYTES, 0, True)
-                piece = buffer.raw[: max(size, 0)]
-                attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token)
-                if attributes & special or (
-                    attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"
-                ):
-                    piece = b"\xff" + piece
-                pieces.append(piece)
-            tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(
-                tokens=pieces,
-                vocab_ptr=self._vocab,
-                tokenize_fptr=tokenize,
-                eos_token=[int(token) for token in self.eog_tokens],
-                slices=None,
-            )
-        return self._grammar_tokenizer
-
-    def chat_template(self) -> str | None:
-        raw = llama_cpp.llama_model_chat_template(self._model, None)
-        return raw.decode("utf-8", errors="replace") if raw else None
+    def restart(self) -> None:
+        """A model in this process is never lost."""
 
     # -- decoding ---------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:

@@ -25,6 +25,17 @@ class ContextFull(SpecemError):
     """The KV memory has no room for a batch (llama.cpp's ``llama_decode`` returned 1)."""
 
 
+class MemberLost(SpecemError):
+    """A model computing elsewhere (in a worker process, its layers on other machines) can no
+    longer answer: a step missed its deadline or the worker died. Its member leaves the answer
+    and the others go on; the next answer tries to bring it back (``restart``)."""
+
+
+class StepAbandoned(SpecemError):
+    """A step ``interrupt()`` stopped waiting for (Ctrl-C, a cancelled answer): the answer is
+    over; the model stays usable."""
+
+
 @dataclass(frozen=True)
 class BatchRow:
     """One token to decode: at ``position`` in sequence ``seq_id``; ``wants_logits`` asks for
@@ -47,6 +58,7 @@ class LanguageModel(Protocol):
     bos_token: int  # -1 when the model has none
     eos_token: int
     adds_bos: bool
+    lost: str | None  # why it can no longer compute (its worker ended), or None
 
     def tokenize(self, text: str, *, parse_special: bool = False, add_bos: bool = False) -> list[int]:
         """Text as tokens. Message text uses ``parse_special=False``, so a ``<|im_end|>`` typed
@@ -109,6 +121,16 @@ class LanguageModel(Protocol):
     def set_threads(self, threads: int) -> None:
         """The CPU threads the next decodes use (the engine shares the cores among models
         that decode at once)."""
+        ...
+
+    def interrupt(self) -> None:
+        """Stop waiting for a step in flight (another thread's): it raises ``StepAbandoned``
+        within a second. Does nothing where steps cannot hang (in this process)."""
+        ...
+
+    def restart(self) -> None:
+        """Bring a lost model back (probe its servers, load it again); ``SpecemError`` saying
+        why it cannot. Does nothing to a model that is not lost."""
         ...
 
     def close(self) -> None:

@@ -30,7 +30,7 @@ from specem_local.commands.terminal import (
 )
 from specem_local.dirs import read_text
 from specem_local.errors import SettingError, SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note, member_news
 from specem_local.models.config import builtin_ensembles, model_colours
 
 if TYPE_CHECKING:
@@ -87,9 +87,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
         origin = ""
+        said: set[str] = set()  # members said to be out of the answer
         try:
             for event in stream:
                 record = recorded(record, event)
+                for line in [] if args.json else member_news(event, said):  # --json: the events carry it
+                    print(f"\n[{printable(line)}]", file=sys.stderr, flush=True)
                 if args.json:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
                 elif isinstance(event, StartEvent):

@@ -15,7 +15,6 @@ is open is a ``SpecemError`` (never a hang). Each answer has its own cancel toke
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import threading
 import warnings
@@ -25,12 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from specem_local.engine import feedback
-from specem_local.engine.constraints import Constraint, constraint_from, with_instruction
+from specem_local.engine.answer_stream import AnswerStream
+from specem_local.engine.constraints import constraint_from, with_instruction
 from specem_local.engine.learned import StartingWeights, key_of, remember, starting_weights
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message, as_messages
-from specem_local.engine.rounds import Answer, weights_dict
+from specem_local.engine.rounds import weights_dict
 from specem_local.engine.tools import render_messages
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, origin_words
@@ -338,6 +338,10 @@ class Ensemble:
         futures = [self._executor.submit(self._part_of_step(function), item) for item in items]
         try:
             return [future.result() for future in futures]
+        except BaseException:  # Ctrl-C: a step stuck on another machine must not hold the wait below
+            for member in self.members:
+                member.model.interrupt()
+            raise
         finally:
             for future in futures:
                 future.cancel()
@@ -379,89 +383,3 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-class AnswerStream(Iterator[Event]):
-    """One answer, streamed: iterate it for its events. ``cancel()`` works from any thread, at
-    any time, even before the first event; the answer then ends with "cancelled". The stream
-    holds the ensemble from its first event until its last (or ``close()``)."""
-
-    def __init__(
-        self,
-        ensemble: Ensemble,
-        members: list[Member],
-        settings: EnsembleSettings,
-        messages: list[Message],
-        constraint: Constraint | None = None,
-    ) -> None:
-        self._ensemble = ensemble
-        self._members, self._settings, self._messages = members, settings, messages
-        self._constraint = constraint
-        self._cancelled = threading.Event()
-        self._answer: Answer | None = None
-        self._steps: Iterator[Event] | None = None
-        self._final: FinalEvent | None = None
-        self._ended = False
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def __next__(self) -> Event:
-        if self._ended:
-            raise StopIteration
-        if self._steps is None:
-            self._ensemble._open_answer(self)
-            try:  # whatever setting up raises, the ensemble is free for the next answer
-                start = self._ensemble._starting_weights(self._members, self._settings)
-                self._answer = Answer(
-                    self._members,
-                    self._settings,
-                    self._messages,
-                    self._cancelled,
-                    self._ensemble._map,
-                    start,
-                    self._constraint,
-                )
-                self._steps = self._answer.run()
-            except BaseException:
-                self.close()
-                raise
-        try:
-            event = self._ensemble._step(self._steps)
-        except BaseException:  # the end, an error, or Ctrl-C inside a step: the answer is over
-            self.close()
-            raise
-        if isinstance(event, FinalEvent):
-            if self._constraint is not None and event.finish_reason == "eos":  # whole: the constraint ended it
-                event = dataclasses.replace(event, parsed=self._constraint.parse(event.text))
-            self._final = event
-            self._ensemble._remember(self._members, self._settings, self._answer.start, event)
-            self.close()
-        return event
-
-    def check_room(self) -> None:
-        """``PromptTooLong`` if the prompt leaves no room to answer; runs nothing."""
-        start = self._ensemble._starting_weights(self._members, self._settings)
-        Answer(
-            self._members, self._settings, self._messages, self._cancelled, self._ensemble._map, start,
-            self._constraint,
-        ).check_room()
-
-    def final(self) -> FinalEvent:
-        """Run the answer to its end and return its final record. An answer that an exception
-        (Ctrl-C) broke off ends as "cancelled", with what it had written."""
-        for _ in self:
-            pass
-        if self._final is None and self._answer is None:
-            raise SpecemError("this answer was closed before it began")
-        return self._final or self._answer.final_event("cancelled")
-
-    def close(self) -> None:
-        """End the stream here: no more events, and the ensemble may start another answer
-        (dropping the stream does the same)."""
-        self._ended = True
-        self._ensemble._release(self)

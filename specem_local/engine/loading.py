@@ -171,15 +171,17 @@ def check_rpc_servers(spec: ModelSpec) -> None:
 
 
 def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress: ProgressCallback | None) -> Member:
-    from specem_local.backend import LlamaModel
+    from specem_local.backend import LlamaModel, WorkerModel, workers_supported
 
     def report(fraction: float) -> None:
         if progress is not None:
             progress(spec.name, fraction)
 
     check_rpc_servers(spec)
+    isolated = (spec.rpc or spec.isolate) and workers_supported()  # a remote machine that fails costs a worker
+    extra = {"timeout": config.load.remote_timeout} if isolated else {}
     try:
-        model = LlamaModel(
+        model = (WorkerModel if isolated else LlamaModel)(
             path,
             n_ctx=spec.n_ctx,
             n_seq_max=n_seq_max,
@@ -187,6 +189,7 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
             n_gpu_layers=gpu_layers_for(spec, config),
             progress=report,
             rpc=spec.rpc,
+            **extra,
         )
     except SpecemError as error:
         if spec.ollama is None:

@@ -14,17 +14,17 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from specem_local.backend.protocol import ContextFull
+from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine.constraints import AnswerFormat, Constraint, member_matcher
-from specem_local.engine.contrastive import TokenContrast
 from specem_local.engine.drafting import Drafting, RoundDrafts
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.prompting import Message
+from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
-from specem_local.errors import SpecemError
+from specem_local.errors import NoMemberLeft, SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
@@ -52,8 +52,10 @@ class Answer:
         map_function: MapFunction,
         start: StartingWeights,
         constraint: Constraint | None = None,
+        absent: dict[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        self.absent = absent or {}  # lost members that could not be brought back: name -> why
         self.constraint = constraint
         self.format = AnswerFormat(constraint) if constraint is not None else None
         self.start = start
@@ -62,16 +64,9 @@ class Answer:
         self.cancel = cancel
         self._map = map_function
         self.names = [m.name for m in self.members]
-        self.verifies = np.array([m.spec.verifies for m in self.members], dtype=bool)
         self.weights = start.weights
-        self.active_drafters = [i for i, m in enumerate(self.members) if m.spec.drafts]
-        if settings.model_exit and start.origin != "prior":  # known to lose: out from the first round
-            judged = [i for i in self.active_drafters if self.verifies[i]]
-            leaving = feedback.exiting_drafters(self.weights, judged, 1, 0, settings.exit_share)
-            self.active_drafters = [i for i in self.active_drafters if i not in leaving]
-        self.contrast = self._token_contrast()
-        if self.contrast is not None:  # the amateurs read the expert's drafts along instead of drafting
-            self.active_drafters = [i for i in self.active_drafters if i not in self.contrast.amateurs]
+        self.roster = Roster(members, settings, self.weights, settings.model_exit and start.origin != "prior")
+        self.lost_since: dict[str, str] = {}  # members lost since the last event, for the next one
         self.share_totals = np.zeros(len(members))
         self.drafting = Drafting(len(members), settings, cancel)
         self.rule = vote.VoteRule(
@@ -95,47 +90,52 @@ class Answer:
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
+    def map(self, function: Callable, items: list, *, losses_raise: bool = True) -> list:
+        """``function`` over members' indices (or items that hold them). Every item runs even
+        when a member is lost in one: ``MemberLost`` is raised after all of them, so no member
+        is left half way through a step that the round then repeats (``losses_raise=False``:
+        the lost member's result is None, and the others' stand)."""
+        lost: list[MemberLost] = []
+
+        def guarded(item: object) -> object:
+            try:
+                return function(item)
+            except MemberLost as error:
+                lost.append(error)
+                return None
+
+        results = self._map(self.settings, guarded, items)
+        if lost and losses_raise:
+            raise lost[0]
+        if lost:
+            self._take_losses()
+        return results
+
     @property
-    def following(self) -> list[int]:
-        """The members that keep up with the answer: all of them while a vote can still happen
-        (two drafters or more, or a drafting budget of two drafts or more); after that only the
-        drafter, since no one will judge again (model exit with one drafter left costs little
-        more than that drafter alone)."""
-        votes = len(self.active_drafters) > 1 or self.settings.draft_budget > 1
-        if votes:
-            return list(range(len(self.members)))
-        readers = self.contrast.amateurs if self.contrast is not None else []
-        return sorted({*self.active_drafters, *readers})
+    def contrast_read(self) -> int:
+        contrast = self.roster.contrast
+        return contrast.read_tokens if contrast is not None else 0
 
-    def _token_contrast(self) -> TokenContrast | None:
-        """With ``contrast``: the heaviest drafting verifier is the expert, and the other
-        verifiers of its vocabulary are its amateurs, contrasted token by token as it drafts."""
-        if self.settings.contrast <= 0:
-            return None
-        judged = [i for i in self.active_drafters if self.verifies[i]]
-        if not judged:
-            return None
-        expert = max(judged, key=lambda i: self.weights[i])
-        strong = self.members[expert]
-        amateurs = [
-            i
-            for i, member in enumerate(self.members)
-            if i != expert
-            and self.verifies[i]
-            and member.model.n_vocab == strong.model.n_vocab
-            and member.vocabulary == strong.vocabulary
-        ]
-        return TokenContrast(expert, amateurs, self.settings.contrast) if amateurs else None
+    def _take_losses(self) -> None:
+        """Take the members lost since the last look out of the answer (``SpecemError`` when
+        no member is left that can draft, or none that can verify)."""
+        found = self.roster.newly_lost()
+        self.lost_since.update({self.names[i]: reason for i, reason in found.items()})
+        self.weights = self.roster.weights_without_lost(self.weights)
+        if not self.roster.can_answer:
+            said = "; ".join(f"{self.names[i]}: {reason}" for i, reason in self.roster.lost.items())
+            raise NoMemberLeft(f"the answer cannot go on: every member that could {self._missing} was lost ({said})")
 
-    def map(self, function: Callable, items: list) -> list:
-        return self._map(self.settings, function, items)
+    @property
+    def _missing(self) -> str:
+        return "verify" if self.roster.drafters else "draft"
 
     def run(self) -> Iterator[Event]:
         self.started = time.perf_counter()
         prompts = [self._prompt_tokens(member) for member in self.members]
         yield StartEvent(
             models=tuple(self.names),
-            drafters=tuple(self.names[i] for i in self.active_drafters),
+            drafters=tuple(self.names[i] for i in self.roster.drafters),
             weights=weights_dict(self.members, self.weights),
             prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
             plain_generation=len(self.members) == 1,
@@ -143,11 +143,15 @@ class Answer:
             learned_answers=self.start.answers,
             calibrated_items=self.start.items,
             choices=self.start.choices,
+            absent=self.absent,
         )
         finish = ""
-        if not self.cancel.is_set():
-            self.map(lambda i: self.members[i].start(prompts[i]), self.following)
         try:
+            if not self.cancel.is_set():
+                try:
+                    self.map(lambda i: self.members[i].start(prompts[i]), self.roster.following)
+                except MemberLost:
+                    self._take_losses()
             self._give_matchers()
             while not finish:
                 if self.cancel.is_set():
@@ -161,11 +165,16 @@ class Answer:
                 except ContextFull:
                     finish = "context"
                     break
+                except MemberLost:  # the round again without it: the others' tails are dropped as it drafts
+                    self._take_losses()
+                    continue
                 if event is None:
                     break
                 if self.first_segment is None:
                     self.first_segment = time.perf_counter() - self.started
                 yield event
+        except StepAbandoned:  # a cancel or Ctrl-C stopped waiting for a remote step
+            finish = "cancelled"
         finally:
             for member in self.members:
                 member.matcher = None
@@ -192,9 +201,15 @@ class Answer:
             weights=weights_dict(self.members, self.weights),
             plain_generation=len(self.members) == 1,
             confident_rounds=self.confident_rounds,
-            drafted_tokens=self.drafted_tokens + (self.contrast.read_tokens if self.contrast is not None else 0),
+            drafted_tokens=self.drafted_tokens + self.contrast_read,
             contrast_changed=self.contrast_changed,
+            lost={self.names[i]: reason for i, reason in self.roster.lost.items()},
         )
+
+    def _news(self) -> dict[str, str]:
+        """The members lost since the last event (said once, in the next event)."""
+        news, self.lost_since = self.lost_since, {}
+        return news
 
     def check_room(self) -> None:
         """Every member's prompt leaves room for a round (``PromptTooLong`` if not), checked
@@ -209,7 +224,7 @@ class Answer:
         tokens = member.prompt_format.tokens(
             self.messages, model, bos_token=model.bos_token if model.adds_bos else None
         )
-        segment, drafters = self.settings.segment_tokens, max(len(self.active_drafters), self.settings.draft_budget, 1)
+        segment, drafters = self.settings.segment_tokens, max(len(self.roster.drafters), self.settings.draft_budget, 1)
         needed = drafters * segment + 1
         if needed >= model.n_ctx:
             raise SpecemError(
@@ -232,10 +247,11 @@ class Answer:
         forced = self.format.forced() if self.format is not None else ""
         if forced:
             return self._forced_round(forced, round_started)
-        counts = self.drafting.counts(self.weights, self.active_drafters)
+        counts = self.drafting.counts(self.weights, self.roster.drafters)
         # Every verifier holds its own draft and the others' tails in its KV memory at once,
         # so near the end of the context the segments shrink until they fit.
-        following = self.following  # as the round starts: model exit may change it by its end
+        following = self.roster.following  # as the round starts: model exit may change it by its end
+        contrast = self.roster.contrast
         room = min(self.members[i].room for i in following)
         cap = min(settings.max_tokens - self.tokens, (room - 1) // sum(counts.values()))
         if cap < 1:
@@ -243,8 +259,8 @@ class Answer:
         budget = min(settings.segment_tokens, cap)
 
         def draft(i: int, sampler: Sampler) -> Draft:
-            if self.contrast is not None and i == self.contrast.expert:
-                return self.contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
+            if contrast is not None and i == contrast.expert:
+                return contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
             return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
         round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.map)
@@ -302,12 +318,14 @@ class Answer:
             ranked_first_by=tuple(self.names[v] for v in result.ranked_first_by),
             discounted=self._name(result.discounted, author),
             confidence=round_drafts.confidence,
+            lost=self._news(),
         )
         return event, finish
 
     @property
     def _amateur_names(self) -> tuple[str, ...]:
-        return tuple(self.names[i] for i in self.contrast.amateurs) if self.contrast is not None else ()
+        contrast = self.roster.contrast
+        return tuple(self.names[i] for i in contrast.amateurs) if contrast is not None else ()
 
     def _name(self, column: int | None, author: np.ndarray) -> str | None:
         return None if column is None else self.names[author[column]]
@@ -327,23 +345,24 @@ class Answer:
             writers = sorted({int(author[c]) for c in merged})
             self.share_totals[writers] += result.combined[representative] / total if total > 0 else 0.0
         if settings.feedback:
-            judges = self.weights / self.weights[self.verifies].mean() if settings.weighted_judges else None
+            verifies = self.roster.verifies
+            judges = self.weights / self.weights[verifies].mean() if settings.weighted_judges else None
             reward = feedback.rewards(result.shares, groups, judges, author)
             eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
-            updated = np.where(self.verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
+            updated = np.where(verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
             self.weights = updated / updated.sum()
         if settings.model_exit:
-            leaving = feedback.exiting_drafters(
-                self.share_totals, self.active_drafters, self.rounds, settings.exit_warmup_rounds, settings.exit_share
+            drafters, warmup = self.roster.drafters, settings.exit_warmup_rounds
+            self.roster.exit(
+                feedback.exiting_drafters(self.share_totals, drafters, self.rounds, warmup, settings.exit_share)
             )
-            self.active_drafters = [i for i in self.active_drafters if i not in leaving]
 
     def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, str]:
         """Text the constraint forces (a key, punctuation): committed to every member that
         follows the answer without a round of drafting or a vote."""
-        following = self.following
-        added = self.map(lambda i: self.members[i].commit(-1, text, None, None), following)
-        self.tokens += max(added)
+        following = self.roster.following
+        added = self.map(lambda i: self.members[i].commit(-1, text, None, None), following, losses_raise=False)
+        self.tokens += max(n for n in added if n is not None)
         self.forced_rounds += 1
         segment, finish = self._append(Draft(text, False, None, []))
         event = RoundEvent(
@@ -359,6 +378,7 @@ class Answer:
             verify_seconds={},
             seconds=time.perf_counter() - started,
             answer_tokens=self.tokens,
+            lost=self._news(),
         )
         return event, finish
 
@@ -423,7 +443,7 @@ class Answer:
         drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
         (candidate = the representative's column)."""
         settings = self.settings
-        verifiers = [int(v) for v in np.flatnonzero(self.verifies)]
+        verifiers = self.roster.verifiers
         ending = frozenset(rep for rep in groups if drafts[rep].ended) if settings.verify_end else frozenset()
 
         def verify(v: int) -> tuple[int, Scored]:
@@ -461,5 +481,6 @@ class Answer:
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
-        added = self.map(commit, following)
-        return added[following.index(writer)]
+        added = self.map(commit, following, losses_raise=False)  # the others have the winner: no going back
+        mine = added[following.index(writer)]
+        return mine if mine is not None else max(n for n in added if n is not None)

@@ -90,8 +90,9 @@ def _tool(value: Any, where: str) -> Tool:
         raise SettingError(f"{where}.function.name {shown!r} must be 1 to 64 letters, digits, _ or -", "tools")
     description = spec.get("description") or ""
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
-        raise SettingError(f"{where}.function.description must be text of at most {MAX_DESCRIPTION:,} characters",
-                           "tools")
+        raise SettingError(
+            f"{where}.function.description must be text of at most {MAX_DESCRIPTION:,} characters", "tools"
+        )
     parameters = spec.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
         raise SettingError(f"{where}.function.parameters must be a JSON Schema of an object", "tools")
@@ -141,12 +142,7 @@ def envelope_schema(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool 
     """The JSON Schema every answer must match: calls (each function's arguments by its own
     schema; one call without ``parallel``), or a message, as ``choice`` allows."""
     offered = [tool for tool in tools if choice.function in (None, tool.name)]
-    call = {
-        "anyOf": [
-            _object({"name": {"const": tool.name}, "arguments": tool.parameters})
-            for tool in offered
-        ]
-    }
+    call = {"anyOf": [_object({"name": {"const": tool.name}, "arguments": tool.parameters}) for tool in offered]}
     calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
     shapes = {
         "calls": _object({"tool_calls": calls}),

@@ -58,6 +58,7 @@ class ModelSpec:
     role: str = field(default="both", metadata={"limits": Limits(choices=ROLES)})
     color: str | None = None
     rpc: tuple[str, ...] = ()  # ggml-rpc servers ("host:port") that hold its layers (docs/distributed.md)
+    isolate: bool = False  # compute in a worker process of its own, as a member with rpc servers does
 
     def __post_init__(self) -> None:
         checked(self, f"model {self.name!r}")

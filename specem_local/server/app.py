@@ -30,7 +30,7 @@ from specem_local.engine import Ensemble
 from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
 from specem_local.engine.rounds import PromptTooLong
 from specem_local.engine.tools import ReplyStream, ToolCall
-from specem_local.errors import SettingError, SpecemError
+from specem_local.errors import NoMemberLeft, SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
@@ -87,6 +87,7 @@ class EnsembleServer:
                 "status": "ok",
                 "model": oa.MODEL_ID,
                 "members": self.ensemble.model_names,
+                "lost": {m.name: m.model.lost for m in self.ensemble.members if m.model.lost},  # back next answer
                 "answering": line.answering,
                 "waiting": line.waiting,
                 "answered": line.answered,
@@ -237,6 +238,8 @@ class EnsembleServer:
         """A whole answer as one response, or the error that ended it."""
         try:
             start, final = await self._collect(events, request)
+        except NoMemberLeft as error:  # the machines, not the request: the next request tries them again
+            return _error(request, 503, _failure(error), "server_error")
         except SpecemError as error:
             return _error(request, 400, str(error))
         except Exception as error:  # a fault of the server or llama.cpp: one log line and a 500

@@ -243,7 +243,12 @@ def round_line(chat: bool, event: RoundEvent, text: str | None = None) -> dict[s
         "created_at": now(),
         **_text_field(chat, event.text if text is None else text),
         "done": False,
-        "x_specem": {"round": event.index, "author": event.author, "candidates": len(event.candidates)},
+        "x_specem": {
+            "round": event.index,
+            "author": event.author,
+            "candidates": len(event.candidates),
+            **({"lost": event.lost} if event.lost else {}),
+        },
     }
 
 
@@ -265,7 +270,13 @@ def final_line(
         "prompt_eval_count": prompt_tokens,
         "eval_count": final.tokens,
         "eval_duration": int(final.seconds * 1e9),
-        "x_specem": {"wins": final.wins, "weights": final.weights, "rounds": final.rounds},
+        "x_specem": {
+            "wins": final.wins,
+            "weights": final.weights,
+            "rounds": final.rounds,
+            "absent": start.absent if start is not None else {},
+            "lost": final.lost,
+        },
     }
 
 

@@ -277,6 +277,7 @@ def round_chunk(
             "candidates": len(event.candidates),
             "decision": event.decision,
             "weights": event.weights,
+            **({"lost": event.lost} if event.lost else {}),
         },
     }
 
@@ -309,13 +310,16 @@ def _finish_reason(final: FinalEvent) -> str:
     return FINISH.get(final.finish_reason, "stop")
 
 
-def _summary(final: FinalEvent) -> dict[str, Any]:
-    """What the ensemble says of a whole answer, beside OpenAI's fields."""
+def _summary(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+    """What the ensemble says of a whole answer, beside OpenAI's fields: who won, the weights,
+    and the members that were out of it from the start (``absent``) or lost on the way."""
     return {
         "wins": final.wins,
         "weights": final.weights,
         "rounds": final.rounds,
         "specem_finish_reason": final.finish_reason,
+        "absent": start.absent if start is not None else {},
+        "lost": final.lost,
     }
 
 
@@ -326,7 +330,7 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
         {
             **_base(request, "chat.completion.chunk"),
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish_reason(final)}],
-            "x_specem": _summary(final),
+            "x_specem": _summary(start, final),
         }
     ]
     if request.include_usage:
@@ -355,7 +359,7 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
             }
         ],
         "usage": usage(start, final),
-        "x_specem": _summary(final),
+        "x_specem": _summary(start, final),
     }
 
 

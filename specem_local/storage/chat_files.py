@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.dirs import data_dir, replace_file
-from specem_local.events import FinalEvent, RoundEvent, event_from_dict
+from specem_local.events import FinalEvent, RoundEvent, event_from_dict, member_news
 from specem_local.storage.chats import EVENT_FORMAT, GIVEN, Chat, Turn
 
 FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
@@ -173,6 +173,7 @@ def chat_markdown(chat: Chat) -> str:
         if turn.final:
             wins = ", ".join(f"{name}: {count}" for name, count in turn.wins.items())
             lines += [f"*Segments won — {wins}*", ""]
+            lines += [f"*{line}*\n" for line in member_news(turn.final, set())]  # a machine that failed
         if turn.alternatives:
             kinds = ", ".join(other.kind or "asked" for other in turn.alternatives)
             lines += [f"*{len(turn.alternatives)} other version(s) kept ({kinds}): the JSON export has them.*", ""]

@@ -197,7 +197,10 @@ def _without(record: StoredWeights, change: dict[str, float]) -> StoredWeights:
         return {name: value - change.get(name, 0.0) for name, value in values.items()}
 
     return dataclasses.replace(
-        record, log_weights=back(record.log_weights), anchor=back(record.anchor), choices=record.choices - 1,
+        record,
+        log_weights=back(record.log_weights),
+        anchor=back(record.anchor),
+        choices=record.choices - 1,
         updated=time.time(),
     )
 

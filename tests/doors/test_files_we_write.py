@@ -84,7 +84,11 @@ def test_an_export_to_dev_stdout_appends_where_the_shell_points_it(recorded):
     assert not (ROOT / "-").exists()  # "-" is standard output, never a file of that name
     piped = subprocess.run(
         f"{sys.executable} -m specem_local history export {chat_id} -o /dev/stdout | cat",
-        shell=True, capture_output=True, text=True, cwd=ROOT, env=_env(data),
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(data),
     )
     assert piped.returncode == 0 and "answered" in piped.stdout, piped.stderr
 

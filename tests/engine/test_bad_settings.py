@@ -24,7 +24,7 @@ def test_generate_with_a_bad_value_is_a_setting_error_and_the_next_answer_runs(n
 
 def test_an_answer_whose_set_up_fails_frees_the_ensemble(monkeypatch):
     with fake_ensemble(fake_member("a", ANSWER), fake_member("b", ANSWER)) as ensemble:
-        import specem_local.engine.ensemble as engine
+        import specem_local.engine.answer_stream as engine
 
         def broken(*_args, **_kwargs):
             raise ValueError("a fault while setting up the answer")

@@ -25,7 +25,10 @@ WEATHER = {
 ADD = {
     "name": "add",
     "parameters": {
-        "type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"], "additionalProperties": False
+        "type": "object",
+        "properties": {"a": {"type": "number"}},
+        "required": ["a"],
+        "additionalProperties": False,
     },
 }
 ASKED = [{"role": "user", "content": "Weather in Paris?"}]
@@ -70,10 +73,17 @@ def test_the_ensemble_calls_a_tool_and_answers_once_it_has_the_result():
         assert reply.calls[0].id.startswith("call_")
         results = [
             *ASKED,
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": reply.calls[0].id, "type": "function",
-                 "function": {"name": "get_weather", "arguments": json.dumps(reply.calls[0].arguments)}},
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": reply.calls[0].id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": json.dumps(reply.calls[0].arguments)},
+                    },
+                ],
+            },
             {"role": "tool", "tool_call_id": reply.calls[0].id, "content": get_weather("Paris")},
         ]
         answered = ensemble.chat(results, tools=[get_weather], tool_choice="none", max_tokens=80).parsed
@@ -98,17 +108,25 @@ def test_tool_choice_and_parallel_calls_shape_what_may_be_written():
 
 
 def test_earlier_calls_and_results_read_the_same_for_every_family():
-    rendered = render_messages([
-        *ASKED,
-        {"role": "assistant", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "content": "sunny", "tool_name": "get_weather"},
-        {"role": "tool", "content": "warm", "tool_name": "get_weather"},
-    ])
+    rendered = render_messages(
+        [
+            *ASKED,
+            {
+                "role": "assistant",
+                "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+            },
+            {"role": "tool", "content": "sunny", "tool_name": "get_weather"},
+            {"role": "tool", "content": "warm", "tool_name": "get_weather"},
+        ]
+    )
     assert rendered == [
         *ASKED,
         {"role": "assistant", "content": CALL},
-        {"role": "user", "content": '{"tool_results": [{"name": "get_weather", "content": "sunny"}, '
-                                    '{"name": "get_weather", "content": "warm"}]}'},
+        {
+            "role": "user",
+            "content": '{"tool_results": [{"name": "get_weather", "content": "sunny"}, '
+            '{"name": "get_weather", "content": "warm"}]}',
+        },
     ]
 
 
@@ -130,11 +148,17 @@ def test_a_reply_streams_as_its_pieces():
         ({"tools": [{"type": "function", "function": {"name": "x" * 1024}}]}, "tools", "1 to 64"),
         ({"tools": [dict(ADD, name=f"f{i}") for i in range(500)]}, "tools", "at most 128"),
         ({"tools": [dict(ADD, parameters={"type": "string"})]}, "tools", "JSON Schema of an object"),
-        ({"tools": [dict(ADD, parameters={"type": "object", "properties": {"a": {"type": "strin"}}})]}, "tools",
-         "cannot be enforced"),
+        (
+            {"tools": [dict(ADD, parameters={"type": "object", "properties": {"a": {"type": "strin"}}})]},
+            "tools",
+            "cannot be enforced",
+        ),
         ({"tools": [ADD, ADD]}, "tools", "two functions are named 'add'"),
-        ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
-         "'nope', which is not one of the tools"),
+        (
+            {"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+            "'nope', which is not one of the tools",
+        ),
         ({"tools": [ADD], "schema": {"type": "object"}}, "tools", "give one of"),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ],
@@ -151,8 +175,14 @@ def test_bad_tools_are_one_line_naming_the_field_and_the_next_answer_comes(given
     ("messages", "says"),
     [
         ([*ASKED, {"role": "tool", "tool_call_id": "call_x", "content": "sunny"}], "answers no earlier tool call"),
-        ([*ASKED, {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{x"}}]},
-          {"role": "tool", "tool_call_id": "c", "content": "1"}], "arguments is not JSON"),
+        (
+            [
+                *ASKED,
+                {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{x"}}]},
+                {"role": "tool", "tool_call_id": "c", "content": "1"},
+            ],
+            "arguments is not JSON",
+        ),
     ],
 )
 def test_a_conversation_with_broken_calls_is_one_line(messages, says):

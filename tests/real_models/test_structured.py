@@ -75,9 +75,7 @@ def test_specem_run_prints_the_json_alone(tmp_path):
     )
     assert cut.returncode == 1 and cut.stdout == ""
     assert cut.stderr.strip().endswith("was cut at max_tokens (3) before it was whole; raise --max-tokens")
-    bad = subprocess.run(
-        [*command, "--regex", "a(b", QUESTION], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
+    bad = subprocess.run([*command, "--regex", "a(b", QUESTION], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "regex: cannot be enforced" in bad.stderr
 
 

@@ -60,8 +60,9 @@ def run_agent(client: openai.OpenAI, stream: bool) -> tuple[list[dict], str]:
     called = []
     for turn in range(3):
         choice = "required" if turn == 0 else "auto" if turn == 1 else "none"
-        request = dict(model="specem", messages=messages, tools=[WEATHER], tool_choice=choice, temperature=0,
-                       max_tokens=120)
+        request = dict(
+            model="specem", messages=messages, tools=[WEATHER], tool_choice=choice, temperature=0, max_tokens=120
+        )
         content, calls = complete(client, request) if not stream else stream_completion(client, request)
         if not calls:
             return called, content
@@ -132,9 +133,23 @@ def test_specem_run_tools_prints_the_calls(tmp_path):
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([WEATHER]))
     result = subprocess.run(
-        [sys.executable, "-m", "specem_local", "run", "--no-log", "--greedy", "--tools", str(tools),
-         "--max-tokens", "120", QUESTION],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "specem_local",
+            "run",
+            "--no-log",
+            "--greedy",
+            "--tools",
+            str(tools),
+            "--max-tokens",
+            "120",
+            QUESTION,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)

@@ -36,16 +36,23 @@ def test_the_ast_rule_on_a_simple_item():
 
 
 def test_an_integer_is_a_float_and_dotted_names_are_tools_with_underscores():
-    hypot = {"name": "math.hypot", "parameters": {"type": "dict", "properties": {"x": {"type": "float"}},
-                                                   "required": ["x"]}}
+    hypot = {
+        "name": "math.hypot",
+        "parameters": {"type": "dict", "properties": {"x": {"type": "float"}}, "required": ["x"]},
+    }
     truth = [{"math.hypot": {"x": [4.0]}}]
     assert tool_name("math.hypot") == "math_hypot"
     assert calls_correct([{"name": "math_hypot", "arguments": {"x": 4}}], [hypot], truth)
     assert not calls_correct([{"name": "math.hypot", "arguments": {"x": 4}}], [hypot], truth)
-    assert json_schema(hypot["parameters"]) == {"type": "object", "properties": {"x": {"type": "number"}},
-                                                "required": ["x"]}
+    assert json_schema(hypot["parameters"]) == {
+        "type": "object",
+        "properties": {"x": {"type": "number"}},
+        "required": ["x"],
+    }
     assert json_schema({"type": "dict", "properties": {"type": {"type": "tuple"}}}) == {
-        "type": "object", "properties": {"type": {"type": "array"}}}  # a parameter named "type"
+        "type": "object",
+        "properties": {"type": {"type": "array"}},
+    }  # a parameter named "type"
 
 
 def test_the_vendored_items_load_as_tool_call_tasks_and_their_truth_grades_right():

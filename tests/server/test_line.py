@@ -28,8 +28,9 @@ def test_requests_whose_clients_hang_up_while_waiting_give_their_place_back(tmp_
     """Checked against the code before: /health said "waiting 4" with nobody waiting, live
     clients got 429, and each ghost later started an answer of its own."""
     monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
-    ensemble = fake_ensemble(fake_member("a", "Once upon a time " * 40, on_decode=slow), fake_member("b", "Once"),
-                             ignore_eos=True)
+    ensemble = fake_ensemble(
+        fake_member("a", "Once upon a time " * 40, on_decode=slow), fake_member("b", "Once"), ignore_eos=True
+    )
     server = EnsembleServer(ensemble, ServerOptions(queue=4, record=True))
     with serving(server) as base:
         streamed = threading.Thread(
@@ -143,7 +144,10 @@ def test_serve_on_a_port_in_use_says_so_before_loading_any_model():
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "specem_local", "serve", "--port", str(port)],
-            capture_output=True, text=True, cwd=ROOT, timeout=120,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
         )
     assert result.returncode == 1 and result.stdout == ""  # nothing loaded, nothing served
     assert result.stderr.strip().startswith(f"specem: error: cannot listen on 127.0.0.1:{port}")
@@ -154,10 +158,17 @@ async def test_a_client_that_hangs_up_while_sending_its_body_is_no_server_error(
     ensemble = fake_ensemble(fake_member("a", "Paris."), fake_member("b", "Paris."))
     server = EnsembleServer(ensemble, ServerOptions(record=False))
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
         "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
     }
     half = {"type": "http.request", "body": b'{"model": "spe', "more_body": True}
     messages = iter([half, {"type": "http.disconnect"}])

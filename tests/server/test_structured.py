@@ -80,15 +80,31 @@ async def test_a_cut_answer_says_length(http):
     ("path", "body", "param", "says"),
     [
         ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "not one of"),
-        ("/v1/chat/completions", {"response_format": json_schema({"type": "string", "format": "zzz"})},
-         "response_format.json_schema.schema", "Unknown format: zzz"),
-        ("/v1/chat/completions", {"response_format": {"type": "json_object", "schema": "{"}},
-         "response_format.schema", "not JSON"),
-        ("/v1/chat/completions", {"response_format": json_schema({"description": "x" * 300_000})},
-         "response_format.json_schema.schema", "too large"),
+        (
+            "/v1/chat/completions",
+            {"response_format": json_schema({"type": "string", "format": "zzz"})},
+            "response_format.json_schema.schema",
+            "Unknown format: zzz",
+        ),
+        (
+            "/v1/chat/completions",
+            {"response_format": {"type": "json_object", "schema": "{"}},
+            "response_format.schema",
+            "not JSON",
+        ),
+        (
+            "/v1/chat/completions",
+            {"response_format": json_schema({"description": "x" * 300_000})},
+            "response_format.json_schema.schema",
+            "too large",
+        ),
         ("/api/chat", {"format": 5}, "format", "JSON Schema object"),
-        ("/api/chat", {"format": {"type": "object", "unevaluatedProperties": False}}, "format",
-         "unevaluatedProperties"),
+        (
+            "/api/chat",
+            {"format": {"type": "object", "unevaluatedProperties": False}},
+            "format",
+            "unevaluatedProperties",
+        ),
     ],
 )
 async def test_a_bad_format_is_a_400_naming_the_field_and_the_next_request_answers(http, path, body, param, says):

@@ -78,15 +78,39 @@ async def test_ollama_tool_calls_whole_and_streamed(http):
     [
         ({"tools": [{"type": "function", "function": {"name": "get weather"}}]}, "tools"),
         ({"tools": [WEATHER] * 2}, "tools"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
-          "properties": {"x": {"type": "nonsense"}}}}}]}, "tools"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {"type": "object", "properties": {"x": {"type": "nonsense"}}},
+                        },
+                    }
+                ]
+            },
+            "tools",
+        ),
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
         ({"response_format": {"type": "json_object"}}, "tools"),
         ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"messages": [*ASKED, {"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, "messages"),
-        ({"messages": [*ASKED, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
-          "function": {"name": "get_weather", "arguments": "{nope"}}]}, {"role": "tool", "tool_call_id": "c",
-          "content": "1"}]}, "messages"),
+        (
+            {
+                "messages": [
+                    *ASKED,
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{nope"}}
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c", "content": "1"},
+                ]
+            },
+            "messages",
+        ),
     ],
 )
 async def test_a_bad_tool_request_is_a_400_naming_the_field_and_the_next_answers(http, body, param):

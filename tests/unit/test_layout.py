@@ -114,7 +114,8 @@ def test_research_imports_only_the_faces():
         for module, targets in import_graph().items()
         if module.startswith("specem_research")
         for target in sorted(targets)
-        if target.startswith("specem_local") and target not in faces
+        if target.startswith("specem_local")
+        and target not in faces
         and not any(target == f"{face}.{leaf}" for face in faces for leaf in _face_names(face))
     ]
     assert deep == []

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Header, Static
 
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import SpecemError
-from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent, member_news
 from specem_local.models.config import builtin_ensembles
 from specem_local.storage.chat_files import export_chat
 from specem_local.storage.chats import Chat, Turn, title_for
@@ -92,6 +92,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.taken_back: Callable[[], None] | None = None  # runs when it fails before its first segment
         self.editing: Turn | None = None  # the last question, being edited in the input box
         self.streamed = 0  # rounds of the answer being written so far
+        self.members_said: set[str] = set()  # members said to be out of the answer being written
         self.warnings_said = 0  # the ensemble's warnings shown so far
         self.reset_asked = -CONFIRM_SECONDS  # when Ctrl+R last asked to confirm (time.monotonic())
         self.show_title()  # set before the Header mounts (no race)
@@ -211,6 +212,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         before its first segment and was taken back."""
         self.answer, self.answering, self.after_answer, self.taken_back = answer, view, after, taken_back
         self.streamed = 0  # its rounds so far (a version continued from a pick starts with some)
+        self.members_said = set()
         self.generate(answer)
 
     @work(thread=True, exclusive=True, group="answer")
@@ -228,6 +230,8 @@ class ChatScreen(AnswerVersions, Screen[None]):
         view, event = self.answering, message.event
         if view is None or message.answer is not self.answer:
             return
+        for line in member_news(event, self.members_said):  # a member on another machine that failed
+            self.notify(printable(line), severity="warning", timeout=15)
         if isinstance(event, StartEvent):
             self.query_one(WeightsPanel).reset(event.weights, event.models, event.weights_origin)
             return

@@ -16,7 +16,7 @@ from textual.style import Style
 from textual.widgets import Markdown, Static
 
 from specem_local.engine.tools import reply_from_text
-from specem_local.events import finish_note
+from specem_local.events import finish_note, member_news
 from specem_local.storage.chat_files import speaker
 from specem_local.storage.chats import GIVEN, Turn, code_blocks
 from specem_local.text import printable
@@ -159,11 +159,20 @@ class AnswerView(Vertical, can_focus=True):
             parts.append((printable(event.text), style))
         if not self.turn.rounds and not self.turn.done:
             parts.append(("drafting the first segment…", Style(italic=True, dim=True)))
+        for line in self.member_lines():
+            parts.append((f" [{printable(line)}]", Style(italic=True, dim=True)))
         if self.turn.stopped:
             parts.append((" [stopped]", Style(italic=True, dim=True)))
         if self.turn.error:
             parts.append((f" [failed: {printable(self.turn.error)}]", Style(italic=True, dim=True)))
         return Content.assemble(*parts)
+
+    def member_lines(self) -> list[str]:
+        """One line per member that was out of this answer or left it (a machine that stopped
+        answering), as every front end says it."""
+        said: set[str] = set()
+        events = [*self.turn.rounds, *([self.turn.final] if self.turn.final is not None else [])]
+        return [line for event in events for line in member_news(event, said)]
 
     def refresh_segments(self) -> None:
         self.query_one(SegmentText).update(self.segments_content())
@@ -176,9 +185,9 @@ class AnswerView(Vertical, can_focus=True):
             wins = "  ".join(f"{name} {count}" for name, count in self.turn.wins.items() if count)
             parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
             self.border_subtitle = printable(" · ".join(part for part in parts if part))
-        why = self.turn.ending or (finish_note(final) if final is not None else None)
-        shown = readable(self.turn.content)
-        drawn = self.query_one(Markdown).update(printable(shown + (f"\n\n*({why})*" if why else "")))
+        notes = [*self.member_lines(), self.turn.ending or (finish_note(final) if final is not None else None)]
+        said = "".join(f"\n\n*({note})*" for note in notes if note)
+        drawn = self.query_one(Markdown).update(printable(readable(self.turn.content) + said))
         self.refresh_segments()
         self.show_markdown = True
         return drawn
