@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -81,6 +82,7 @@ class WorkerModel(VocabularyOnly):
         self._folder = Path(tempfile.mkdtemp(prefix="specem-worker-", dir=shared))
         self._process: Any = None
         self._pipe: Any = None
+        self._answered = True  # the last call sent has its answer (none is in flight)
         self._rows: worker.RowsFile | None = None
         self._files = 0
         try:
@@ -101,7 +103,7 @@ class WorkerModel(VocabularyOnly):
         log = self._folder / "worker.log"
         with open(log, "wb") as output:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "specem_local.backend.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "specem_local.backend.worker", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -160,6 +162,7 @@ class WorkerModel(VocabularyOnly):
             how = f"its worker exited with code {code}"
         lines = (self._folder / "worker.log").read_text(errors="replace").strip().splitlines()
         said = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        said = re.sub(r"^\S*\.(?:c|cc|cpp|h):\d+:\s*", "", said)  # ggml's source path: no help to a user
         return f"{how}{f' ({said[:200]})' if said else ''}"
 
     def _end(self) -> None:
@@ -192,8 +195,9 @@ class WorkerModel(VocabularyOnly):
         self._interrupts += 1
 
     def close(self) -> None:
-        """Let the worker free its model (it is ended if it cannot), then the files here."""
-        if self._pipe is not None and self._process.poll() is None:
+        """Let the worker free its model (it is ended if it cannot, or if a step it was given
+        is still unanswered: it may be stuck on a silent server), then the files here."""
+        if self._pipe is not None and self._process.poll() is None and self._answered:
             with contextlib.suppress(OSError):
                 self._pipe.send((0, "close", ()))
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -219,6 +223,7 @@ class WorkerModel(VocabularyOnly):
             self._pipe.send((number, name, args))
         except OSError:
             raise self._lose(self._death()) from None
+        self._answered = False
         while True:
             if self._pipe.poll(POLL_SECONDS):
                 try:
@@ -227,6 +232,7 @@ class WorkerModel(VocabularyOnly):
                     raise self._lose(str(error)) from None
                 if got != number:
                     continue  # the answer to a step an interrupt gave up on
+                self._answered = True
                 self._deadlines.record(time.monotonic() - started, rows)
                 if kind == "ok":
                     return value
@@ -289,7 +295,7 @@ class WorkerModel(VocabularyOnly):
         self._call("clear")
 
     def set_threads(self, threads: int) -> None:
-        if threads != self.n_threads:
+        if threads != self.n_threads and self.lost is None:
             self._call("set_threads", threads)
             self.n_threads = threads
 

@@ -9,7 +9,7 @@ and names it in each call): a decode writes its wanted rows there, a scoring the
 whole.
 While loading it sends ``(0, "progress", fraction)``; once loaded ``(0, "ready", facts)``.
 
-It is started as ``python -m specem_local.backend.worker FD`` (not by multiprocessing's spawn,
+It is started as ``python -m specem_local.backend.worker FD PID`` (not by multiprocessing's spawn,
 which would import the user's own script again), its first message the model's path and
 options. Its output (ggml's messages, an abort's last words) goes to a log file the parent
 reads when it dies; Ctrl-C is the parent's to handle, so it ignores SIGINT.
@@ -18,8 +18,11 @@ reads when it dies; Ctrl-C is the parent's to handle, so it ignores SIGINT.
 from __future__ import annotations
 
 import mmap
+import os
 import signal
 import sys
+import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -122,7 +125,20 @@ class _Rows:
             self.file = None
 
 
-if __name__ == "__main__":  # python -m specem_local.backend.worker FD: FD is its end of the pipe
+def _end_with_parent(parent: int) -> None:
+    """A thread that ends this process when its parent is gone: a call stuck on a silent
+    server would otherwise keep an orphan alive for ever."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+if __name__ == "__main__":  # python -m specem_local.backend.worker FD PARENT: its end of the pipe, its parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent(int(sys.argv[2]))
     pipe = Connection(int(sys.argv[1]))
     main(pipe, *pipe.recv())

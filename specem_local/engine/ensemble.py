@@ -366,7 +366,8 @@ class Ensemble:
             return
         threads = threads_each(self.threads_per_model, at_once)
         for member in self.members:
-            member.model.set_threads(threads)
+            if member.model.lost is None:
+                member.model.set_threads(threads)
 
 
 def _uses_tools(message: dict[str, Any]) -> bool:

@@ -120,6 +120,8 @@ class Answer:
         """Take the members lost since the last look out of the answer (``SpecemError`` when
         no member is left that can draft, or none that can verify)."""
         found = self.roster.newly_lost()
+        if not found:
+            raise SpecemError("a member already out of the answer was asked for a step (a bug in specem)")
         self.lost_since.update({self.names[i]: reason for i, reason in found.items()})
         self.weights = self.roster.weights_without_lost(self.weights)
         if not self.roster.can_answer:
