@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specem_local.models.rpc import CONNECTION_CAPS, PROTOCOL
+from specem_local.models import CONNECTION_CAPS, PROTOCOL
 from specem_research.rpc_cost import start_rpc_server
 
 SPECEM = [sys.executable, "-m", "specem_local"]
@@ -152,12 +152,9 @@ def round_seconds(isolated: bool, endpoint: str | None, answers: int) -> float:
     """Mean seconds per round of the two-member ensemble, SmolLM2 in a worker (``isolated``)
     or in this process; on the server at ``endpoint``, or here."""
     from specem_local.backend import LlamaModel, WorkerModel
-    from specem_local.engine import Ensemble
-    from specem_local.engine.loading import prompt_format_for
-    from specem_local.engine.member import Member
+    from specem_local.engine import Ensemble, Member, prompt_format_for
     from specem_local.events import RoundEvent
-    from specem_local.models.config import ModelSpec
-    from specem_local.models.demo_models import DEMO_MODELS, demo_path
+    from specem_local.models import DEMO_MODELS, ModelSpec, demo_path
     from specem_local.settings import EnsembleSettings
 
     members = []

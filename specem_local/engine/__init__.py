@@ -1,8 +1,10 @@
 """The engine: the ``Ensemble`` and one answer's round loop, with everything a round calls.
 
-``ensemble`` owns the loaded members, one answer at a time, cancel and close; ``loading`` turns
-a config into members; ``rounds`` runs one answer (draft, verify, vote, learn, broadcast) as a
-stream of events; ``member`` is one model's part in it; ``drafting``, ``contrastive``, ``vote``,
+``ensemble`` owns the loaded members, one answer at a time, cancel and close; ``answer_stream``
+is one answer as its caller iterates it (members lost earlier brought back first); ``loading``
+turns a config into members; ``rounds`` runs one answer (draft, verify, vote, learn, broadcast)
+as a stream of events, ``roster`` says who takes part in it (model exit, lost members);
+``member`` is one model's part in it; ``drafting``, ``contrastive``, ``vote``,
 ``feedback``, ``sampling``, ``segments`` and ``prompting`` are its pure steps; ``learned`` and
 ``choices`` carry weights across answers (calibration, your picks).
 
@@ -15,6 +17,7 @@ from specem_local.engine.choices import best_rewards, choice_change
 from specem_local.engine.constraints import AnswerFormat, allowed_tokens, constraint_from, member_matcher
 from specem_local.engine.ensemble import AnswerStream, Ensemble, threads_each
 from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
+from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
 from specem_local.engine.sampling import make_sampler
@@ -36,6 +39,7 @@ __all__ = [
     "make_sampler",
     "member_matcher",
     "names_in",
+    "prompt_format_for",
     "sampling",
     "threads_each",
 ]

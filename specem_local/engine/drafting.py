@@ -8,7 +8,8 @@ heaviest drafter drafts first, and when it was sure of every token its segment i
 only candidate.
 
 Candidates are columns: model ``i``'s first draft is column ``i``, extra drafts follow the
-models (column ``len(members)`` on), and ``author[c]`` is the model that drafted column ``c``.
+models (column ``len(members)`` on), and ``author[c]`` is the model that drafted column ``c``;
+``round_candidates`` turns them into the round event's records.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import numpy as np
 from specem_local.engine import feedback
 from specem_local.engine.member import Draft
 from specem_local.engine.sampling import Sampler, make_sampler
+from specem_local.engine.vote import Tally
+from specem_local.events import Candidate
 from specem_local.settings import EnsembleSettings
 
 
@@ -114,3 +117,42 @@ class Drafting:
         for found in map_over(lambda model: drafts_of(model, todo[model]), models):
             done.update(found)
         return RoundDrafts(dict(sorted(done.items())), author, sample_of, confidence)
+
+
+def round_candidates(
+    names: list[str],
+    drafts: dict[int, Draft],
+    groups: dict[int, list[int]],
+    scores: np.ndarray,
+    result: Tally,
+    round_drafts: RoundDrafts,
+    amateurs: tuple[str, ...],
+) -> tuple[Candidate, ...]:
+    """Every candidate of a round, for its event: who drafted it, what each verifier thought,
+    how the vote combined it; merged duplicates share their representative's scores."""
+    representative_of = {c: rep for rep, merged in groups.items() for c in merged}
+    author, sample = round_drafts.author, round_drafts.sample
+
+    def column(matrix: np.ndarray, c: int) -> dict[str, float]:
+        return {names[v]: float(matrix[v, c]) for v in range(len(names)) if not np.isnan(matrix[v, c])}
+
+    out = []
+    for c, draft in drafts.items():
+        rep = representative_of[c]
+        out.append(
+            Candidate(
+                model=names[author[c]],
+                text=draft.text,
+                ended=draft.ended,
+                scores=column(scores, rep),
+                shares=column(result.shares, rep),
+                combined=float(result.combined[rep]) if result.combined is not None else None,
+                same_as=names[author[rep]] if rep != c else None,
+                copied=float(result.copied[rep]) if result.copied is not None else None,
+                sample=sample[c],
+                same_as_sample=sample[rep] if rep != c else None,
+                contrasted_with=amateurs if draft.contrast_changed is not None else (),
+                contrast_changed=draft.contrast_changed,
+            )
+        )
+    return tuple(out)

@@ -17,7 +17,7 @@ import numpy as np
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine.constraints import AnswerFormat, Constraint, member_matcher
-from specem_local.engine.drafting import Drafting, RoundDrafts
+from specem_local.engine.drafting import Drafting, round_candidates
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.prompting import Message
@@ -25,7 +25,7 @@ from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
 from specem_local.errors import NoMemberLeft, SpecemError
-from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
 MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
@@ -308,7 +308,7 @@ class Answer:
             text=segment,
             author=self.names[writer],
             decision=result.decision,
-            candidates=self._candidates(drafts, groups, scores, result, round_drafts),
+            candidates=round_candidates(self.names, drafts, groups, scores, result, round_drafts, self._amateur_names),
             weights=weights_dict(self.members, self.weights),
             drafters=tuple(self.names[i] for i in drafters),
             draft_seconds=spent,
@@ -401,42 +401,6 @@ class Answer:
                 self.text = self.text[:index]
                 return self.text[previous_length:], "stop"
         return winning.text, "eos" if winning.ended else ""
-
-    def _candidates(
-        self,
-        drafts: dict[int, Draft],
-        groups: dict[int, list[int]],
-        scores: np.ndarray,
-        result: vote.Tally,
-        round_drafts: RoundDrafts,
-    ) -> tuple[Candidate, ...]:
-        """Every candidate for the event; merged duplicates share their scores."""
-        representative_of = {c: rep for rep, merged in groups.items() for c in merged}
-        author, sample = round_drafts.author, round_drafts.sample
-
-        def column(matrix: np.ndarray, c: int) -> dict[str, float]:
-            return {self.names[v]: float(matrix[v, c]) for v in range(len(self.members)) if not np.isnan(matrix[v, c])}
-
-        out = []
-        for c, draft in drafts.items():
-            rep = representative_of[c]
-            out.append(
-                Candidate(
-                    model=self.names[author[c]],
-                    text=draft.text,
-                    ended=draft.ended,
-                    scores=column(scores, rep),
-                    shares=column(result.shares, rep),
-                    combined=float(result.combined[rep]) if result.combined is not None else None,
-                    same_as=self.names[author[rep]] if rep != c else None,
-                    copied=float(result.copied[rep]) if result.copied is not None else None,
-                    sample=sample[c],
-                    same_as_sample=sample[rep] if rep != c else None,
-                    contrasted_with=self._amateur_names if draft.contrast_changed is not None else (),
-                    contrast_changed=draft.contrast_changed,
-                )
-            )
-        return tuple(out)
 
     def _verify(
         self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, author: np.ndarray

@@ -10,11 +10,13 @@ May import: ``settings``, ``errors``, ``dirs``. Nothing here loads llama.cpp.
 from specem_local.models.config import Config, ModelSpec, builtin_ensembles, load_config, model_colours, tomllib
 from specem_local.models.demo_models import DEMO_MODELS, assemble_demo, demo_path
 from specem_local.models.gguf import read_model_header
-from specem_local.models.rpc import Endpoint, RpcUnavailable, probe
+from specem_local.models.rpc import CONNECTION_CAPS, PROTOCOL, Endpoint, RpcUnavailable, probe
 from specem_local.models.scan import FoundModel, scan
 
 __all__ = [
+    "CONNECTION_CAPS",
     "DEMO_MODELS",
+    "PROTOCOL",
     "Config",
     "Endpoint",
     "FoundModel",
