@@ -109,7 +109,7 @@ def constraint_from(
     what is wrong; None when none was given (or an empty list of tools: no tools)."""
     offered = None if offered in (None, [], ()) else offered
     values = (schema, json_object, grammar, regex, offered)
-    given = [name for name, value in zip(FIELDS, values) if value not in (None, False)]
+    given = [name for name, value in zip(FIELDS, values) if value is not None and value is not False]  # 0 is given
     if len(given) > 1:
         raise SettingError(f"give one of schema, json, grammar, regex or tools, not {' and '.join(given)}", given[1])
     if tool_choice is not None and offered is None and tool_choice not in ("none", "auto"):

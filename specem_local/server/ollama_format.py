@@ -85,7 +85,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, what in (("images", "images"),):
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
-    if body.get("think") not in (None, False):
+    if body.get("think") is not None and body["think"] is not False:  # 0 == False, yet not a switch
         raise ApiError(400, "think is not supported by the specem ensemble; remove 'think'", "think")
 
 
@@ -181,7 +181,7 @@ def parse_generate(body: Any) -> Request:
     _model(body)
     _refuse_unsupported(body)
     for name in ("raw", "suffix", "context", "template"):
-        if body.get(name) not in (None, False, "", []):
+        if not (body.get(name) is None or body[name] is False or body[name] in ("", [])):
             raise ApiError(400, f"{name} is not supported by the specem ensemble; remove {name!r}", name)
     prompt = message_text(body.get("prompt", ""), "prompt")
     system = message_text(body.get("system", ""), "system")

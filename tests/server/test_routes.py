@@ -240,6 +240,7 @@ async def test_ollama_catalogue_routes(http):
         ({**OLLAMA_CHAT, "options": {"num_ctx": "big"}}, 400, "options.num_ctx must be an integer"),
         ({**OLLAMA_CHAT, "options": {"use_mmap": 1}}, 400, "options.use_mmap must be true or false"),
         ({**OLLAMA_CHAT, "options": {"repeat_penalty": True}}, 400, "options.repeat_penalty"),  # true == 1.0
+        ({**OLLAMA_CHAT, "think": 0}, 400, "think"),  # 0 == false, yet not a switch
         ({**OLLAMA_CHAT, "stream": "yes"}, 400, "stream"),
         ([1, 2, 3], 400, "JSON object"),
     ],
@@ -261,7 +262,8 @@ async def test_openai_names_the_field_as_sent_and_takes_null_as_absent(http):
     error = refused.json()["error"]
     assert refused.status_code == 400 and error["param"] == "max_completion_tokens"
     assert error["message"].startswith("max_completion_tokens must be")
-    for field, value in (("n", True), ("user", 7), ("logprobs", 0)):  # true == 1 and 0 == false in Python
+    # true == 1 and 0 == false in Python; tools: 0 was found by the fuzz (taken as no tools)
+    for field, value in (("n", True), ("user", 7), ("logprobs", 0), ("tools", 0)):
         refused = await http.post("/v1/chat/completions", json={**ASK, field: value})
         assert refused.status_code == 400 and refused.json()["error"]["param"] == field, (field, refused.text)
     taken = await http.post("/v1/chat/completions", json={**ASK, "stream": None, "user": None})
