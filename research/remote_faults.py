@@ -3,7 +3,7 @@ servers and a real ``specem run``: a server stopped mid-answer (``kill -STOP``: 
 sleeps, Wi-Fi that drops without a reset), one killed mid-answer (``kill -9``), one that answers
 the greeting and then stalls at load, and Ctrl-C while a remote step is stuck. Then what the
 worker process costs: seconds per round with the remote member in a worker against in this
-process, and the same for a local member (``isolate = true``).
+process (the demo trio, SmolLM2 remote), and the same for a local member (``isolate = true``).
 
     python -m specem_research.remote_faults [--output research/results/issue40-remote-faults.json]
 
@@ -148,48 +148,57 @@ def stall_at_load(folder: Path, remote_timeout: float) -> dict[str, Any]:
     }
 
 
-def round_seconds(isolated: bool, endpoint: str | None, answers: int) -> float:
-    """Mean seconds per round of the two-member ensemble, SmolLM2 in a worker (``isolated``)
-    or in this process; on the server at ``endpoint``, or here."""
+def ensemble_with(isolated: bool, endpoint: str | None) -> Any:
+    """The demo trio, greedy, model exit off, every answer 64 tokens: SmolLM2 in a worker
+    (``isolated``) or in this process, on the server at ``endpoint`` or here."""
     from specem_local.backend import LlamaModel, WorkerModel
     from specem_local.engine import Ensemble, Member, prompt_format_for
-    from specem_local.events import RoundEvent
     from specem_local.models import DEMO_MODELS, ModelSpec, demo_path
     from specem_local.settings import EnsembleSettings
 
     members = []
-    for name, demo, rpc in (("gemma", "gemma-3-270m", ()), ("smol", "smollm2-135m", (endpoint,) if endpoint else ())):
-        spec = ModelSpec(name=name, demo=demo, rpc=rpc)
-        kind = WorkerModel if isolated and name == "smol" else LlamaModel
-        model = kind(demo_path(DEMO_MODELS[demo]), n_ctx=1024, n_seq_max=3, n_threads=1, rpc=rpc)
+    for demo in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"):
+        rpc = (endpoint,) if endpoint and demo == "smollm2-135m" else ()
+        spec = ModelSpec(name=demo, demo=demo, rpc=rpc)
+        kind = WorkerModel if isolated and demo == "smollm2-135m" else LlamaModel
+        model = kind(demo_path(DEMO_MODELS[demo]), n_ctx=1024, n_seq_max=4, n_threads=1, rpc=rpc)
         members.append(Member(spec, model, prompt_format_for(spec, model)))
     settings = EnsembleSettings(greedy=True, model_exit=False, ignore_eos=True, segment_tokens=8, max_tokens=64)
-    seconds: list[float] = []
-    with Ensemble(members, settings) as ensemble:
-        ensemble.generate(QUESTION)  # warm up
-        for _ in range(answers):
-            seconds += [e.seconds for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
-    return sum(seconds) / len(seconds)
+    return Ensemble(members, settings)
+
+
+def round_cost(endpoints: tuple[str | None, str | None], answers: int) -> dict[str, float]:
+    """Seconds per round, SmolLM2 in this process against in a worker, answer by answer in
+    turn (so both arms meet the same machine), each arm on its own server when remote."""
+    from specem_local.events import RoundEvent
+
+    arms = {"in_process": ensemble_with(False, endpoints[0]), "in_worker": ensemble_with(True, endpoints[1])}
+    rounds: dict[str, list[float]] = {name: [] for name in arms}
+    try:
+        for ensemble in arms.values():
+            ensemble.generate(QUESTION)  # warm up
+        for answer in range(answers):
+            for name in sorted(arms, reverse=answer % 2 == 1):
+                rounds[name] += [e.seconds for e in arms[name].stream(QUESTION) if isinstance(e, RoundEvent)]
+    finally:
+        for ensemble in arms.values():
+            ensemble.close()
+    means = {name: sum(seconds) / len(seconds) for name, seconds in rounds.items()}
+    return {
+        **{name: round(mean, 4) for name, mean in means.items()},
+        "ratio": round(means["in_worker"] / means["in_process"], 3),
+    }
 
 
 def costs(answers: int) -> dict[str, Any]:
-    server, endpoint = start_rpc_server(threads=1)
+    servers = [start_rpc_server(threads=1) for _ in range(2)]
     try:
-        measured = {
-            "remote_in_process": round_seconds(False, endpoint, answers),
-            "remote_in_worker": round_seconds(True, endpoint, answers),
-        }
+        remote = round_cost((servers[0][1], servers[1][1]), answers)
     finally:
-        server.terminate()
-        server.wait(10)
-    measured["local_in_process"] = round_seconds(False, None, answers)
-    measured["local_in_worker"] = round_seconds(True, None, answers)
-    return {
-        "seconds_per_round": {key: round(value, 4) for key, value in measured.items()},
-        "worker_over_in_process_remote": round(measured["remote_in_worker"] / measured["remote_in_process"], 3),
-        "worker_over_in_process_local": round(measured["local_in_worker"] / measured["local_in_process"], 3),
-        "answers": answers,
-    }
+        for process, _ in servers:
+            process.terminate()
+            process.wait(10)
+    return {"remote_member": remote, "local_member_isolated": round_cost((None, None), answers), "answers": answers}
 
 
 def main(argv: list[str] | None = None) -> int:
