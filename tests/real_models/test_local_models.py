@@ -47,7 +47,7 @@ def test_scan_add_and_run_with_models_from_ollama_and_lm_studio(tmp_path):
         assert added.returncode == 0 and f"updated {config}" in added.stdout, added.stderr
     assert config.read_text().startswith(MY_TOML)
     assert_clean_error(
-        specem("models", "add", "qwen", "ollama:other", "--config", str(config), env=env),
+        specem("models", "add", "qwen", "lmstudio:SmolLM2", "--config", str(config), env=env),
         "already has a model named 'qwen'",
     )
 

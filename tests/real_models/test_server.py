@@ -218,7 +218,7 @@ def test_streamed_requests_arriving_together_are_counted_in_line(server):
             {
                 "model": "specem",
                 "messages": [{"role": "user", "content": "hi"}],
-                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tools": [{"type": "function", "function": {"name": "get weather"}}],
             },
             400,
             "tools",
