@@ -35,7 +35,7 @@ from specem_local.backend.scoring import KEEP, RowScores
 from specem_local.backend.vocabulary import VocabularyOnly
 from specem_local.backend.watchdog import StepDeadlines
 from specem_local.errors import SpecemError
-from specem_local.models.rpc import RpcUnavailable, parse_endpoint, probe
+from specem_local.models.rpc import probe_all
 
 POLL_SECONDS = 0.05  # how often a wait looks at the deadline, the worker's life and interrupt()
 CLOSE_SECONDS = 2.0  # how long a closing worker may take to free its model before it is ended
@@ -183,12 +183,7 @@ class WorkerModel(VocabularyOnly):
         """Bring a lost model back: probe each server, then load again."""
         if self.lost is None:
             return
-        for text in self.rpc:
-            endpoint = parse_endpoint(text)
-            try:
-                probe(endpoint)
-            except RpcUnavailable as why:
-                raise SpecemError(f"the RPC server {endpoint} cannot take it back: {why}") from None
+        probe_all(self.rpc, "the RPC server {endpoint} cannot take it back")
         self._start(None)
 
     def interrupt(self) -> None:

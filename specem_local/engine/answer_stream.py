@@ -60,17 +60,7 @@ class AnswerStream(Iterator[Event]):
             self._ensemble._open_answer(self)
             try:  # whatever setting up raises, the ensemble is free for the next answer
                 members, absent = present_members(self._members)
-                start = self._ensemble._starting_weights(members, self._settings)
-                self._answer = Answer(
-                    members,
-                    self._settings,
-                    self._messages,
-                    self._cancelled,
-                    self._ensemble._map,
-                    start,
-                    self._constraint,
-                    absent,
-                )
+                self._answer = self._new_answer(members, absent)
                 self._steps = self._answer.run()
             except BaseException:
                 self.close()
@@ -90,16 +80,20 @@ class AnswerStream(Iterator[Event]):
 
     def check_room(self) -> None:
         """``PromptTooLong`` if the prompt leaves no room to answer; runs nothing."""
-        start = self._ensemble._starting_weights(self._members, self._settings)
-        Answer(
-            self._members,
+        self._new_answer(self._members).check_room()
+
+    def _new_answer(self, members: list[Member], absent: dict[str, str] | None = None) -> Answer:
+        start = self._ensemble._starting_weights(members, self._settings)
+        return Answer(
+            members,
             self._settings,
             self._messages,
             self._cancelled,
             self._ensemble._map,
             start,
             self._constraint,
-        ).check_room()
+            absent,
+        )
 
     def final(self) -> FinalEvent:
         """Run the answer to its end and return its final record. An answer that an exception

@@ -19,7 +19,7 @@ from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import PromptFormat
 from specem_local.errors import SpecemError
 from specem_local.models.config import PLAIN_TEMPLATE, Config, ModelSpec
-from specem_local.models.rpc import RpcUnavailable, parse_endpoint, probe
+from specem_local.models.rpc import probe_all
 from specem_local.models.sources import source_for
 
 ProgressCallback = Callable[[str, float], None]  # (model name, fraction loaded)
@@ -162,12 +162,7 @@ def check_rpc_servers(spec: ModelSpec) -> None:
             f"model {spec.name!r} has rpc servers, and this llama.cpp was built without the RPC backend; "
             "run ./scripts/setup.sh again (it adds -DGGML_RPC=ON)"
         )
-    for text in spec.rpc:
-        endpoint = parse_endpoint(text)
-        try:
-            probe(endpoint)
-        except RpcUnavailable as why:
-            raise SpecemError(f"model {spec.name!r}: the RPC server {endpoint} cannot take it: {why}") from None
+    probe_all(spec.rpc, f"model {spec.name!r}: the RPC server {{endpoint}} cannot take it")
 
 
 def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress: ProgressCallback | None) -> Member:

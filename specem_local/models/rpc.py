@@ -15,7 +15,10 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from specem_local.errors import SpecemError
 
 # The protocol of the ggml in llama-cpp-python 0.3.36 (ggml-rpc.h; tests check the installed
 # library answers with it). A server with another major version, or a newer minor one, is refused.
@@ -104,6 +107,17 @@ def probe(endpoint: Endpoint, timeout: float = PROBE_SECONDS) -> tuple[int, int,
             "specem-local (llama-cpp-python) version on both machines"
         )
     return major, minor, patch
+
+
+def probe_all(servers: Sequence[str], refusal: str) -> None:
+    """Probe each server in turn; the first that cannot be used is a ``SpecemError`` that says
+    ``refusal`` (its ``{endpoint}`` filled in) and why."""
+    for text in servers:
+        endpoint = parse_endpoint(text)
+        try:
+            probe(endpoint)
+        except RpcUnavailable as why:
+            raise SpecemError(f"{refusal.replace('{endpoint}', str(endpoint))}: {why}") from None
 
 
 def _receive(connection: socket.socket, size: int) -> bytes:
