@@ -27,3 +27,15 @@ def test_paired_counts_and_the_exact_p(tmp_path, capsys):
     assert paired_runs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "ensemble" in out and "1.000" in out
+
+
+def test_one_run_compares_the_ensemble_with_each_member(tmp_path, capsys):
+    run(tmp_path / "a", {"ensemble": [True, True, False, False], "m": [True, False, False, True], "n": [False] * 4})
+    items = paired_runs.answers(tmp_path / "a")
+    result = paired_runs.paired(items, items, "m", "ensemble")
+    counts = (result["first_correct"], result["second_correct"], result["only_first"], result["only_second"])
+    assert counts == (2, 2, 1, 1)
+    assert paired_runs.some_member_right(items) == 2
+    assert paired_runs.main([str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "some member right: 2" in out and "ensemble " not in out.split("\n", 2)[2]
