@@ -221,6 +221,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         base["schema"] = read_text(Path(args.schema), "--schema")
         constraint_from(base["schema"])  # a bad schema is said before any model loads
+    if args.one_call:
+        if not any(task.tools for task in tasks):
+            raise SpecemError("--one-call: these items offer no tools; it is for tool-call items")
+        base["parallel_tool_calls"] = False
     variants = dict(parse_variant(v) for v in args.variant or [])
     if args.weights and not Path(args.weights).is_file():
         raise SpecemError(f"--weights {args.weights}: no such file; make one with specem calibrate")
@@ -381,6 +385,11 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     parser.add_argument(
         "--schema", metavar="FILE", help="every system answers as JSON matching this schema, graded by its answer field"
+    )
+    parser.add_argument(
+        "--one-call",
+        action="store_true",
+        help="tool-call items: one call at most (parallel_tool_calls false), for items that want one",
     )
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_eval)

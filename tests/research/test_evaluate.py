@@ -217,3 +217,11 @@ def test_damaged_run_folders_are_one_line_errors_in_every_command(tmp_path, caps
     (zero / "items.jsonl").write_text(json.dumps(record) + "\n")
     assert main(["eval-adaptive", "--voter", f"{zero}:a", "--voter", f"{zero}:b"]) == 0  # no time: no ratio
     assert "-" in capsys.readouterr().out
+
+
+def test_one_call_is_for_tool_call_items(tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n')
+    assert main(["eval", str(tasks), "--one-call", "--output", str(tmp_path / "out")]) == 1
+    assert "--one-call: these items offer no tools" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

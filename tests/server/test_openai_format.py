@@ -198,4 +198,3 @@ def test_ignore_eos_is_taken_as_llama_cpps_server_takes_it():
     with pytest.raises(SettingError) as caught:
         with_overrides(EnsembleSettings(), **settings)
     assert caught.value.field == "ignore_eos"
-
