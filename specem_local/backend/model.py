@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -57,7 +56,6 @@ class LlamaModel(LlamaVocabulary):
         self._model = None
         self._ctx = None
         self._batch = None
-        self._grammar_tokenizer: Any = None
         read_model_header(path)  # reject non-GGUF and truncated files before llama.cpp sees them
         init_backend()
         self.path = path
@@ -129,21 +127,14 @@ class LlamaModel(LlamaVocabulary):
             raise
 
     def close(self) -> None:
-        """Free the batch, then the context, then the model (llama.cpp's required order); the
-        grammar tokenizer, which points into the model's vocabulary, goes first."""
-        self._grammar_tokenizer = None
+        """Free the batch, then the context, then the model (llama.cpp's required order)."""
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-
-    def __del__(self) -> None:
-        self.close()
+        super().close()
 
     def interrupt(self) -> None:
         """A step in this process ends by itself (Ctrl-C waits for llama.cpp to return)."""

@@ -25,7 +25,7 @@ class LlamaVocabulary:
     """What a llama.cpp model knows of its tokens. Subclasses set ``_model`` (a loaded
     ``llama_model``) and call ``_take_vocabulary()``."""
 
-    _model: Any
+    _model: Any = None
     _grammar_tokenizer: Any = None
 
     def _take_vocabulary(self) -> None:
@@ -111,6 +111,16 @@ class LlamaVocabulary:
         raw = llama_cpp.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
+    def close(self) -> None:
+        """Free the model; the grammar tokenizer, which points into its vocabulary, goes first."""
+        self._grammar_tokenizer = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        self.close()
+
 
 class VocabularyOnly(LlamaVocabulary):
     """A GGUF file's vocabulary and chat template, without its weights (milliseconds to load,
@@ -130,12 +140,3 @@ class VocabularyOnly(LlamaVocabulary):
             reason = recent_errors[-1] if recent_errors else "unknown error"
             raise SpecemError(f"llama.cpp could not read the vocabulary of {path}: {reason}")
         self._take_vocabulary()
-
-    def close(self) -> None:
-        self._grammar_tokenizer = None
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-
-    def __del__(self) -> None:
-        self.close()
