@@ -1,9 +1,10 @@
 """Is every structured answer valid? For each schema of the vendored sets (JSONSchemaBench's
-Glaiveai2K and Github_easy, JSON-Schema-Test-Suite draft 2020-12; research/data/schemas/):
-refused up front (with the keyword llguidance names), or answered by the ensemble and checked
-with ``jsonschema`` (formats included). Resumable: schemas already in the output are skipped.
+folders, JSON-Schema-Test-Suite draft 2020-12; research/data/schemas/): refused up front (with
+the reason), or answered by the ensemble and checked with ``jsonschema`` (formats included).
+Resumable: schemas already in the output are skipped.
 
-    python -m specem_research.schema_validity [--limit N] [--max-tokens 256] [--output FOLDER]
+    python -m specem_research.schema_validity [--sets a,b] [--limit N] [--max-tokens 256] [--output FOLDER]
+    python -m specem_research.schema_validity vendor JSONSCHEMABENCH_DATA   # write the JSONSchemaBench sets
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import collections
 import decimal
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,14 +25,38 @@ from specem_local.engine import Ensemble
 from specem_local.errors import SettingError, SpecemError
 
 DATA = Path(__file__).parent / "data" / "schemas"
-SETS = ("glaiveai2k", "github_easy", "test_suite_2020_12")
+SETS = ("glaiveai2k", "github_easy", "test_suite_2020_12")  # issue 37
+ALL_SETS = (*SETS, "github_hard", "jsonschemastore", "snowplow", "washingtonpost")
+REAL_SETS = ("github_hard", "jsonschemastore", "snowplow", "washingtonpost")  # issue 43: the schemas people have
+FOLDERS = {  # JSONSchemaBench's folder of each vendored set
+    "glaiveai2k": "Glaiveai2K",
+    "github_easy": "Github_easy",
+    "github_hard": "Github_hard",
+    "jsonschemastore": "JsonSchemaStore",
+    "snowplow": "Snowplow",
+    "washingtonpost": "WashingtonPost",
+}
+PER_SET = 100
 PROMPT = "Write one realistic example of this data."
 
 
-def schemas(limit: int | None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(set, id, schema) of every vendored schema, the first ``limit`` of each set."""
+def vendor(data: Path, names: tuple[str, ...] = REAL_SETS) -> None:
+    """Write ``PER_SET`` schemas of each JSONSchemaBench folder under ``data`` (its ``data/``
+    folder) as a vendored set: taken at an even stride from the sorted file names, so nothing
+    is chosen by hand. A file that is not JSON (none in the sets vendored) is skipped."""
+    for name in names:
+        files = sorted((data / FOLDERS[name]).glob("*.json"))
+        picked = [files[i * len(files) // PER_SET] for i in range(min(PER_SET, len(files)))]
+        items = [{"id": f.stem, "schema": json.loads(f.read_text("utf-8"))} for f in picked]
+        lines = [json.dumps(item, ensure_ascii=False) for item in items]
+        (DATA / f"{name}.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+        print(f"{name}: {len(lines)} of {len(files)} schemas")
+
+
+def schemas(limit: int | None, sets: tuple[str, ...] = SETS) -> list[tuple[str, str, dict[str, Any]]]:
+    """(set, id, schema) of every vendored schema of ``sets``, the first ``limit`` of each."""
     out = []
-    for name in SETS:
+    for name in sets:
         lines = (DATA / f"{name}.jsonl").read_text("utf-8").splitlines()[:limit]
         out += [(name, item["id"], item["schema"]) for item in map(json.loads, lines)]
     return out
@@ -147,9 +173,14 @@ def main() -> None:
     parser.add_argument("--output", default="research/results/schema-validity", help="folder (resumable)")
     parser.add_argument("--config", help="models.toml (default: the usual lookup)")
     parser.add_argument("--ensemble", help="a built-in ensemble")
+    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(ALL_SETS)}")
+    if sys.argv[1:2] == ["vendor"]:
+        vendor(Path(sys.argv[2]))
+        return
     args = parser.parse_args()
+    sets = tuple(args.sets.split(","))
     with Ensemble.from_config(config_from_args(args)) as ensemble:
-        run(ensemble, schemas(args.limit), Path(args.output), args.max_tokens)
+        run(ensemble, schemas(args.limit, sets), Path(args.output), args.max_tokens)
 
 
 if __name__ == "__main__":

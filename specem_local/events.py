@@ -62,6 +62,7 @@ class StartEvent(_Record):
     calibrated_items: int = 0  # labelled items they were calibrated on
     choices: int = 0  # the user's choices (picks, thumbs, comparisons) in them
     absent: dict[str, str] = dataclasses.field(default_factory=dict)  # lost members not back: name -> why
+    notes: tuple[str, ...] = ()  # what the answer's format serves only approximately, in words
     type: str = "start"
 
     @property

@@ -4,6 +4,9 @@ another built-in ensemble, and the entry point."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -93,6 +96,10 @@ class SpecemChatApp(App[None]):
         self.notify("Press Ctrl+Q to quit the app", title="Do you want to quit?")
 
     def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for name in ("SIGTERM", "SIGHUP"):  # kill, a closed terminal: leave as Ctrl+Q does (models freed)
+            with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError, ValueError):
+                loop.add_signal_handler(getattr(signal, name), self.exit)
         names = [spec.name for spec in self.config.models]
         self.push_screen(LoadingScreen(names, self.config.source))
         self.load_models(self.config)

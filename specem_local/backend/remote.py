@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.backend import worker
+from specem_local.backend import children, worker
 from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost, StepAbandoned
 from specem_local.backend.scoring import KEEP, RowScores
 from specem_local.backend.vocabulary import VocabularyOnly
@@ -78,8 +78,9 @@ class WorkerModel(VocabularyOnly):
             "n_batch": n_batch,
             "rpc": self.rpc,
         }
-        shared = SHARED_FOLDER if SHARED_FOLDER.is_dir() else None
-        self._folder = Path(tempfile.mkdtemp(prefix="specem-worker-", dir=shared))
+        shared = SHARED_FOLDER if SHARED_FOLDER.is_dir() else Path(tempfile.gettempdir())
+        children.remove_stale(shared)  # left by a process that was killed
+        self._folder = Path(tempfile.mkdtemp(prefix=children.folder_prefix(), dir=shared))
         self._process: Any = None
         self._pipe: Any = None
         self._answered = True  # the last call sent has its answer (none is in flight)
@@ -102,7 +103,7 @@ class WorkerModel(VocabularyOnly):
         mine, theirs = socket.socketpair()
         log = self._folder / "worker.log"
         with open(log, "wb") as output:
-            self._process = subprocess.Popen(
+            self._process = children.spawn(
                 [sys.executable, "-m", "specem_local.backend.worker", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,

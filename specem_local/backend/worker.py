@@ -18,17 +18,15 @@ reads when it dies; Ctrl-C is the parent's to handle, so it ignores SIGINT.
 from __future__ import annotations
 
 import mmap
-import os
 import signal
 import sys
-import threading
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specem_local.backend.children import end_with_parent
 from specem_local.backend.model import LlamaModel
 from specem_local.backend.protocol import BatchRow, ContextFull
 from specem_local.errors import SpecemError
@@ -125,20 +123,8 @@ class _Rows:
             self.file = None
 
 
-def _end_with_parent(parent: int) -> None:
-    """A thread that ends this process when its parent is gone: a call stuck on a silent
-    server would otherwise keep an orphan alive for ever."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 if __name__ == "__main__":  # python -m specem_local.backend.worker FD PARENT: its end of the pipe, its parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _end_with_parent(int(sys.argv[2]))
+    end_with_parent(int(sys.argv[2]))
     pipe = Connection(int(sys.argv[1]))
     main(pipe, *pipe.recv())

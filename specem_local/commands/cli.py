@@ -23,9 +23,11 @@ from specem_local.commands.terminal import (
     add_settings_flags,
     check_port_free,
     config_from_args,
+    interrupted_code,
     printable,
     recording_off,
     settings_overrides,
+    stop_on_termination,
     whole_number,
 )
 from specem_local.dirs import read_text
@@ -34,6 +36,7 @@ from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finis
 from specem_local.models.config import builtin_ensembles, model_colours
 
 if TYPE_CHECKING:
+    from specem_local.engine.constraints import Constraint
     from specem_local.storage.history import AnswerRecord
 
 ANSI_COLOURS = {
@@ -82,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        stream = ensemble.stream(prompt, **constraint)
+        stream = ensemble.stream(prompt, output_format=constraint)
         record = None if recording_off(args.no_log) else start_record(prompt)
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
@@ -97,6 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(json.dumps(event.to_dict(), ensure_ascii=False), flush=True)
                 elif isinstance(event, StartEvent):
                     origin = event.weights_origin
+                    for note in event.notes:
+                        print(f"specem: note: {printable(note)}", file=sys.stderr, flush=True)
                 elif isinstance(event, RoundEvent) and constraint:
                     continue  # the parsed answer alone is printed, once it is whole
                 elif isinstance(event, RoundEvent):
@@ -118,11 +123,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                         print(f"[{note}]", file=sys.stderr)
                     if args.authors:
                         print_legend(event, colours, colour, origin)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stopped:  # Ctrl-C, or SIGTERM / SIGHUP (Terminated)
             stream.cancel()
             recorded(record, stream.final())
             print("\n[stopped]", file=sys.stderr)
-            return 130
+            return interrupted_code(stopped)
         except SpecemError as error:
             if record is not None:
                 record.fail(str(error))
@@ -130,9 +135,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def constraint_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``, as
-    ``Ensemble.stream`` takes them, checked (a ``SettingError`` names what is wrong)."""
+def constraint_arguments(args: argparse.Namespace) -> Constraint | None:
+    """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``,
+    ``--tools FILE``: the answer's format, checked and compiled once, before any model loads (a
+    ``SettingError`` names what is wrong)."""
     from specem_local.engine.constraints import constraint_from
 
     given: dict[str, Any] = {}
@@ -150,8 +156,7 @@ def constraint_arguments(args: argparse.Namespace) -> dict[str, Any]:
         except (ValueError, RecursionError):
             raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
     names = {"json": "json_object", "tools": "offered"}
-    constraint_from(**{names.get(key, key): value for key, value in given.items()})
-    return given
+    return constraint_from(**{names.get(key, key): value for key, value in given.items()})
 
 
 def print_parsed(final: FinalEvent, max_tokens: int) -> None:
@@ -199,10 +204,8 @@ def recorded(record: AnswerRecord | None, event: Event) -> AnswerRecord | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from specem_local.engine import Ensemble
-    from specem_local.server import EnsembleServer, GateRules, ServerOptions, check_binding
+    from specem_local.server import EnsembleServer, GateRules, ServerOptions, check_binding, run_until_stopped
     from specem_local.server.gate import split_origins
 
     api_key = args.api_key or os.environ.get("SPECEM_API_KEY") or None
@@ -215,7 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = EnsembleServer(ensemble, options)
         where = f"http://{args.host}:{args.port}/v1"
         print(f"specem serve: {where} serves {', '.join(ensemble.model_names)} as model 'specem'", flush=True)
-        uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level)
+        run_until_stopped(server, args.host, args.port, args.log_level)
     return 0
 
 
@@ -325,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     warnings.showwarning = lambda message, *_rest, **_kw: print(f"specem: {message}", file=sys.stderr)
+    stop_on_termination()
     try:
         return args.handler(args)
     except SpecemError as error:
@@ -332,9 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if isinstance(error, SettingError) else 1  # a bad setting is a usage error, as argparse's
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:  # before an answer streams (loading, calibrating, ...): stop at once
+    except KeyboardInterrupt as stopped:  # before an answer streams (loading, calibrating, ...): stop at once
         print("\n[stopped]", file=sys.stderr)
-        return 130
+        return interrupted_code(stopped)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -112,3 +114,31 @@ def check_port_free(host: str, port: int, hint: str) -> None:
             raise SpecemError(
                 f"cannot listen on {host}:{port} ({error.strerror or error}); {hint} choose another --port"
             ) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, so it unwinds as Ctrl-C does (the answer
+    recorded as stopped, the members and their workers closed); the exit code is 128 + the
+    signal's number, as a shell reports a process the signal ended."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+def stop_on_termination() -> None:
+    """SIGTERM and SIGHUP raise ``Terminated`` in the main thread (called from it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminated(number: int, _frame: object) -> None:
+        raise Terminated(number)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), terminated)
+
+
+def interrupted_code(error: KeyboardInterrupt) -> int:
+    """The exit code for Ctrl-C (130) or a termination signal."""
+    return 128 + error.number if isinstance(error, Terminated) else 130

@@ -14,8 +14,9 @@ Knows nothing of the front ends.
 
 from specem_local.engine import feedback, learned, sampling
 from specem_local.engine.choices import best_rewards, choice_change
-from specem_local.engine.constraints import AnswerFormat, allowed_tokens, constraint_from, member_matcher
+from specem_local.engine.constraints import AnswerFormat, constraint_from, member_matcher
 from specem_local.engine.ensemble import AnswerStream, Ensemble, threads_each
+from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
 from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member

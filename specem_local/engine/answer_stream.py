@@ -11,13 +11,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from specem_local.engine.constraints import Constraint
 from specem_local.engine.member import Member, can_draft_and_verify
-from specem_local.engine.prompting import Message
+from specem_local.engine.request import AnswerRequest
 from specem_local.engine.rounds import Answer
 from specem_local.errors import NoMemberLeft, SpecemError
 from specem_local.events import Event, FinalEvent
-from specem_local.settings import EnsembleSettings
 
 
 class AnswerStream(Iterator[Event]):
@@ -28,14 +26,13 @@ class AnswerStream(Iterator[Event]):
     def __init__(
         self,
         ensemble: Any,  # the Ensemble that runs it (engine.ensemble imports this module)
-        members: list[Member],
-        settings: EnsembleSettings,
-        messages: list[Message],
-        constraint: Constraint | None = None,
+        request: AnswerRequest,
     ) -> None:
         self._ensemble = ensemble
-        self._members, self._settings, self._messages = members, settings, messages
-        self._constraint = constraint
+        self.request = request
+        self._members = list(request.members)
+        self._settings = request.settings
+        self._constraint = request.output_format
         self._cancelled = threading.Event()
         self._answer: Answer | None = None
         self._steps: Iterator[Event] | None = None
@@ -72,28 +69,20 @@ class AnswerStream(Iterator[Event]):
             raise
         if isinstance(event, FinalEvent):
             if self._constraint is not None and event.finish_reason == "eos":  # whole: the constraint ended it
-                event = dataclasses.replace(event, parsed=self._constraint.parse(event.text))
+                event = dataclasses.replace(event, parsed=self._constraint.parse(self._answer.prefix + event.text))
             self._final = event
             self._ensemble._remember(self._answer.members, self._settings, self._answer.start, event)
             self.close()
         return event
 
-    def check_room(self) -> None:
-        """``PromptTooLong`` if the prompt leaves no room to answer; runs nothing."""
-        self._new_answer(self._members).check_room()
-
-    def _new_answer(self, members: list[Member], absent: dict[str, str] | None = None) -> Answer:
-        start = self._ensemble._starting_weights(members, self._settings)
-        return Answer(
-            members,
-            self._settings,
-            self._messages,
-            self._cancelled,
-            self._ensemble._map,
-            start,
-            self._constraint,
-            absent,
-        )
+    def _new_answer(self, members: list[Member], absent: dict[str, str]) -> Answer:
+        """The round loop over the members present; the request's starting weights, unless the
+        store was written since it was prepared or a member is out (read again then)."""
+        request = self.request
+        start = request.start
+        if members != self._members or request.weights_version != self._ensemble.weights_version:
+            start = self._ensemble._starting_weights(members, self._settings)
+        return Answer(request, members, start, self._cancelled, self._ensemble._map, absent)
 
     def final(self) -> FinalEvent:
         """Run the answer to its end and return its final record. An answer that an exception

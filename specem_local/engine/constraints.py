@@ -14,28 +14,27 @@ enforce is refused here, up front, with what it could not do.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import llguidance
-import numpy as np
 
-from specem_local.engine import tools
+from specem_local.engine import schemas, tools
+from specem_local.engine.format_compiler import MAX_FORCED, byte_tokenizer, compiler, first_line
 from specem_local.engine.prompting import Message
 from specem_local.engine.segments import incomplete_utf8_tail
 from specem_local.engine.tools import Tool, ToolChoice
 from specem_local.errors import SettingError, SpecemError
 
 MAX_SOURCE = 256 * 1024  # bytes of schema, grammar or regex: far past any real one
-MAX_DEPTH = 64  # nesting of a JSON Schema
-# One line of JSON, a space after each separator: llguidance's flexible whitespace is unlimited,
-# and a small model can fill max_tokens with spaces.
-JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+MAX_DEPTH = schemas.MAX_DEPTH
+# Rules of a grammar: converting GBNF to Lark grows with their square (1,000 rules: 2 s), and
+# llguidance compiles a chain of rules recursively (2,700 overflow an 8 MiB stack). Bisected in
+# docs/structured-output.md.
+MAX_RULES = 500
 FIELDS = ("schema", "json", "grammar", "regex", "tools", "tool_choice")
-BYTE_EOS = 256  # the byte-level matcher's end token
-MAX_FORCED = 64  # characters of forced text committed in one round
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ class Constraint:
     model: Any = None  # a pydantic model class the schema came from: parsed answers are instances
     tools: tuple[Tool, ...] = ()  # kind "tools": the functions offered
     choice: ToolChoice | None = None
+    notes: tuple[str, ...] = ()  # what the format serves only approximately (llguidance's warnings)
 
     @property
     def is_json(self) -> bool:
@@ -106,7 +106,8 @@ def constraint_from(
     """The constraint an answer was asked for, checked: at most one of a JSON Schema (a dict,
     its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF), a
     regex, or tools (``tools.py``: calls or a message). A ``SettingError`` names the field and
-    what is wrong; None when none was given (or an empty list of tools: no tools)."""
+    what is wrong; None when none was given (or an empty list of tools: no tools). The grammar
+    is compiled in the format compiler's child process (``format_compiler.py``)."""
     offered = None if offered in (None, [], ()) else offered
     values = (schema, json_object, grammar, regex, offered)
     given = [name for name, value in zip(FIELDS, values) if value is not None and value is not False]  # 0 is given
@@ -114,32 +115,35 @@ def constraint_from(
         raise SettingError(f"give one of schema, json, grammar, regex or tools, not {' and '.join(given)}", given[1])
     if tool_choice is not None and offered is None and tool_choice not in ("none", "auto"):
         raise SettingError("tool_choice needs tools to choose from", "tool_choice")
+    if not isinstance(parallel_tool_calls, bool):
+        raise SettingError("parallel_tool_calls must be true or false", "parallel_tool_calls")
     if not given:
         return None
     if offered is not None:
         functions = tools.tools_from(offered)
         choice = tools.choice_from(tool_choice, functions)
+        for index, function in enumerate(functions):
+            schemas.check(function.parameters, "tools", f"tools[{index}].function.parameters")
         envelope = tools.envelope_schema(functions, choice, parallel_tool_calls)
         text = json.dumps(envelope, ensure_ascii=False)
-        _size("tools", len(text))
-        grammar_text = llguidance.LLMatcher.grammar_from_json_schema(envelope, JSON_OPTIONS)
-        return dataclasses.replace(_checked("tools", text, grammar_text), tools=functions, choice=choice)
+        _size("tools", len(text.encode("utf-8")))
+        return dataclasses.replace(_compiled("tools", text, text), tools=functions, choice=choice)
     if schema is not None:
         model = schema if hasattr(schema, "model_json_schema") else None
         value = _schema_value(schema.model_json_schema() if model is not None else schema)
         text = json.dumps(value, ensure_ascii=False)
-        return _checked("schema", text, llguidance.LLMatcher.grammar_from_json_schema(value, JSON_OPTIONS), model)
+        served = json.dumps(schemas.rewritten(value), ensure_ascii=False)
+        return dataclasses.replace(_compiled("schema", text, served), model=model)
     if json_object:
-        object_schema = {"type": "object"}
-        return _checked("json", "", llguidance.LLMatcher.grammar_from_json_schema(object_schema, JSON_OPTIONS))
+        return _compiled("json", "", json.dumps({"type": "object"}))
     if grammar is not None:
         text = _text("grammar", grammar)
-        try:
-            return _checked("grammar", text, llguidance.grammar_from("grammar", text))
-        except ValueError as error:  # GBNF that does not convert to Lark
-            raise SettingError(f"grammar: {_first_line(str(error))}", "grammar") from None
+        rules = len(re.findall(r"^\s*[?!]?[A-Za-z_][\w.-]*\s*(?:::=|:)", text, re.MULTILINE))
+        if rules > MAX_RULES:
+            raise SettingError(f"grammar: {rules:,} rules is too many (at most {MAX_RULES:,})", "grammar")
+        return _compiled("grammar", text, text)
     text = _text("regex", regex)
-    return _checked("regex", text, llguidance.LLMatcher.grammar_from_regex(text))
+    return _compiled("regex", text, text)
 
 
 def _schema_value(schema: Any) -> dict[str, Any]:
@@ -150,30 +154,21 @@ def _schema_value(schema: Any) -> dict[str, Any]:
         except RecursionError:
             raise SettingError(f"schema: nested more than {MAX_DEPTH} levels deep", "schema") from None
         except ValueError as error:
-            raise SettingError(f"schema: not JSON ({_first_line(str(error))})", "schema") from None
+            raise SettingError(f"schema: not JSON ({first_line(str(error))})", "schema") from None
     if not isinstance(schema, dict):
         raise SettingError(f"schema: a JSON Schema is an object, not {type(schema).__name__}", "schema")
-    if _depth(schema) > MAX_DEPTH:
-        raise SettingError(f"schema: nested more than {MAX_DEPTH} levels deep", "schema")
-    _size("schema", len(json.dumps(schema)))
+    schemas.check(schema)
+    _size("schema", len(json.dumps(schema).encode("utf-8")))
     return schema
-
-
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests, counted without recursion (and no further than past the limit)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack and deepest <= MAX_DEPTH:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
 
 
 def _text(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SettingError(f"{field}: give the {field} as non-empty text", field)
-    _size(field, len(value.encode("utf-8", errors="replace")))
+    try:
+        _size(field, len(value.encode("utf-8")))
+    except UnicodeEncodeError:
+        raise SettingError(f"{field}: not valid Unicode (a lone surrogate, such as half an emoji)", field) from None
     return value
 
 
@@ -182,42 +177,12 @@ def _size(field: str, size: int) -> None:
         raise SettingError(f"{field}: {size:,} bytes is too large (at most {MAX_SOURCE:,})", field)
 
 
-def _checked(kind: str, source: str, grammar: str, model: Any = None) -> Constraint:
-    """The constraint, once llguidance has built a matcher for it: what it cannot enforce (an
-    unsupported keyword, a regex that can never end) is said here, not found mid-answer."""
+def _compiled(kind: str, source: str, served: str) -> Constraint:
+    """The constraint once the compiler has built and checked its grammar (``served``: what it
+    is given, the schema as rewritten); what it cannot enforce is said here, not mid-answer."""
     field = "json" if kind == "json" else kind
-    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, byte_tokenizer())
-    if failed:
-        raise SettingError(f"{field}: cannot be enforced: {_first_line(messages[0])}", field)
-    matcher = llguidance.LLMatcher(byte_tokenizer(), grammar, log_level=0)
-    matcher.consume_tokens(list(matcher.compute_ff_bytes()[: MAX_FORCED * 4]))  # what a first round commits
-    if matcher.is_error():
-        raise SettingError(f"{field}: cannot be enforced: {_first_line(matcher.get_error())}", field)
-    if not matcher.is_accepting() and not allowed_tokens(matcher, BYTE_EOS).any():  # no byte may come
-        raise SettingError(f"{field}: no text can match it", field)
-    return Constraint(kind, source, grammar, model)
-
-
-def _first_line(text: str) -> str:
-    """llguidance's message on one line (its own runs over several, with a caret)."""
-    text = text.split("\n<state>")[0]
-    return " ".join(text.split())[:300] or "llguidance refused it"
-
-
-@functools.cache
-def byte_tokenizer() -> llguidance.LLTokenizer:
-    """A tokenizer whose tokens are the 256 bytes (and an end token): the committed text's."""
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
-
-
-class _Bytes:
-    eos_token_id = BYTE_EOS
-    bos_token_id = None
-    tokens = [bytes([b]) for b in range(256)] + [b"\xff<end>"]
-    special_token_ids = [BYTE_EOS]
-
-    def __call__(self, text: bytes | str) -> list[int]:
-        return list(text if isinstance(text, bytes) else text.encode("utf-8"))
+    compiled = compiler().compile(kind, served, field)
+    return Constraint(kind, source, compiled.grammar, notes=compiled.notes)
 
 
 class AnswerFormat:
@@ -252,19 +217,10 @@ class AnswerFormat:
         """Nothing more may be written: the answer is whole. A matcher that failed (a grammar
         past llguidance's limits mid-answer) ends the answer with that error, in one line."""
         if self._matcher.is_error():
-            raise SpecemError(f"the answer's format could not be followed: {_first_line(self._matcher.get_error())}")
+            raise SpecemError(f"the answer's format could not be followed: {first_line(self._matcher.get_error())}")
         return self._matcher.is_stopped()
 
 
 def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: Constraint) -> llguidance.LLMatcher:
     """A matcher over one member's own tokens (the tokenizer is built once per loaded model)."""
     return llguidance.LLMatcher(tokenizer, constraint.grammar, log_level=0)
-
-
-def allowed_tokens(matcher: llguidance.LLMatcher, size: int) -> np.ndarray:
-    """The tokens ``matcher`` allows next, as a boolean mask over a logits row of ``size``."""
-    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-    mask = np.zeros(size, dtype=bool)
-    shared = min(size, len(bits))
-    mask[:shared] = bits[:shared].astype(bool)
-    return mask

@@ -25,20 +25,19 @@ from typing import Any
 
 from specem_local.engine import feedback
 from specem_local.engine.answer_stream import AnswerStream
-from specem_local.engine.constraints import constraint_from, with_instruction
+from specem_local.engine.constraints import AnswerFormat, Constraint, constraint_from
 from specem_local.engine.learned import StartingWeights, key_of, remember, starting_weights
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
-from specem_local.engine.prompting import Message, as_messages
+from specem_local.engine.prompting import Message
+from specem_local.engine.request import AnswerRequest, Prompt, checked_prefix, conversation, prompt_tokens
+from specem_local.engine.roster import Roster
 from specem_local.engine.rounds import weights_dict
-from specem_local.engine.tools import render_messages
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent, origin_words
 from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import EnsembleSettings, with_overrides
 from specem_local.storage.weights import WeightStore
-
-Prompt = str | list[Message] | list[dict[str, str]]
 
 
 class Ensemble:
@@ -178,7 +177,7 @@ class Ensemble:
         members = self._select(models)
         return self.weight_store is not None and self.weight_store.reset(key_of(members))
 
-    def stream(
+    def prepare(
         self,
         prompt: Prompt,
         *,
@@ -190,53 +189,60 @@ class Ensemble:
         tools: Any = None,
         tool_choice: Any = None,
         parallel_tool_calls: bool = True,
+        output_format: Constraint | None = None,
         **overrides: object,
-    ) -> AnswerStream:
-        """Answer ``prompt`` (a string or a conversation): iterate the returned stream for a
-        StartEvent, a RoundEvent per round and a FinalEvent. ``models`` picks which loaded models
-        take part (default: all); ``overrides`` are ``[ensemble]`` settings for this answer.
-        An answer a program can parse: ``schema`` (a JSON Schema dict or text, or a pydantic
-        model class), ``json=True`` (any JSON object), ``grammar`` (Lark or GBNF) or ``regex``;
-        or ``tools`` (JSON-Schema function specs or Python functions; ``tool_choice``,
-        ``parallel_tool_calls`` as OpenAI's). Its final event then carries ``parsed`` (for tools
-        a ``ToolReply``: calls, or a message). A conversation may hold earlier tool calls
-        (``tool_calls`` on assistant messages) and results (``role: "tool"``)."""
+    ) -> AnswerRequest:
+        """The request an answer runs from, checked once: the settings, the format (its
+        grammar compiled), the conversation as the members read it, each member's prompt tokens
+        (``PromptTooLong`` if one leaves no room to answer) and the starting weights. A bad
+        value is a ``SpecemError`` (a ``SettingError`` names the field) and nothing runs.
+        ``output_format``: a format already checked (``constraint_from``) instead of the
+        keywords."""
         settings = with_overrides(self.settings, **overrides)
-        constraint = constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
-        if isinstance(prompt, list) and any(isinstance(m, dict) and _uses_tools(m) for m in prompt):
-            prompt = render_messages(prompt)  # type: ignore[arg-type]
-        messages = with_instruction(as_messages(prompt, settings.system_prompt), constraint)
+        if output_format is None:
+            output_format = constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
+        messages = conversation(prompt, settings, output_format)
         members = self._select(models)
-        return AnswerStream(self, members, settings, messages, constraint)
+        start = self._starting_weights(members, settings)
+        drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
+        formatted = output_format is not None
+        prompts = {m.name: prompt_tokens(m, messages, settings, len(drafting), formatted) for m in members}
+        prefix = checked_prefix(messages, output_format, lambda text: AnswerFormat(output_format).accepts(text, False))
+        stop_note = ("stop strings are not applied to an answer with a format: it ends when whole",)
+        notes = (output_format.notes + (stop_note if settings.stop else ())) if output_format is not None else ()
+        return AnswerRequest(
+            messages=tuple(messages),
+            settings=settings,
+            output_format=output_format,
+            members=tuple(members),
+            prompts=prompts,
+            start=start,
+            weights_version=self.weights_version,
+            prefix=prefix,
+            notes=notes,
+        )
 
-    def check_settings(
-        self,
-        *,
-        schema: Any = None,
-        json: bool = False,
-        grammar: str | None = None,
-        regex: str | None = None,
-        tools: Any = None,
-        tool_choice: Any = None,
-        parallel_tool_calls: bool = True,
-        **overrides: object,
-    ) -> EnsembleSettings:
-        """The settings an answer with these overrides (and this constraint) would run with; a
-        bad value is a ``SpecemError`` and nothing starts (a server checks a request before it
-        waits in line)."""
-        constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
-        return with_overrides(self.settings, **overrides)
+    def stream(self, prompt: Prompt | AnswerRequest, **options: Any) -> AnswerStream:
+        """Answer ``prompt`` (a string, a conversation, or a request from ``prepare``): iterate
+        the returned stream for a StartEvent, a RoundEvent per round and a FinalEvent.
+        ``options`` are ``prepare``'s: ``models`` picks which loaded models take part (default:
+        all); ``[ensemble]`` settings for this answer; an answer a program can parse:
+        ``schema`` (a JSON Schema dict or text, or a pydantic model class), ``json=True`` (any
+        JSON object), ``grammar`` (Lark or GBNF) or ``regex``; or ``tools`` (JSON-Schema
+        function specs or Python functions; ``tool_choice``, ``parallel_tool_calls`` as
+        OpenAI's). Its final event then carries ``parsed`` (for tools a ``ToolReply``: calls,
+        or a message). A conversation may hold earlier tool calls (``tool_calls`` on assistant
+        messages) and results (``role: "tool"``)."""
+        if isinstance(prompt, AnswerRequest):
+            if options:
+                raise TypeError("stream(request) takes no options: they are in the request")
+            return AnswerStream(self, prompt)
+        return AnswerStream(self, self.prepare(prompt, **options))
 
-    def check_room(self, prompt: Prompt, **options: Any) -> None:
-        """The prompt (with these options) leaves room to answer in every member's context:
-        ``PromptTooLong`` if not, known before any token (a server answers it with a 400)."""
-        self.stream(prompt, **options).check_room()
-
-    def check_conversation(self, messages: list[dict[str, Any]]) -> None:
-        """The tool calls and results a conversation holds are whole (a ``SettingError`` names
-        the message): a server checks this before the request waits in line."""
-        if any(_uses_tools(message) for message in messages):
-            render_messages(messages)
+    def check_options(self, **options: Any) -> None:
+        """What ``prepare`` checks of the options alone, for a request that asks for no answer
+        (Ollama's load request): a bad value is a ``SpecemError``."""
+        self.prepare("?", **options)
 
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
         """Answer a prompt; return the final record."""
@@ -246,6 +252,12 @@ class Ensemble:
         """Answer the last user message of a conversation; each model renders the whole
         history with its own template."""
         return self.stream(messages, **overrides).final()
+
+    @property
+    def weights_version(self) -> int:
+        """Changes whenever this process writes the weight store: starting weights read before
+        are read again."""
+        return self.weight_store.writes if self.weight_store is not None else 0
 
     def _select(self, names: list[str] | None) -> list[Member]:
         if self._closed:
@@ -368,10 +380,6 @@ class Ensemble:
         for member in self.members:
             if member.model.lost is None:
                 member.model.set_threads(threads)
-
-
-def _uses_tools(message: dict[str, Any]) -> bool:
-    return message.get("role") == "tool" or bool(message.get("tool_calls"))
 
 
 def threads_each(threads_per_model: int, at_once: int) -> int:

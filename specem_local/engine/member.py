@@ -24,7 +24,7 @@ import numpy as np
 
 from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel, vocabulary_digest
 from specem_local.backend.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
-from specem_local.engine.constraints import allowed_tokens
+from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.prompting import PromptFormat
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import ends_at_word_boundary, incomplete_utf8_tail, trim_to_word_boundary

@@ -16,11 +16,11 @@ import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
-from specem_local.engine.constraints import AnswerFormat, Constraint, member_matcher
+from specem_local.engine.constraints import AnswerFormat, member_matcher
 from specem_local.engine.drafting import Drafting, round_candidates
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.engine.prompting import Message
+from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
@@ -29,11 +29,6 @@ from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
 MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
-
-
-class PromptTooLong(SpecemError):
-    """The conversation leaves no room to answer in a member's context (OpenAI's
-    ``context_length_exceeded``)."""
 
 
 def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
@@ -45,21 +40,24 @@ class Answer:
 
     def __init__(
         self,
+        request: AnswerRequest,
         members: list[Member],
-        settings: EnsembleSettings,
-        messages: list[Message],
+        start: StartingWeights,
         cancel: threading.Event,
         map_function: MapFunction,
-        start: StartingWeights,
-        constraint: Constraint | None = None,
         absent: dict[str, str] | None = None,
     ) -> None:
+        settings, constraint = request.settings, request.output_format
+        self.request = request
         self.settings = settings
         self.absent = absent or {}  # lost members that could not be brought back: name -> why
         self.constraint = constraint
         self.format = AnswerFormat(constraint) if constraint is not None else None
+        # The start of an answer to continue is part of the format's text: the reply is the rest.
+        self.prefix = request.prefix
+        if self.format is not None and self.prefix:
+            self.format.commit(self.prefix)
         self.start = start
-        self.messages = messages
         self.members = members
         self.cancel = cancel
         self._map = map_function
@@ -134,7 +132,7 @@ class Answer:
 
     def run(self) -> Iterator[Event]:
         self.started = time.perf_counter()
-        prompts = [self._prompt_tokens(member) for member in self.members]
+        prompts = [list(self.request.prompts[member.name]) for member in self.members]
         yield StartEvent(
             models=tuple(self.names),
             drafters=tuple(self.names[i] for i in self.roster.drafters),
@@ -146,6 +144,7 @@ class Answer:
             calibrated_items=self.start.items,
             choices=self.start.choices,
             absent=self.absent,
+            notes=self.request.notes,
         )
         finish = ""
         try:
@@ -188,6 +187,8 @@ class Answer:
             return
         for member in self.members:
             member.matcher = member_matcher(member.model.grammar_tokenizer(), self.constraint)
+            if self.prefix:
+                member.matcher.consume_tokens(member.model.tokenize(self.prefix))
 
     def final_event(self, finish: str) -> FinalEvent:
         """The answer's final record, as it stands."""
@@ -212,34 +213,6 @@ class Answer:
         """The members lost since the last event (said once, in the next event)."""
         news, self.lost_since = self.lost_since, {}
         return news
-
-    def check_room(self) -> None:
-        """Every member's prompt leaves room for a round (``PromptTooLong`` if not), checked
-        before the answer starts, as a server does before it streams."""
-        for member in self.members:
-            self._prompt_tokens(member)
-
-    def _prompt_tokens(self, member: Member) -> list[int]:
-        """The prompt in this member's tokens, checked to leave room for one whole round: every
-        drafter's segment in its KV memory at once."""
-        model = member.model
-        tokens = member.prompt_format.tokens(
-            self.messages, model, bos_token=model.bos_token if model.adds_bos else None
-        )
-        segment, drafters = self.settings.segment_tokens, max(len(self.roster.drafters), self.settings.draft_budget, 1)
-        needed = drafters * segment + 1
-        if needed >= model.n_ctx:
-            raise SpecemError(
-                f"segment_tokens = {segment} does not fit the context of {member.name} ({model.n_ctx} tokens "
-                f"for {drafters} drafters' segments at once); lower segment_tokens or raise n_ctx in models.toml"
-            )
-        if len(tokens) + needed > model.n_ctx:
-            raise PromptTooLong(
-                f"the conversation ({len(tokens)} tokens for {member.name}) leaves no room to answer in its "
-                f"context of {model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or "
-                "start a new chat"
-            )
-        return tokens
 
     def _round(self) -> tuple[RoundEvent | None, str]:
         """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
@@ -394,7 +367,7 @@ class Answer:
             self.format.commit(winning.text)
             if self.format.complete:
                 return winning.text, "eos"
-        if self.settings.stop:
+        if self.settings.stop and self.format is None:  # a stop string never cuts a format's answer
             longest = max(len(stop) for stop in self.settings.stop)
             index = find_stop(self.text, self.settings.stop, previous_length - longest)
             if index is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import types
 import typing
 import uuid
 from collections.abc import Callable
@@ -103,24 +104,51 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
 
 
 def _from_function(function: Callable[..., Any], where: str) -> Tool:
-    """A Python function as a tool: parameters from its type hints, descriptions from its
-    docstring's ``Args:`` section."""
+    """A Python function as a tool: parameters from its type hints (``Optional``, ``list[str]``,
+    ``Literal`` ...), descriptions from its docstring's ``Args:`` section."""
     name = getattr(function, "__name__", "")
     if not NAME.fullmatch(name):
         raise SettingError(f"{where}: the function's name {name[:40]!r} cannot name a tool", "tools")
     doc = inspect.getdoc(function) or ""
     summary, _, rest = doc.partition("\n\n")
     described = dict(re.findall(r"^[ \t]*(\w+)(?:[ \t]*\([^)]*\))?:[ \t]*(\S.*)$", rest, re.MULTILINE))
-    hints = typing.get_type_hints(function)
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception as error:  # a name the annotations use is not defined: NameError, TypeError...
+        raise SettingError(f"{where}: the type hints of {name} cannot be read ({error})"[:300], "tools") from None
     properties, required = {}, []
     for parameter in inspect.signature(function).parameters.values():
-        hint = hints.get(parameter.name, str)
-        kind = _JSON_TYPES.get(typing.get_origin(hint) or hint, "string")
         about = {"description": described[parameter.name]} if parameter.name in described else {}
-        properties[parameter.name] = {"type": kind, **about}
+        properties[parameter.name] = {**json_type(hints.get(parameter.name, str)), **about}
         if parameter.default is inspect.Parameter.empty:
             required.append(parameter.name)
     return Tool(name, " ".join(summary.split()), {"type": "object", "properties": properties, "required": required})
+
+
+def json_type(hint: Any, depth: int = 0) -> dict[str, Any]:
+    """A type hint as JSON Schema: ``int | None`` may be null, ``list[str]`` is an array of
+    strings, ``dict[str, int]`` an object of integers, ``Literal`` an enum; what has no JSON
+    form (a class of its own) is a string, as the ``ollama`` client makes it."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if depth > 8:
+        return {}
+    if origin is typing.Literal:
+        return {"enum": list(arguments)}
+    if origin in (typing.Union, types.UnionType):
+        options = [json_type(a, depth + 1) for a in arguments if a is not type(None)]
+        nullable = [{"type": "null"}] if type(None) in arguments else []
+        return options[0] if len(options) == 1 and not nullable else {"anyOf": options + nullable}
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple, set, frozenset):
+        items = [a for a in arguments if a is not Ellipsis]
+        return {"type": "array", **({"items": json_type(items[0], depth + 1)} if len(items) == 1 else {})}
+    if origin is dict or hint is dict:
+        values = {"additionalProperties": json_type(arguments[1], depth + 1)} if len(arguments) == 2 else {}
+        return {"type": "object", **values}
+    if hint is type(None):
+        return {"type": "null"}
+    if hint is typing.Any:
+        return {}
+    return {"type": _JSON_TYPES.get(hint, "string")}
 
 
 def choice_from(value: Any, tools: tuple[Tool, ...]) -> ToolChoice:
@@ -197,11 +225,13 @@ def reply_from_text(text: str) -> ToolReply | None:
         return None
 
 
-def render_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+def render_messages(messages: list[dict[str, Any]], envelope: bool = True) -> list[dict[str, str]]:
     """A conversation with earlier calls and their results as plain messages every member
     reads the same way: an assistant's calls as its envelope, tool results as a user message
-    of ``{"tool_results": [...]}`` (consecutive results together). A ``SettingError`` names
-    the message that is wrong (field ``messages``)."""
+    of ``{"tool_results": [...]}`` (consecutive results together). Without tools offered
+    (``envelope`` false) the answer is plain text, so they are told in words instead: a model
+    shown the envelope writes it back. A ``SettingError`` names the message that is wrong
+    (field ``messages``)."""
     out: list[dict[str, str]] = []
     called: dict[str, str] = {}  # call id -> function name
     results: list[dict[str, Any]] = []
@@ -212,21 +242,34 @@ def render_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
             results.append({"name": _answered(message, called, where), "content": _text(message.get("content"), where)})
             continue
         if results:
-            out.append({"role": "user", "content": json.dumps({"tool_results": results}, ensure_ascii=False)})
+            out.append({"role": "user", "content": _results_text(results, envelope)})
             results = []
         calls = message.get("tool_calls")
         if role == "assistant" and calls:
-            envelope = []
+            made = []
             for number, call in enumerate(calls if isinstance(calls, list) else [None]):
                 name, arguments, call_id = _call(call, f"{where}.tool_calls[{number}]")
                 called[call_id or f"{index}.{number}"] = name
-                envelope.append({"name": name, "arguments": arguments})
-            out.append({"role": "assistant", "content": json.dumps({"tool_calls": envelope}, ensure_ascii=False)})
+                made.append({"name": name, "arguments": arguments})
+            out.append({"role": "assistant", "content": _calls_text(made, envelope)})
             continue
         out.append({"role": str(role), "content": _text(message.get("content"), where)})
     if results:
-        out.append({"role": "user", "content": json.dumps({"tool_results": results}, ensure_ascii=False)})
+        out.append({"role": "user", "content": _results_text(results, envelope)})
     return out
+
+
+def _calls_text(calls: list[dict[str, Any]], envelope: bool) -> str:
+    if envelope:
+        return json.dumps({"tool_calls": calls}, ensure_ascii=False)
+    said = "; ".join(f"{c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})" for c in calls)
+    return f"(I called {said}.)"
+
+
+def _results_text(results: list[dict[str, Any]], envelope: bool) -> str:
+    if envelope:
+        return json.dumps({"tool_results": results}, ensure_ascii=False)
+    return "\n".join(f"{r['name']} returned: {r['content']}" for r in results)
 
 
 def _answered(message: dict[str, Any], called: dict[str, str], where: str) -> str:
@@ -287,7 +330,7 @@ class StreamedCall:
 def partial_reply(text: str) -> tuple[str | None, list[StreamedCall]]:
     """What an envelope written up to here already says: the message's text so far (None when
     it is calls, or not yet known), and each call's name and arguments so far. The envelope's
-    layout is fixed (``constraints.JSON_OPTIONS``), so a prefix is read without a JSON parser."""
+    layout is fixed (``format_compiler.JSON_OPTIONS``), so a prefix is read without a JSON parser."""
     if text.startswith(MESSAGE_START):
         return _string_prefix(text, len(MESSAGE_START))[0], []
     if not text.startswith(CALLS_START):
@@ -312,6 +355,15 @@ def partial_reply(text: str) -> tuple[str | None, list[StreamedCall]]:
             break
         position += 2
     return None, calls
+
+
+def whole_part(text: str) -> ToolReply:
+    """What of an envelope cut short (``max_tokens``) can be handed on: the message's text so
+    far, or the calls that are whole (a cut call is dropped, never sent unparseable)."""
+    content, calls = partial_reply(text)
+    if content is not None:
+        return ToolReply(content=content)
+    return ToolReply(tuple(ToolCall(c.name or "", json.loads(c.arguments)) for c in calls if c.complete))
 
 
 def _string_prefix(text: str, start: int) -> tuple[str, int | None]:

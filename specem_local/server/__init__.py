@@ -3,8 +3,8 @@ Ollama's (``/api``), for Open WebUI, editor plugins, scripts and desktop apps.
 
 ``app.py`` has the routes, ``answers.py`` the line of answers on the shared models,
 ``gate.py`` what every request passes first (Host, Origin, CORS, Content-Type, the fault
-barrier), and ``openai_format.py`` / ``ollama_format.py`` the two APIs' shapes, as plain
-functions.
+barrier), ``running.py`` its life until a signal stops it, and ``openai_format.py`` /
+``ollama_format.py`` the two APIs' shapes, as plain functions.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from specem_local.errors import SpecemError
 from specem_local.server.app import EnsembleServer, ServerOptions
 from specem_local.server.gate import GateRules, is_loopback
+from specem_local.server.running import run_until_stopped
 
-__all__ = ["EnsembleServer", "GateRules", "ServerOptions", "check_binding"]
+__all__ = ["EnsembleServer", "GateRules", "ServerOptions", "check_binding", "run_until_stopped"]
 
 
 def check_binding(host: str, api_key: str | None) -> None:

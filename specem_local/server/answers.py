@@ -19,11 +19,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from specem_local.engine import AnswerStream, Ensemble
+from specem_local.engine.request import AnswerRequest
+from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent
 from specem_local.storage.chats import Turn
 from specem_local.storage.history import AnswerRecord, History
 
 _END = object()
+
+
+class ShuttingDown(SpecemError):
+    """The server is stopping (SIGTERM, Ctrl-C): no answer starts any more (a 503)."""
 WAITING_CHECK = 0.25  # seconds between checks that a request waiting for the models still has a client
 
 
@@ -41,6 +47,16 @@ class AnswerLine:
         self._answer_started = 0.0
         self._answer_seconds = 5.0  # a moving average of answer times, for Retry-After
         self._turn: asyncio.Lock | None = None
+        self.closing = False
+        self._running: AnswerStream | None = None
+
+    def close(self) -> None:
+        """The server is stopping: the answer in flight is cancelled (its stream ends as usual,
+        with what it wrote) and no other starts (thread-safe: a signal handler calls it)."""
+        self.closing = True
+        running = self._running
+        if running is not None:
+            running.cancel()
 
     def place(self) -> PlaceInLine | None:
         """A place in line, taken now (so requests arriving together are counted), or None
@@ -55,13 +71,14 @@ class AnswerLine:
 
     async def events(
         self,
+        prepared: AnswerRequest,
         messages: list[dict[str, str]],
-        settings: dict[str, Any],
         place: PlaceInLine,
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Event]:
         """The answer's events, in order, as the worker thread produces them. Ending early
         (the client went away) cancels the answer; the next one starts when it has stopped.
+        ``messages``: the conversation as the client sent it, for the history.
         ``gone``: whether the client has hung up, asked while the request waits for its turn,
         so a request nobody waits for gives its place back at once and never starts."""
         if self._turn is None:
@@ -74,7 +91,10 @@ class AnswerLine:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         try:
-            stream = self.ensemble.stream(messages, **settings)
+            if self.closing:
+                raise ShuttingDown("the server is shutting down; no answer starts now")
+            stream = self.ensemble.stream(prepared)
+            self._running = stream
             self.answering = True
             self._answer_started = time.monotonic()
             worker = threading.Thread(
@@ -151,6 +171,7 @@ class AnswerLine:
         took = time.monotonic() - self._answer_started
         self._answer_seconds = 0.7 * self._answer_seconds + 0.3 * took  # a moving average
         self.answering = False
+        self._running = None
         self.answered += 1
         self.cancelled += cancelled
         self._turn.release()

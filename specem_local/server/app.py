@@ -9,6 +9,7 @@ the stream) and one log line; the next request is served as usual.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -28,16 +29,19 @@ from starlette.routing import Route
 
 from specem_local.engine import Ensemble
 from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
-from specem_local.engine.rounds import PromptTooLong
+from specem_local.engine.request import AnswerRequest, PromptTooLong
 from specem_local.engine.tools import ReplyStream, ToolCall
 from specem_local.errors import NoMemberLeft, SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
-from specem_local.server.answers import AnswerLine, PlaceInLine
+from specem_local.server.answers import AnswerLine, PlaceInLine, ShuttingDown
 from specem_local.server.gate import Gate, GateRules, error_payload
 
-MAX_JSON_DEPTH = 64  # far deeper than any request; a body nested deeper is refused before it is parsed
+# Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
+# sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
+# parameters): its own limit (64) is the one a client meets, naming the field.
+MAX_JSON_DEPTH = 72
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ class EnsembleServer:
         handlers = {404: self.not_found, 405: self.not_allowed, Exception: self.failed}
         app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
         self.app = Gate(app, options.gate)
+
+    def shut_down(self) -> None:
+        """The server is stopping: the answer in flight ends now (cancelled, its stream closed
+        as usual) and requests still waiting are answered 503."""
+        self.line.close()
 
     # -- plain routes ----------------------------------------------------------------------------
     async def root(self, _request: HttpRequest) -> Response:
@@ -154,9 +163,9 @@ class EnsembleServer:
         started = await self._start(request, oa.parse_request)
         if isinstance(started, Response):
             return started
-        parsed, place = started
+        parsed, prepared, place = started
         gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
-        events = self.line.events(parsed.messages, parsed.settings, place, gone)
+        events = self.line.events(prepared, parsed.messages, place, gone)
         if parsed.stream:  # the background task gives the place back if the stream never starts
             return EventSourceResponse(
                 self._sse_chunks(parsed, events), ping=15, sep="\n", background=BackgroundTask(place.give_back)
@@ -175,12 +184,12 @@ class EnsembleServer:
         started = await self._start(request, parse)
         if isinstance(started, Response):
             return started
-        parsed, place = started
-        if parsed.load_only:
+        parsed, prepared, place = started
+        if prepared is None:  # a load request
             place.give_back()
             return JSONResponse(ol.load_line(chat))
         gone = None if parsed.stream else request.is_disconnected
-        events = self.line.events(parsed.messages, parsed.settings, place, gone)
+        events = self.line.events(prepared, parsed.messages, place, gone)
         if parsed.stream:
             return StreamingResponse(
                 self._ndjson_lines(parsed, events, chat),
@@ -194,15 +203,19 @@ class EnsembleServer:
             lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, *ol.reply_text(parsed, final))),
         )
 
-    async def _start(self, request: HttpRequest, parse: Callable[[Any], Any]) -> Response | tuple[Any, PlaceInLine]:
-        """Parse the body, check its settings, take a place in line; or the response that
-        refuses the request (the gate has checked the key)."""
+    async def _start(
+        self, request: HttpRequest, parse: Callable[[Any], Any]
+    ) -> Response | tuple[Any, AnswerRequest | None, PlaceInLine]:
+        """Parse the body and prepare its answer (off the event loop: compiling a format may take
+        seconds), take a place in line; or the response that refuses the request (the gate has
+        checked the key). A bad value is a 400 before the request waits in line."""
+        parsed = None
         try:
             parsed = parse(await self._json_body(request))
-            self.ensemble.check_settings(**parsed.settings)  # a bad value is a 400 before waiting in line
-            self.ensemble.check_conversation(parsed.messages)
-            if parsed.messages:  # an over-long prompt is known before any token: a 400, streamed or not
-                self.ensemble.check_room(parsed.messages, **parsed.settings)
+            if parsed.messages:
+                prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.messages, **parsed.settings)
+            else:  # a load request: its options are checked all the same
+                prepared = await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
         except oa.ApiError as error:
             return _error(request, error.status, error.message, param=error.param)
         except PromptTooLong as error:
@@ -213,7 +226,7 @@ class EnsembleServer:
                 return _error(request, 400, str(error).replace(error.field, sent, 1), param=sent)
             if error.field in CONSTRAINT_FIELDS[:4] and parsed.constraint_param:  # the schema of response_format
                 param = parsed.constraint_param
-                return _error(request, 400, f"{param}: {str(error).split(': ', 1)[-1]}", param=param)
+                return _error(request, 400, f"{param}{str(error).removeprefix(error.field)}", param=param)
             return _error(request, 400, str(error), param=error.field)
         except SpecemError as error:
             return _error(request, 400, str(error))
@@ -226,7 +239,7 @@ class EnsembleServer:
                 "rate_limit_error",
                 headers={"Retry-After": str(self.line.retry_after())},
             )
-        return parsed, place
+        return parsed, prepared, place
 
     async def _whole(
         self,
@@ -238,7 +251,7 @@ class EnsembleServer:
         """A whole answer as one response, or the error that ended it."""
         try:
             start, final = await self._collect(events, request)
-        except NoMemberLeft as error:  # the machines, not the request: the next request tries them again
+        except (NoMemberLeft, ShuttingDown) as error:  # the machines, not the request: 503
             return _error(request, 503, _failure(error), "server_error")
         except SpecemError as error:
             return _error(request, 400, str(error))
@@ -253,13 +266,13 @@ class EnsembleServer:
     async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         start: StartEvent | None = None
         first = True
-        reply, ids = (ReplyStream(), {}) if parsed.tools else (None, {})  # a tool reply streams as its pieces
+        reply = ReplyStream() if parsed.tools else None  # a tool reply streams as its pieces
         try:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
                 elif isinstance(event, RoundEvent) and event.text:
-                    delta = oa.tool_delta(*reply.feed(event.text), ids) if reply is not None else None
+                    delta = oa.tool_delta(*reply.feed(event.text)) if reply is not None else None
                     if delta == {}:
                         continue  # envelope punctuation: nothing a client shows
                     yield json.dumps(oa.round_chunk(parsed, event, first, delta), ensure_ascii=False)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from specem_local.engine.tools import ToolCall, ToolReply
+from specem_local.engine.tools import ToolCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.openai_format import ApiError, message_text, parse_messages
 
@@ -151,7 +151,7 @@ def parse_chat(body: Any) -> Request:
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
     if body.get("messages") in (None, []):  # how the ollama CLI and client load a model: it is loaded
-        return Request([], _settings(body), _stream(body), time.monotonic(), load_only=True)
+        return Request([], {**_settings(body), **_format(body)}, _stream(body), time.monotonic(), load_only=True)
     messages = parse_messages(body.get("messages"), roles=roles, refused=("images",), missing_content="")
     tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools
     if tools and body.get("format") not in (None, ""):
@@ -231,8 +231,9 @@ def tool_line(calls: tuple[ToolCall, ...]) -> dict[str, Any]:
 
 def reply_text(request: Request, final: FinalEvent) -> tuple[str, tuple[ToolCall, ...]]:
     """A whole answer's text and calls: with tools, the message's text (or none) and the calls."""
-    if request.tools and isinstance(final.parsed, ToolReply):
-        return final.parsed.content or "", final.parsed.calls
+    if request.tools:  # cut short: what is whole of it, never the envelope
+        reply = final.parsed if isinstance(final.parsed, ToolReply) else whole_part(final.text)
+        return reply.content or "", reply.calls
     return final.text, ()
 
 
@@ -276,6 +277,7 @@ def final_line(
             "rounds": final.rounds,
             "absent": start.absent if start is not None else {},
             "lost": final.lost,
+            **({"notes": list(start.notes)} if start is not None and start.notes else {}),
         },
     }
 

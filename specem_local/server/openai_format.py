@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine.tools import StreamedCall, ToolReply
+from specem_local.engine.tools import StreamedCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 
 MODEL_ID = "specem"
@@ -169,7 +169,8 @@ def response_format(value: Any) -> tuple[dict[str, Any], str | None]:
             )
         if spec.get("strict") not in (None, True, False):
             raise ApiError(400, "response_format.json_schema.strict must be true or false", "response_format")
-        schema = spec.get("schema", {})  # OpenAI: no schema is any JSON
+        schema = spec.get("schema")
+        schema = {} if schema is None else schema  # OpenAI: no schema (absent or null) is any JSON
         return {"schema": schema}, "response_format.json_schema.schema"
     raise ApiError(
         400,
@@ -282,19 +283,16 @@ def round_chunk(
     }
 
 
-def tool_delta(content: str, moved: list[tuple[int, StreamedCall, str, bool]], ids: dict[int, str]) -> dict[str, Any]:
-    """A tool reply's pieces as OpenAI streams them: the message's text, and per call its id,
-    type and name once, then its arguments' new text (clients concatenate the fragments)."""
+def tool_delta(content: str, moved: list[tuple[int, StreamedCall, str, bool]]) -> dict[str, Any]:
+    """A tool reply's pieces as OpenAI streams them: the message's text as it comes, and each
+    call once it is whole (its index, id, type, name and arguments in one piece), so a reply cut
+    by ``max_tokens`` never leaves a client holding arguments that do not parse."""
     delta: dict[str, Any] = {"content": content} if content else {}
-    calls = []
-    for index, call, fragment, named in moved:
-        piece: dict[str, Any] = {"index": index, "function": {"arguments": fragment}}
-        if named:
-            ids[index] = _call_id()
-            function = {"name": call.name, "arguments": fragment}
-            piece = {"index": index, "id": ids[index], "type": "function", "function": function}
-        if named or fragment:
-            calls.append(piece)
+    whole = [(index, call) for index, call, _, _ in moved if call.complete]
+    calls = [
+        {"index": i, "id": _call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for i, c in whole
+    ]
     if calls:
         delta["tool_calls"] = calls
     return delta
@@ -305,7 +303,7 @@ def _call_id() -> str:
 
 
 def _finish_reason(final: FinalEvent) -> str:
-    if isinstance(final.parsed, ToolReply) and final.parsed.calls:
+    if isinstance(final.parsed, ToolReply) and final.parsed.calls and final.finish_reason == "eos":
         return "tool_calls"
     return FINISH.get(final.finish_reason, "stop")
 
@@ -320,6 +318,7 @@ def _summary(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
         "specem_finish_reason": final.finish_reason,
         "absent": start.absent if start is not None else {},
         "lost": final.lost,
+        **({"notes": list(start.notes)} if start is not None and start.notes else {}),
     }
 
 
@@ -341,7 +340,9 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
 def completion(request: Request, start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
     reply = final.parsed
-    if request.tools and isinstance(reply, ToolReply):
+    if request.tools and not isinstance(reply, ToolReply):  # cut short: what is whole of it, never the envelope
+        reply = whole_part(final.text)
+    if request.tools:
         message["content"] = reply.content
         if reply.calls:
             message["tool_calls"] = [

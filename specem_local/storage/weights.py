@@ -64,8 +64,10 @@ class WeightStore:
     def __init__(self, path: Path | None = None) -> None:
         self._database = Database(path)
         self.path = self._database.path
+        self.writes = 0  # transactions begun in this process: a change since a read is seen by it
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        self.writes += 1  # weights read before this write are stale (an answer prepared earlier)
         return self._database.transaction("weights database")
 
     @contextlib.contextmanager

@@ -93,8 +93,12 @@ def test_the_committed_matcher_refuses_what_the_constraint_does_not_allow():
     [
         ({"schema": "{"}, "schema", "not JSON"),
         ({"schema": [1]}, "schema", "a JSON Schema is an object"),
-        ({"schema": {"type": "string", "format": "zzz"}}, "schema", "Unknown format: zzz"),
-        ({"schema": {"type": "object", "unevaluatedProperties": False}}, "schema", "unevaluatedProperties"),
+        ({"schema": {"type": "integer", "maximum": 1 << 64}}, "schema", "schema.maximum: an integer of 65 bits is out of range"),
+        ({"schema": {"type": "string", "pattern": "\ud800"}}, "schema", "schema.pattern: not valid Unicode"),
+        ({"schema": {"type": "number", "maximum": float("nan")}}, "schema", "schema.maximum: nan is not a JSON number"),
+        ({"schema": {"properties": {"\udfff": {}}}}, "schema", "a key is not valid Unicode"),
+        ({"schema": {"type": "string", "pattern": "(?=a)b"}}, "schema", "look-around"),
+        ({"regex": "a\udc00"}, "regex", "not valid Unicode"),
         ({"schema": {"description": "x" * (1 << 20)}}, "schema", "too large"),
         ({"regex": "a(b"}, "regex", "unclosed group"),
         ({"regex": ""}, "regex", "non-empty"),
@@ -111,6 +115,58 @@ def test_a_constraint_that_cannot_be_enforced_is_one_line_naming_its_field(given
             ensemble.stream(QUESTION, **given)
         assert caught.value.field == field and says in str(caught.value) and "\n" not in str(caught.value)
         assert ensemble.generate(QUESTION, max_tokens=8).tokens == 8  # the next answer is unharmed
+
+
+@pytest.mark.parametrize(
+    ("schema", "note"),
+    [
+        ({"type": "string", "format": "zzz"}, "Unknown format: zzz"),
+        ({"type": "object", "unevaluatedProperties": False}, "unevaluatedProperties"),
+        ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf not fully supported"),
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+    ],
+)
+def test_a_keyword_served_only_approximately_is_a_note(schema, note):
+    constraint = constraint_from(schema)
+    assert constraint is not None and any(note in said for said in constraint.notes)
+    assert not constraint_from({"type": "object", "properties": {"a": {"type": "string"}}}).notes
+
+
+def test_a_ref_with_sibling_keys_is_served_as_its_draft_says():
+    """Draft 4 ignores a $ref's siblings (WashingtonPost's schemas hold such refs, recursive);
+    in 2020-12 they apply, and an annotation sibling never changes what is valid."""
+    recursive = {"type": "object", "properties": {"child": {"$ref": "#/definitions/node", "type": "object"}}}
+    old = {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"node": recursive},
+           "$ref": "#/definitions/node"}  # fmt: skip
+    assert constraint_from(old) is not None
+    new = {"$defs": {"node": {"type": "object", "properties": {"c": {"$ref": "#/$defs/node", "title": "t"}}}},
+           "$ref": "#/$defs/node"}  # fmt: skip
+    assert constraint_from(new) is not None
+    applied = {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n", "minimum": 5}},
+               "required": ["a"], "type": "object"}  # fmt: skip
+    committed = AnswerFormat(constraint_from(applied))
+    assert committed.accepts('{"a": 7}', True) and not committed.accepts('{"a": 3}', True)
+
+
+def chain(links: int) -> dict:
+    """A schema whose $defs form a chain of ``links`` references (issue 43's crash)."""
+    defs = {f"d{i}": {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i + 1}"}}, "required": ["n"]}
+            for i in range(links)}  # fmt: skip
+    return {"$defs": {**defs, f"d{links}": {"type": "string"}}, "$ref": "#/$defs/d0"}
+
+
+@pytest.mark.parametrize("links", [900, 5000])
+def test_a_chain_of_references_too_deep_to_compile_is_refused_and_the_process_lives(links):
+    with pytest.raises(SettingError, match="levels deep with its references followed") as caught:
+        constraint_from(chain(links))
+    assert caught.value.field == "schema"
+    assert constraint_from(chain(20)) is not None  # a chain of a usual depth is served
+
+
+def test_a_recursive_schema_is_served():
+    tree = {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
+            "$ref": "#/$defs/t"}  # fmt: skip
+    assert constraint_from(tree) is not None
 
 
 def test_a_schema_nested_ten_thousand_levels_is_refused_without_recursion():

@@ -13,7 +13,7 @@ from specem_local.engine import ensemble as engine
 from specem_local.engine.loading import Loaded
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.settings import EnsembleSettings
+from specem_local.settings import EnsembleSettings, with_overrides
 from tests.conftest import poll_until
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
@@ -139,10 +139,10 @@ def test_models_that_decode_at_once_share_the_cores(monkeypatch):
         return lambda _item: seen[drafting].update(m.model.threads for m in members)
 
     for drafting in seen:
-        settings = ensemble.check_settings(drafting=drafting)
+        settings = with_overrides(ensemble.settings, drafting=drafting)
         ensemble._map(settings, threads_now(drafting), [0, 1, 2])  # three at once: 4 // 3 cores each
     assert seen == {"threads": {1}, "round-robin": {3}}  # one at a time: threads_per_model
-    ensemble._map(ensemble.check_settings(drafting="threads"), threads_now("threads"), [0, 1])
+    ensemble._map(with_overrides(ensemble.settings, drafting="threads"), threads_now("threads"), [0, 1])
     assert seen["threads"] == {1, 2}
     assert ensemble.generate(QUESTION, drafting="threads").text == TEXT
 
@@ -160,7 +160,7 @@ def test_an_error_in_one_worker_waits_for_the_others():
         finished.append(item)
 
     with pytest.raises(RuntimeError, match="boom"):
-        ensemble._map(ensemble.check_settings(drafting="threads"), work, [0, 1])
+        ensemble._map(with_overrides(ensemble.settings, drafting="threads"), work, [0, 1])
     assert finished == [1]  # the step ended only when no worker was left using a model
 
 

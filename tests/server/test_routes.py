@@ -90,10 +90,10 @@ async def test_a_fault_while_answering_is_a_500_and_never_a_wedge(http, server, 
 
 
 async def test_an_unexpected_fault_in_a_route_is_a_500_in_openais_shape(http, server, monkeypatch, capsys):
-    def broken(**_settings):
+    def broken(*_prompt, **_settings):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(server.ensemble, "check_settings", broken)
+    monkeypatch.setattr(server.ensemble, "prepare", broken)
     response = await http.post("/v1/chat/completions", json=ASK)
     assert response.status_code == 500 and response.json()["error"]["type"] == "server_error"
     assert "Traceback" not in capsys.readouterr().err

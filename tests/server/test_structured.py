@@ -82,9 +82,9 @@ async def test_a_cut_answer_says_length(http):
         ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "not one of"),
         (
             "/v1/chat/completions",
-            {"response_format": json_schema({"type": "string", "format": "zzz"})},
+            {"response_format": json_schema({"type": "string", "pattern": "(?<=a)b"})},
             "response_format.json_schema.schema",
-            "Unknown format: zzz",
+            "look-around",
         ),
         (
             "/v1/chat/completions",
@@ -101,9 +101,9 @@ async def test_a_cut_answer_says_length(http):
         ("/api/chat", {"format": 5}, "format", "JSON Schema object"),
         (
             "/api/chat",
-            {"format": {"type": "object", "unevaluatedProperties": False}},
+            {"format": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1 << 64}}}},
             "format",
-            "unevaluatedProperties",
+            "64-bit integers only",
         ),
     ],
 )
@@ -115,6 +115,6 @@ async def test_a_bad_format_is_a_400_naming_the_field_and_the_next_request_answe
     message = error["message"] if isinstance(error, dict) else error
     assert says in message and "\n" not in message
     if isinstance(error, dict):
-        assert (error["param"] == param and message.startswith(f"{param}: ")) or param == "response_format.type"
+        assert error["param"] == param and message.startswith(param)
     follow = await http.post("/v1/chat/completions", json={**ASK, "response_format": json_schema(SCHEMA)})
     assert follow.status_code == 200 and json.loads(follow.json()["choices"][0]["message"]["content"])

@@ -90,13 +90,14 @@ async def test_an_answer_that_cannot_start_gives_the_question_back_once():
         screen, prompt = app.screen, app.screen.query_one(PromptInput)
         await pilot.press(*question)
 
-        def given_back_after(saved: float) -> bool:
-            return screen.chat.updated > saved and prompt.text == question.strip() and views(app) == (0, 0)
+        def refused(times: int) -> bool:
+            said = [str(n.message) for n in app._notifications if "leaves no room to answer" in str(n.message)]
+            return len(said) == times
 
-        for _ in range(2):  # sent again, it fails again, and the question never shows twice
-            saved = screen.chat.updated
+        for times in (1, 2):  # sent again, it fails again: the question stays where it was typed
             await pilot.press("enter")
-            await wait_until(pilot, lambda saved=saved: given_back_after(saved), 10)
+            await wait_until(pilot, lambda times=times: refused(times), 10)
+            assert prompt.text == question.strip() and views(app) == (0, 0)
             assert screen.chat.turns == [] and screen.answer is None
     assert History().chats() == []
 

@@ -1,0 +1,91 @@
+"""An answer's request as one value, checked once where it enters.
+
+``Ensemble.prepare`` turns what a front end was given (a prompt or a conversation, ``[ensemble]``
+overrides, a format or tools) into an ``AnswerRequest``: the settings after validation, the
+output format with its grammar compiled, the conversation as the members read it (tool calls
+rendered, the format's instruction said), every member's prompt tokens (checked to leave room
+to answer) and the weights the answer starts from. Everything after works from that value: a
+bad value is a ``SettingError`` (or ``PromptTooLong``) before the request waits for the models,
+and nothing is compiled, rendered, tokenized or read from the weight store twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specem_local.engine.constraints import Constraint, with_instruction
+from specem_local.engine.learned import StartingWeights
+from specem_local.engine.member import Member
+from specem_local.engine.prompting import Message, as_messages, split_partial_answer
+from specem_local.engine.tools import render_messages
+from specem_local.errors import SettingError, SpecemError
+from specem_local.settings import EnsembleSettings
+
+Prompt = str | list[Message] | list[dict[str, Any]]
+
+
+class PromptTooLong(SpecemError):
+    """The conversation leaves no room to answer in a member's context (OpenAI's
+    ``context_length_exceeded``)."""
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """Everything one answer needs, checked: run it with ``Ensemble.stream(request)``."""
+
+    messages: tuple[Message, ...]  # as the members read them: tool calls rendered, the format's instruction said
+    settings: EnsembleSettings
+    output_format: Constraint | None
+    members: tuple[Member, ...]  # the members asked to take part
+    prompts: dict[str, tuple[int, ...]]  # each member's prompt tokens
+    start: StartingWeights  # the weights it starts from (``weights_version``: the store as read)
+    weights_version: int = 0
+    prefix: str = ""  # the start of the answer to continue (a trailing assistant message)
+    notes: tuple[str, ...] = field(default=())  # what the format serves only approximately, in words
+
+
+def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: Constraint | None) -> list[Message]:
+    """The conversation as every member reads it: earlier tool calls and results rendered, the
+    system prompt first, the format's instruction after the last user message."""
+    if isinstance(prompt, list) and any(isinstance(m, dict) and _uses_tools(m) for m in prompt):
+        envelope = output_format is not None and output_format.kind == "tools"
+        prompt = render_messages(prompt, envelope=envelope)  # type: ignore[arg-type]
+    return with_instruction(as_messages(prompt, settings.system_prompt), output_format)
+
+
+def _uses_tools(message: dict[str, Any]) -> bool:
+    return message.get("role") == "tool" or bool(message.get("tool_calls"))
+
+
+def prompt_tokens(member: Member, messages: list[Message] | tuple[Message, ...], settings: EnsembleSettings,
+                  drafters: int, formatted: bool) -> tuple[int, ...]:  # fmt: skip
+    """The prompt in this member's tokens, checked to leave room for one whole round: every
+    drafter's segment in its KV memory at once."""
+    model = member.model
+    tokens = member.prompt_format.tokens(list(messages), model, bos_token=model.bos_token if model.adds_bos else None)
+    segment, drafters = settings.segment_tokens, max(drafters, settings.draft_budget, 1)
+    needed = drafters * segment + 1
+    if needed >= model.n_ctx:
+        raise SpecemError(
+            f"segment_tokens = {segment} does not fit the context of {member.name} ({model.n_ctx} tokens "
+            f"for {drafters} drafters' segments at once); lower segment_tokens or raise n_ctx in models.toml"
+        )
+    if len(tokens) + needed > model.n_ctx:
+        what = "the conversation with the format's instructions" if formatted else "the conversation"
+        advice = "a shorter schema or fewer tools" if formatted else "start a new chat"
+        raise PromptTooLong(
+            f"{what} ({len(tokens)} tokens for {member.name}) leaves no room to answer in its context of "
+            f"{model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or use {advice}"
+        )
+    return tuple(tokens)
+
+
+def checked_prefix(messages: list[Message], output_format: Constraint | None, accepts: Callable[[str], bool]) -> str:
+    """The start of the answer to continue when the answer has a format (it is part of the
+    format's text), checked to match it (``accepts``)."""
+    prefix = split_partial_answer(messages)[1] if output_format is not None else ""
+    if prefix and not accepts(prefix):
+        raise SettingError("messages: the start of the answer does not match the format", "messages")
+    return prefix

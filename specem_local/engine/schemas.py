@@ -1,0 +1,157 @@
+"""JSON Schemas as people have them, made ready for llguidance: checked where a value can break
+the compiler (its depth with references followed, numbers past 64 bits, text no model can
+write, NaN), rewritten where the schema's own draft says what it means (a ``$ref``'s sibling
+keys), and outlined in a few lines when the whole schema would
+crowd the members' context. Pure functions over the schema's value, no recursion (a schema is
+the client's: its depth is not ours to trust).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from specem_local.errors import SettingError
+
+MAX_DEPTH = 64  # nesting of a JSON Schema as written
+# Nesting with every local $ref followed (a cycle stops where it repeats). llguidance compiles a
+# schema recursively: a chain of references overflows an 8 MiB stack (a segfault) at 2,745
+# levels, a 2 MiB one (the format compiler's) at 672 (research/format_limits.py).
+MAX_DEPTH_FOLLOWED = 320
+MAX_REFERENCES = 10_000  # $refs in one schema
+MAX_INTEGER = 1 << 64  # llguidance reads integers as 64-bit: from -2^63 up to 2^64 - 1
+MIN_INTEGER = -(1 << 63)
+ANNOTATIONS = frozenset(
+    {"$comment", "title", "description", "examples", "default", "deprecated", "readOnly", "writeOnly",
+     "markdownDescription"}
+)  # fmt: skip
+KEPT = frozenset({"$schema", "$id", "id", "$anchor", "definitions", "$defs"})  # a reference is resolved by them
+OLD_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")  # a $ref's siblings are ignored there
+
+
+def check(schema: Any, field: str = "schema", where: str | None = None) -> None:
+    """A ``SettingError`` (naming ``field``, and where in the schema from ``where``) for a value
+    no compiler should be given: nested past ``MAX_DEPTH`` as written or ``MAX_DEPTH_FOLLOWED``
+    with its references followed, an integer outside 64 bits, NaN or an infinity, a lone
+    surrogate."""
+    for path, value in _walk(schema, where or field, field):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not MIN_INTEGER <= value < MAX_INTEGER:
+            bits = value.bit_length()
+            raise SettingError(f"{path}: an integer of {bits} bits is out of range (64-bit integers only)", field)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingError(f"{path}: {value} is not a JSON number", field)
+        if isinstance(value, str) and not _encodes(value):
+            raise SettingError(f"{path}: not valid Unicode (a lone surrogate, such as half an emoji)", field)
+    if depth_followed(schema, field) > MAX_DEPTH_FOLLOWED:
+        deep = f"nested more than {MAX_DEPTH_FOLLOWED} levels deep with its references followed"
+        raise SettingError(f"{where or field}: {deep}", field)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _walk(value: Any, root: str, field: str) -> Iterator[tuple[str, Any]]:
+    """Every value in a JSON value (keys too) with its path, without recursion; deeper than
+    ``MAX_DEPTH`` is a ``SettingError``."""
+    stack: list[tuple[str, Any, int]] = [(root, value, 1)]
+    while stack:
+        path, item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise SettingError(f"{root}: nested more than {MAX_DEPTH} levels deep", field)
+        yield path, item
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str) or not _encodes(key):
+                    raise SettingError(f"{path}: a key is not valid Unicode (a lone surrogate)", field)
+                stack.append((f"{path}.{key}"[:200], child, depth + isinstance(child, (dict, list))))
+        elif isinstance(item, list):
+            for index, child in enumerate(item):
+                stack.append((f"{path}[{index}]"[:200], child, depth + isinstance(child, (dict, list))))
+
+
+def resolve(schema: dict[str, Any], reference: str) -> Any:
+    """The value a local reference (``#``, ``#/a/b``) points at in ``schema``; None when it is
+    not local or points at nothing."""
+    if not reference.startswith("#"):
+        return None
+    node: Any = schema
+    for part in reference[1:].split("/")[1:] if reference != "#" else ():
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def depth_followed(schema: Any, field: str = "schema") -> int:
+    """How deeply the schema nests with every local ``$ref`` followed: a chain of references
+    counts each link's nesting. A reference back to a value on the path (recursion) counts once:
+    llguidance compiles it as a rule that refers to itself. Memoised, so shared definitions cost
+    one visit: linear in the schema."""
+    if not isinstance(schema, (dict, list)):
+        return 0
+    memo: dict[int, int] = {}
+    on_path: set[int] = set()
+    references = 0
+    stack: list[tuple[Any, bool]] = [(schema, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            memo[key] = 1 + max((memo.get(id(child), 0) for child in _children(schema, node)), default=0)
+            continue
+        if key in memo or key in on_path:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for child in _children(schema, node):
+            if id(child) not in memo and id(child) not in on_path:
+                stack.append((child, False))
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            references += 1
+            if references > MAX_REFERENCES:
+                raise SettingError(f"{field}: more than {MAX_REFERENCES:,} references ($ref)", field)
+    return memo[id(schema)]
+
+
+def _children(schema: Any, node: Any) -> list[Any]:
+    """A value's containers, and what its local ``$ref`` points at."""
+    items = node.values() if isinstance(node, dict) else node
+    children = [child for child in items if isinstance(child, (dict, list))]
+    if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+        target = resolve(schema, node["$ref"])
+        if isinstance(target, (dict, list)):
+            children.append(target)
+    return children
+
+
+def rewritten(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as llguidance can serve it: a ``$ref``'s annotation siblings (``description``,
+    ``title``) dropped, and in drafts 3 to 7, where the standard says a ``$ref``'s siblings are
+    ignored, its other siblings too (llguidance refuses siblings on a recursive reference)."""
+    old = any(draft in str(schema.get("$schema", "")) for draft in OLD_DRAFTS)
+    copy = json.loads(json.dumps(schema))  # ours to change (the value is plain JSON: checked)
+    stack: list[Any] = [copy]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str) and len(node) > 1:
+                for key in [k for k in node if k not in KEPT and k != "$ref" and (k in ANNOTATIONS or old)]:
+                    del node[key]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return copy
