@@ -104,7 +104,7 @@ class WorkerModel(VocabularyOnly):
         log = self._folder / "worker.log"
         with open(log, "wb") as output:
             self._process = children.spawn(
-                [sys.executable, "-m", "specem_local.backend.worker", str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-c", worker.COMMAND, str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=output,

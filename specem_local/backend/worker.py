@@ -9,7 +9,7 @@ and names it in each call): a decode writes its wanted rows there, a scoring the
 whole.
 While loading it sends ``(0, "progress", fraction)``; once loaded ``(0, "ready", facts)``.
 
-It is started as ``python -m specem_local.backend.worker FD PID`` (not by multiprocessing's spawn,
+It is started as ``python -c COMMAND FD PID`` (not by multiprocessing's spawn,
 which would import the user's own script again), its first message the model's path and
 options. Its output (ggml's messages, an abort's last words) goes to a log file the parent
 reads when it dies; Ctrl-C is the parent's to handle, so it ignores SIGINT.
@@ -123,7 +123,13 @@ class _Rows:
             self.file = None
 
 
-if __name__ == "__main__":  # python -m specem_local.backend.worker FD PARENT: its end of the pipe, its parent
+COMMAND = "from specem_local.backend.worker import child; child()"  # python -c COMMAND FD PARENT
+
+
+def child() -> None:
+    """The worker process: ``sys.argv`` holds its end of the pipe and its parent's id. Started
+    with ``-c``, not ``-m``: the package imports this module first, and runpy would warn so in
+    the log whose last line says why a worker died."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent(int(sys.argv[2]))
     pipe = Connection(int(sys.argv[1]))

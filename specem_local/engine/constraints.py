@@ -62,7 +62,10 @@ class Constraint:
         if self.kind == "json":
             return "Answer with a JSON object only, on one line."
         if self.kind == "schema":
-            return f"Answer with JSON only, on one line, matching this JSON Schema:\n{self.source}"
+            said = schemas.told(json.loads(self.source))
+            if said == self.source:
+                return f"Answer with JSON only, on one line, matching this JSON Schema:\n{self.source}"
+            return f"Answer with JSON only, on one line, of this shape (? marks an optional key):\n{said}"
         return f"Answer only with text in this format ({self.kind}):\n{self.source}"
 
     def parse(self, text: str) -> Any:

@@ -9,7 +9,7 @@ a format that compiles there has room to spare when the members build their matc
 compile that takes longer than ``COMPILE_SECONDS`` is ended with the child. Either way the
 request gets a one-line ``SettingError`` and the next one a fresh child.
 
-The child is ``python -m specem_local.engine.format_compiler FD PARENT``: it reads ``(kind,
+The child is ``python -c COMMAND FD PARENT`` (``child()``): it reads ``(kind,
 source)`` from its end of a socket pair and answers ``("ok", grammar, notes)`` or
 ``("refused", message)``.
 """
@@ -52,7 +52,7 @@ JSON_OPTIONS: dict[str, Any] = {
 }
 BYTE_EOS = 256  # the byte-level matcher's end token
 MAX_FORCED = 64  # characters of forced text committed in one round
-KINDS = ("json", "schema", "tools", "grammar", "regex")
+COMMAND = "from specem_local.engine.format_compiler import child; child()"  # python -c COMMAND FD PARENT
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class FormatCompiler:
 
     def __init__(self, seconds: float = COMPILE_SECONDS, command: list[str] | None = None) -> None:
         self.seconds = seconds
-        self._command = command or [sys.executable, "-m", "specem_local.engine.format_compiler"]
+        self._command = command or [sys.executable, "-c", COMMAND]
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._pipe: Connection | None = None
@@ -237,7 +237,8 @@ def compiler() -> FormatCompiler:
     return shared
 
 
-if __name__ == "__main__":  # python -m specem_local.engine.format_compiler FD PARENT
+def child() -> None:
+    """The compiler process: ``sys.argv`` holds its end of the pipe and its parent's id."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent(int(sys.argv[2]))
     _serve(Connection(int(sys.argv[1])))

@@ -155,3 +155,76 @@ def rewritten(schema: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(node, list):
             stack.extend(node)
     return copy
+
+
+OUTLINE_AFTER = 2000  # characters of schema past which members are told an outline instead
+OUTLINE_DEPTH = 4  # nesting an outline shows
+OUTLINE_KEYS = 24  # properties an outline shows per object
+OUTLINE_BUDGET = 3000  # characters an outline may take before its deeper parts are left out
+
+
+def told(schema: dict[str, Any], *, compact: bool = False) -> str:
+    """What the members are told of a schema: the whole JSON when it is short; else an outline
+    (keys, types, required or optional, enums) within ``OUTLINE_BUDGET`` characters, the
+    matcher enforcing the rest. A Kubernetes object's schema runs to 37,000 tokens; the members'
+    contexts hold 2,048 to 8,192. ``compact``: always the outline, in a tenth of the budget
+    (one tool's parameters among many)."""
+    whole = json.dumps(schema, ensure_ascii=False)
+    if len(whole) <= OUTLINE_AFTER and not compact:
+        return whole
+    budget = OUTLINE_BUDGET // 10 if compact else OUTLINE_BUDGET
+    for depth in range(OUTLINE_DEPTH, 0, -1):
+        text = _outline(schema, schema, depth, frozenset())
+        if len(text) <= budget:
+            return text
+    return text[:budget] + " …"
+
+
+def _outline(root: dict[str, Any], node: Any, depth: int, seen: frozenset[str]) -> str:
+    """One schema as TypeScript-like text: ``{"a": string, "b"?: [integer]}``."""
+    if not isinstance(node, dict):
+        return "any" if node is not False else "never"
+    reference = node.get("$ref")
+    if isinstance(reference, str):
+        target = resolve(root, reference)
+        name = reference.rsplit("/", 1)[-1] or "root"
+        if target is None or reference in seen:
+            return name
+        return _outline(root, target, depth, seen | {reference})
+    if "const" in node:
+        return json.dumps(node["const"], ensure_ascii=False)[:80]
+    if isinstance(node.get("enum"), list):
+        values = [json.dumps(v, ensure_ascii=False)[:40] for v in node["enum"][:8]]
+        return " | ".join(values) + (" | …" if len(node["enum"]) > 8 else "")
+    kind = node.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object" or (kind is None and isinstance(node.get("properties"), dict)):
+        return _object_outline(root, node, depth, seen)
+    for key in ("anyOf", "oneOf"):
+        if kind is None and isinstance(node.get(key), list) and node[key]:
+            options = [_outline(root, option, depth, seen) for option in node[key][:4]]
+            return "(" + " | ".join(options) + (" | …" if len(node[key]) > 4 else "") + ")"
+    if kind is None and isinstance(node.get("allOf"), list) and node["allOf"]:
+        return " & ".join(_outline(root, part, depth, seen) for part in node["allOf"][:4])
+    if kind == "array":
+        items = node.get("items")
+        inner = _outline(root, items, depth - 1, seen) if depth > 1 and isinstance(items, dict) else "…"
+        return f"[{inner}]"
+    if isinstance(kind, str):
+        return kind + (f" ({node['format']})" if isinstance(node.get("format"), str) else "")
+    return "any"
+
+
+def _object_outline(root: dict[str, Any], node: dict[str, Any], depth: int, seen: frozenset[str]) -> str:
+    properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    if not properties:
+        return "object"
+    if depth <= 1:
+        return "{…}"
+    required = set(node.get("required") or []) if isinstance(node.get("required"), list) else set()
+    parts = []
+    for key, value in list(properties.items())[:OUTLINE_KEYS]:
+        mark = "" if key in required else "?"
+        parts.append(f"{json.dumps(key, ensure_ascii=False)}{mark}: {_outline(root, value, depth - 1, seen)}")
+    more = len(properties) - OUTLINE_KEYS
+    return "{" + ", ".join(parts) + (f", … ({more} more)" if more > 0 else "") + "}"

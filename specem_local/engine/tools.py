@@ -20,11 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specem_local.engine.schemas import told
 from specem_local.errors import SettingError
 
 MAX_TOOLS = 128  # OpenAI's limit
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_DESCRIPTION = 4096
+LISTING_LIMIT = 6000  # characters of tools listed as JSON; past it, one outlined line per tool
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,8 @@ def instruction(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
     listed = json.dumps(
         [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools], ensure_ascii=False
     )
+    if len(listed) > LISTING_LIMIT:  # many or large tools: each in one line, its parameters outlined
+        listed = "\n".join(f"- {t.name}{told(t.parameters, compact=True)}: {t.description[:200]}" for t in tools)
     how = {
         "none": 'Do not call a function now: answer with {"response": "your answer"}.',
         "required": 'Answer by calling functions: {"tool_calls": [{"name": "...", "arguments": {...}}]}.',

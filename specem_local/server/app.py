@@ -42,6 +42,7 @@ from specem_local.server.gate import Gate, GateRules, error_payload
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
 # parameters): its own limit (64) is the one a client meets, naming the field.
 MAX_JSON_DEPTH = 72
+STREAM_GRACE = 8.0  # seconds a stream may take to end after the server is told to stop (within running.SHUTDOWN)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,11 @@ class EnsembleServer:
         events = self.line.events(prepared, parsed.messages, place, gone)
         if parsed.stream:  # the background task gives the place back if the stream never starts
             return EventSourceResponse(
-                self._sse_chunks(parsed, events), ping=15, sep="\n", background=BackgroundTask(place.give_back)
+                self._sse_chunks(parsed, events),
+                ping=15,
+                sep="\n",
+                background=BackgroundTask(place.give_back),
+                shutdown_grace_period=STREAM_GRACE,  # a stop cancels the answer: its stream then ends as usual
             )
         return await self._whole(
             request, events, place, lambda start, final: JSONResponse(oa.completion(parsed, start, final))

@@ -93,7 +93,7 @@ def test_the_committed_matcher_refuses_what_the_constraint_does_not_allow():
     [
         ({"schema": "{"}, "schema", "not JSON"),
         ({"schema": [1]}, "schema", "a JSON Schema is an object"),
-        ({"schema": {"type": "integer", "maximum": 1 << 64}}, "schema", "schema.maximum: an integer of 65 bits is out of range"),
+        ({"schema": {"type": "integer", "maximum": 1 << 64}}, "schema", "schema.maximum: an integer of 65 bits"),
         ({"schema": {"type": "string", "pattern": "\ud800"}}, "schema", "schema.pattern: not valid Unicode"),
         ({"schema": {"type": "number", "maximum": float("nan")}}, "schema", "schema.maximum: nan is not a JSON number"),
         ({"schema": {"properties": {"\udfff": {}}}}, "schema", "a key is not valid Unicode"),
@@ -164,8 +164,8 @@ def test_a_chain_of_references_too_deep_to_compile_is_refused_and_the_process_li
 
 
 def test_a_recursive_schema_is_served():
-    tree = {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
-            "$ref": "#/$defs/t"}  # fmt: skip
+    kids = {"type": "array", "items": {"$ref": "#/$defs/t"}}
+    tree = {"$defs": {"t": {"type": "object", "properties": {"kids": kids}}}, "$ref": "#/$defs/t"}
     assert constraint_from(tree) is not None
 
 

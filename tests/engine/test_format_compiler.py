@@ -10,7 +10,7 @@ import time
 import pytest
 
 from specem_local.engine.constraints import MAX_RULES, constraint_from
-from specem_local.engine.format_compiler import FormatCompiler
+from specem_local.engine.format_compiler import COMMAND, FormatCompiler
 from specem_local.errors import SettingError
 
 SCHEMA = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
@@ -24,7 +24,7 @@ def test_a_compiler_that_crashes_is_one_refused_request_then_a_fresh_child_compi
     with pytest.raises(SettingError, match=r"^schema: the format compiler crashed on it \(SIGSEGV\)") as caught:
         crashing.compile("schema", SCHEMA, "schema")
     assert caught.value.field == "schema"
-    crashing._command = [sys.executable, "-m", "specem_local.engine.format_compiler"]
+    crashing._command = [sys.executable, "-c", COMMAND]
     assert "grammars" in crashing.compile("schema", SCHEMA, "schema").grammar
     crashing.close()
 
@@ -57,4 +57,5 @@ def test_a_grammar_of_too_many_rules_is_refused_before_it_is_compiled():
     with pytest.raises(SettingError, match="rules is too many"):
         constraint_from(grammar=gbnf)
     assert time.monotonic() - started < 2  # counted, not converted
-    assert constraint_from(grammar="start: r0\n" + "".join(f'r{i}: "a" r{i + 1}?\n' for i in range(400)) + 'r400: "b"\n')
+    usual = "start: r0\n" + "".join(f'r{i}: "a" r{i + 1}?\n' for i in range(400)) + 'r400: "b"\n'
+    assert constraint_from(grammar=usual)
