@@ -45,6 +45,9 @@ class BenchPlan:
 
 FULL = BenchPlan(context_lengths=(50, 300, 1000), repeats=5, round_length_tokens=420, speed_tokens=160)
 QUICK = BenchPlan(context_lengths=(50, 300), repeats=2, round_length_tokens=60, speed_tokens=30)
+# The tests' plan: every table and field of a report, in seconds; its figures measure nothing.
+TINY = BenchPlan(context_lengths=(50,), repeats=1, round_length_tokens=20, speed_tokens=10)
+PLANS = {"full": FULL, "quick": QUICK, "tiny": TINY}
 
 
 def bench_prompts() -> dict[str, str]:
@@ -211,12 +214,12 @@ def first_segment(ensemble, prompt: str) -> dict[str, Any]:
     return {"prompt_tokens": tokens, "seconds": statistics.median(times), "all_seconds": times}
 
 
-def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
+def run_bench(config_path: str | None, plan_name: str) -> dict[str, Any]:
     from specem_local.backend import devices
     from specem_local.commands import build_description
     from specem_local.engine import Ensemble
 
-    plan = QUICK if quick else FULL
+    plan = PLANS[plan_name]
     gpu_free_before = {d.name: d.free_bytes for d in devices() if d.kind != "CPU"}
     prompts = bench_prompts()
     config = load_config(config_path)
@@ -229,7 +232,8 @@ def run_bench(config_path: str | None, quick: bool) -> dict[str, Any]:
         verification = [row for member in ensemble.members for row in verification_strategies(member, plan, filler)]
         gpu_used = {d.name: gpu_free_before[d.name] - d.free_bytes for d in devices() if d.name in gpu_free_before}
         report = {
-            "quick": quick,
+            "quick": plan_name != "full",
+            "plan": plan_name,
             "llama_cpp": build_description()["summary"],
             "runs_on": {m.name: m.model.placement for m in ensemble.members},
             "gpu_memory_used_bytes": gpu_used,  # GPU memory taken by loading the models, per device
@@ -309,7 +313,7 @@ def print_summary(report: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    report = run_bench(args.config, args.quick)
+    report = run_bench(args.config, "quick" if args.quick else args.plan)
     Path(args.output).write_text(json.dumps(report, indent=2))
     print_summary(report)
     print(f"\nJSON: {args.output} ({report['seconds']:.0f}s)")
@@ -318,6 +322,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("bench", parents=[common], help="speed and memory benchmarks")
-    parser.add_argument("--quick", action="store_true", help="a reduced run (under two minutes)")
+    parser.add_argument("--quick", action="store_true", help="a reduced run (under two minutes): --plan quick")
+    parser.add_argument(
+        "--plan", choices=tuple(PLANS), default="full", help="full, quick, or tiny (every field in seconds; the tests')"
+    )
     parser.add_argument("--output", default="bench.json", help="where to write the JSON summary")
     parser.set_defaults(handler=cmd_bench)

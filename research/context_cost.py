@@ -9,7 +9,6 @@ of it; the prompt's length in tokens is reported).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -32,18 +31,20 @@ with Ensemble.from_config(config) as e:
     started = time.perf_counter()
     shaped = e.generate("Write one realistic example of this data.", schema=schema, max_tokens=256, greedy=True)
     took = time.perf_counter() - started
-    print(json.dumps({"n_ctx": n_ctx, "rss_mib_loaded": round(loaded / 2**20), "rss_mib_after": round(rss_bytes(os.getpid()) / 2**20),
+    after = rss_bytes(os.getpid())
+    print(json.dumps({"n_ctx": n_ctx, "rss_mib_loaded": round(loaded / 2**20), "rss_mib_after": round(after / 2**20),
                       "plain_tok_s": round(plain.tokens_per_second, 2), "schema_finish": shaped.finish_reason,
-                      "schema_tokens": shaped.tokens, "schema_seconds": round(took, 2)
-}))
+                      "schema_tokens": shaped.tokens, "schema_seconds": round(took, 2)}))
 """
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m specem_research.context_cost", description=__doc__.split("\n\n")[0])
+    about = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m specem_research.context_cost", description=about)
     parser.add_argument("--ensemble", default="")
     parser.add_argument("--contexts", default="2048,4096,8192")
-    parser.add_argument("--schema", default="research/data/kubernetes_deployment.json", help="a Kubernetes-sized schema")
+    schema = "research/data/kubernetes_deployment.json"
+    parser.add_argument("--schema", default=schema, help="a Kubernetes-sized schema")
     parser.add_argument("--output", default="research/results/issue43-context-cost.json")
     args = parser.parse_args()
     rows = []

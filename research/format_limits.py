@@ -30,12 +30,14 @@ from specem_local.engine.format_compiler import compile_format
 from specem_local.engine import schemas
 kind, n, stack = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def chain(n):
-    defs = {f"d{i}": {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i+1}"}}, "required": ["n"]} for i in range(n)}
+    link = lambda i: {"type": "object", "properties": {"n": {"$ref": f"#/$defs/d{i+1}"}}, "required": ["n"]}
+    defs = {f"d{i}": link(i) for i in range(n)}
     return {"$defs": {**defs, f"d{n}": {"type": "string"}}, "$ref": "#/$defs/d0"}
 if kind == "chain":
     source, what = json.dumps(chain(n)), "schema"
 elif kind == "properties":
-    source, what = json.dumps({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)}}), "schema"
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)}}
+    source, what = json.dumps(wide), "schema"
 elif kind == "lark":
     source = "start: r0\n" + "".join(f"r{i}: \"a\" r{i+1}?\n" for i in range(n)) + f"r{n}: \"b\"\n"
     what = "grammar"
@@ -79,7 +81,7 @@ def bisect(kind: str, stack: int, low: int, high: int) -> dict[str, object]:
             low = middle
         else:
             high = middle
-    outcome, seconds, _ = probe(kind, high, stack)
+    outcome, _, _ = probe(kind, high, stack)
     _, _, depth = probe(kind, low, stack)
     return {"breaks_at": high, "how": outcome, "passes_at": low, "depth_followed_at_pass": depth}
 
@@ -94,7 +96,8 @@ def timings(kind: str, sizes: list[int]) -> dict[int, float | str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m specem_research.format_limits", description=__doc__.split("\n\n")[0])
+    about = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m specem_research.format_limits", description=about)
     parser.add_argument("--output", default="research/results/issue43-format-limits.json")
     args = parser.parse_args()
     result: dict[str, object] = {}

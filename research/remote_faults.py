@@ -54,11 +54,13 @@ def run_with_fault(fault: str, folder: Path, max_tokens: int = 64) -> dict[str, 
     env = {**os.environ, "SPECEM_DATA_DIR": str(folder / "data")}
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
-    faulted = ended = None
+    faulted = ended = lost = None
     try:
         assert run.stdout is not None
         for line in run.stdout:
             lines.append(line)
+            if faulted is not None and lost is None and '"lost": {"' in line:
+                lost = time.monotonic()
             if faulted is None and sum('"type": "round"' in seen for seen in lines) == 2:
                 os.kill(server.pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
                 faulted = time.monotonic()
@@ -82,6 +84,7 @@ def run_with_fault(fault: str, folder: Path, max_tokens: int = 64) -> dict[str, 
         "fault": fault,
         "returncode": run.returncode,
         "seconds_from_fault_to_exit": round(ended - faulted, 2) if faulted and ended else None,
+        "seconds_from_fault_to_lost": round(lost - faulted, 2) if faulted and lost else None,
         "stdout_lines": len(lines),
         "stdout_lines_not_json": sum(not _is_json(line) for line in lines),
         "rounds": sum(e.get("type") == "round" for e in events),

@@ -97,12 +97,14 @@ def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output
             started = time.perf_counter()
             record: dict[str, Any] = {"set": set_name, "id": item_id}
             try:
-                final = ensemble.generate(PROMPT, schema=schema, max_tokens=max_tokens, greedy=True)
+                request = ensemble.prepare(PROMPT, schema=schema, max_tokens=max_tokens, greedy=True)
+                final = ensemble.stream(request).final()
             except SettingError as error:
                 record.update(outcome="refused", why=str(error))
             except SpecemError as error:  # a schema longer than the models' context, say
                 record.update(outcome="not answered", why=str(error))
             else:
+                record["notes"] = list(request.notes)  # what was served only approximately
                 outcome = check(schema, final.text) if final.finish_reason == "eos" else f"cut ({final.finish_reason})"
                 record.update(outcome=outcome, text=final.text, tokens=final.tokens)
             record["seconds"] = round(time.perf_counter() - started, 2)
@@ -130,11 +132,18 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
                 "cut": 0,
                 "invalid": 0,
                 "unchecked": 0,
+                "approximated": 0,
                 "refusals": {},
+                "approximations": {},
             },
         )
         entry["schemas"] += 1
         outcome = record["outcome"]
+        if record.get("notes"):
+            entry["approximated"] += 1
+            for note in record["notes"]:
+                short = note.split(". ")[0][:80]
+                entry["approximations"][short] = entry["approximations"].get(short, 0) + 1
         kind = outcome.split(" ")[0].rstrip(":")
         if kind == "refused":
             entry["refused"] += 1
@@ -155,7 +164,7 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
         answered = entry["schemas"] - entry["refused"] - entry["not_answered"]
         print(
             f"{name}: {entry['schemas']} schemas, {entry['refused']} refused, {entry['not_answered']} longer than "
-            f"the context, {answered} answered: "
+            f"the context, {answered} answered ({entry['approximated']} approximated): "
             f"{entry['valid']} valid, {entry['cut']} cut at max_tokens, {entry['invalid']} invalid, "
             f"{entry['unchecked']} jsonschema could not check"
         )

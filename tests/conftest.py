@@ -95,3 +95,17 @@ def poll_until(condition: Callable[[], object], seconds: float, what: str, every
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {seconds} s: {what}")
         time.sleep(every)
+
+
+def stop_process(process, seconds: float = 30) -> int:
+    """End a server a test started: SIGTERM (a clean stop), then SIGKILL if it has not ended in
+    ``seconds`` (the test fails then: it did not stop as promised), never left running."""
+    import subprocess
+
+    process.terminate()
+    try:
+        return process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"the process did not end within {seconds} s of SIGTERM") from None

@@ -161,10 +161,8 @@ class WorkerModel(VocabularyOnly):
             how = f"its worker was ended by {signal.Signals(-code).name}"
         else:
             how = f"its worker exited with code {code}"
-        lines = (self._folder / "worker.log").read_text(errors="replace").strip().splitlines()
-        said = next((line.strip() for line in reversed(lines) if line.strip()), "")
-        said = re.sub(r"^\S*\.(?:c|cc|cpp|h):\d+:\s*", "", said)  # ggml's source path: no help to a user
-        return f"{how}{f' ({said[:200]})' if said else ''}"
+        said = last_words((self._folder / "worker.log").read_text(errors="replace"))
+        return f"{how}{f' ({said})' if said else ''}"
 
     def _end(self) -> None:
         """End the worker now (it may be stuck in a call that never returns)."""
@@ -294,6 +292,13 @@ class WorkerModel(VocabularyOnly):
         if threads != self.n_threads and self.lost is None:
             self._call("set_threads", threads)
             self.n_threads = threads
+
+
+def last_words(log: str) -> str:
+    """What a dead worker's log says last (ggml's abort message), without the source path that
+    starts it, which helps no user: ``ggml.c:1234: GGML_ASSERT(x) failed`` says the assertion."""
+    said = next((line.strip() for line in reversed(log.strip().splitlines()) if line.strip()), "")
+    return re.sub(r"^\S*\.(?:c|cc|cpp|h):\d+:\s*", "", said)[:200]
 
 
 def _as_array(rows: Sequence[BatchRow]) -> np.ndarray:

@@ -150,7 +150,8 @@ class Answer:
         try:
             if not self.cancel.is_set():
                 try:
-                    self.map(lambda i: self.members[i].start(prompts[i]), self.roster.following)
+                    reuse = self.settings.reuse_prompt
+                    self.map(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
                 except MemberLost:
                     self._take_losses()
             self._give_matchers()

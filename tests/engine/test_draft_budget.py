@@ -55,8 +55,10 @@ def test_the_strong_member_drafts_the_whole_budget_and_the_others_follow():
     first = rounds[0]
     assert first.drafters == ("big", "mid")  # 0.6 / 0.3 / 0.1 of 3 drafts: 2, 1, 0
     assert sorted((c.model, c.sample) for c in first.candidates) == [("big", 0), ("big", 1), ("mid", 0)]
-    extra = next(c for c in first.candidates if c.sample == 1)
-    assert extra.same_as in (None, "big", "mid") and set(extra.scores) <= {"big", "mid", "small"}
+    main, extra = (next(c for c in first.candidates if c.model == "big" and c.sample == n) for n in (0, 1))
+    same = extra.text == main.text  # the extra draft, at extra_temperature, wrote what big's first did
+    assert (extra.same_as, extra.same_as_sample) == (("big", 0) if same else (None, None))
+    assert set(extra.scores) == set(main.scores) == {"big", "mid", "small"}  # scored once, shown on both
     assert all(event.author in ("big", "mid") for event in rounds)
     tokens = members[2].model.tokenize(RIGHT)
     assert members[2].tokens[-len(tokens) :] == tokens  # the member that never drafted kept up

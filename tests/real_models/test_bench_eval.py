@@ -10,7 +10,7 @@ from tests.real_models.test_cli import specem
 
 def test_bench_quick_writes_every_field(tmp_path):
     output = tmp_path / "bench.json"
-    result = specem("bench", "--quick", "--output", str(output))
+    result = specem("bench", "--plan", "tiny", "--output", str(output))
     assert result.returncode == 0, result.stderr
     report = json.loads(output.read_text())
     assert {"verification", "round_time", "speed", "first_segment", "memory", "models", "seconds"} <= set(report)

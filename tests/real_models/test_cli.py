@@ -180,8 +180,12 @@ def test_undecodable_prompt_bytes_become_replacement_characters_before_loading(t
     assert answered.returncode == 0 and answered.stdout.strip(), answered.stderr.decode()
 
 
-def test_ctrl_c_during_an_answer_stops_it_cleanly():
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+def test_ctrl_c_during_an_answer_stops_it_cleanly(presses):
+    """Ctrl-C stops the answer at once; a second Ctrl-C, pressed while it stops (an impatient
+    user), changes nothing: the same exit, still no traceback."""
     import signal
+    import time
 
     # A shell that starts the tests in the background makes its children ignore SIGINT; the
     # command a user runs at a terminal does not, so restore the default before specem starts.
@@ -195,8 +199,18 @@ def test_ctrl_c_during_an_answer_stops_it_cleanly():
         stderr=subprocess.PIPE,
         cwd=ROOT,
     )
-    assert process.stdout.read(1)  # the first segment has arrived: the answer is under way
-    process.send_signal(signal.SIGINT)
+    assert ready(process.stdout, 120)  # the first segment has arrived: the answer is under way
+    assert process.stdout.read(1)
+    for _ in range(presses):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
     _, errors = process.communicate(timeout=120)
     assert process.returncode == 130, errors.decode()
     assert "[stopped]" in errors.decode() and "Traceback" not in errors.decode()
+
+
+def ready(stream, seconds: float) -> bool:
+    """Whether ``stream`` has something to read within ``seconds`` (a read never waits for ever)."""
+    import select
+
+    return bool(select.select([stream], [], [], seconds)[0])

@@ -1,6 +1,7 @@
 """The ensemble loop on the real demo trio."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -51,8 +52,15 @@ def test_fixed_seed_gives_the_same_answer_in_both_drafting_modes(trio):
 def test_cancel_mid_round_then_answer_equals_fresh_answer(trio, monkeypatch):
     """Cancelled inside a model's decode in the second round (drafting, with its tokens in the
     KV memory): the answer keeps the first round only, and the next answer is what a freshly
-    loaded ensemble gives (nothing of the cut round is left behind)."""
-    settings = dict(temperature=0.8, seed=5, max_tokens=30, model_exit=False)
+    loaded ensemble gives (nothing of the cut round is left behind).
+
+    It failed now and then in a full run (issue 44). The cause, measured: not cells left behind,
+    but the reuse of the cached prompt. ``Member.start`` decoded only what was new since the last
+    prompt, and llama.cpp's last logits depend on how a prompt is split into decode calls (Gemma's
+    16-token prompt as 5 + 11 moves them by up to 0.59; Qwen's by 0.3 when a part has under 8
+    tokens): a sampled near-tie then goes the other way. With ``reuse_prompt = false`` the prompt
+    is decoded as a fresh model would, cell for cell, and the answers are equal."""
+    settings = dict(temperature=0.8, seed=5, max_tokens=30, model_exit=False, reuse_prompt=False)
     armed = threading.Event()
     decodes = {"after_arming": 0}
     member = trio.members[1]
@@ -93,8 +101,10 @@ def test_cancel_from_another_thread_while_answering(trio):
     worker = threading.Thread(target=answer)
     worker.start()
     assert first_round.wait(60)
+    cancelled = time.monotonic()
     trio.cancel()  # from this thread, while the worker drafts or verifies the next round
     worker.join(60)
+    assert not worker.is_alive() and time.monotonic() - cancelled < 1.0  # the promise: within a second
     assert outcome["last"].finish_reason == "cancelled" and outcome["last"].tokens < 200
     assert trio.generate("Say hi.", max_tokens=8).finish_reason in ("eos", "length")
 

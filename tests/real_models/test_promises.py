@@ -13,7 +13,7 @@ import pytest
 
 from specem_local.engine import Ensemble
 from specem_research.load import start_server
-from tests.conftest import demo_config
+from tests.conftest import demo_config, stop_process
 from tests.real_models.test_cli import specem
 
 
@@ -42,8 +42,7 @@ def test_serve_records_nothing_when_asked(tmp_path, args, env):
         )
         assert reply.choices[0].message.content
     finally:
-        process.terminate()
-        process.wait(30)
+        stop_process(process, 30)
     assert chats(tmp_path) == []
 
 

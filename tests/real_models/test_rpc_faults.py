@@ -37,14 +37,17 @@ def test_a_server_stopped_or_killed_mid_answer_costs_its_member_not_the_answer(t
     assert result["finish_reason"] == "length" and result["answer_tokens"] == 64  # the others finished it
     assert list(result["lost"]) == ["smol"] and why in result["lost"]["smol"], result
     assert result["stdout_lines_not_json"] == 0  # no backtrace in --json's output
+    # lost within its step's deadline (at least LEAST, 10x its slowest pace: a few seconds here), with the
+    # round around it; a killed server at once
+    assert result["seconds_from_fault_to_lost"] < (3 * LEAST if fault == "stop" else 3), result
 
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_while_a_remote_step_is_stuck_stops_at_once(tmp_path):
     result = run_with_fault("ctrl-c", tmp_path)
     assert result["returncode"] == 130 and result["stderr"][-1] == "[stopped]", result
-    # well under the shortest deadline: the stuck step was given up, not waited out
-    assert result["seconds_from_fault_to_exit"] < LEAST - 1, result
+    # at once (docs/distributed.md: 0.12 s), not after the step's deadline (LEAST, 5 s): given up, not waited out
+    assert result["seconds_from_fault_to_exit"] < 1.0 < LEAST, result
 
 
 @pytest.mark.timeout(300)
@@ -62,11 +65,25 @@ def test_serve_goes_on_without_a_lost_member_and_brings_it_back(tmp_path):
     next request is answered without it (it cannot come back while stopped); once the server
     runs again, it is back; killed mid-answer, the same; the server answers throughout."""
     rpc, endpoint = start_rpc_server(threads=1)
-    config = tmp_path / "models.toml"
-    config.write_text(config_text(endpoint, max_tokens=48))
-    serve, base = start_server("--config", str(config), env={"SPECEM_DATA_DIR": str(tmp_path / "data")})
-    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
-    question = [{"role": "user", "content": "Write a short story."}]
+    serve = None
+    try:
+        config = tmp_path / "models.toml"
+        config.write_text(config_text(endpoint, max_tokens=48))
+        serve, base = start_server("--config", str(config), env={"SPECEM_DATA_DIR": str(tmp_path / "data")})
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
+        question = [{"role": "user", "content": "Write a short story."}]
+        faulted(rpc, base, client, question)
+    finally:
+        if rpc.poll() is None:
+            os.kill(rpc.pid, signal.SIGCONT)
+            rpc.kill()
+        if serve is not None:
+            serve.send_signal(signal.SIGINT)
+            assert serve.wait(60) == 0
+
+
+def faulted(rpc, base: str, client: openai.OpenAI, question: list) -> None:
+    """The server stopped, brought back, then killed, each mid-answer."""
 
     def streamed_with(fault: int) -> dict:
         final: dict = {}
@@ -80,31 +97,21 @@ def test_serve_goes_on_without_a_lost_member_and_brings_it_back(tmp_path):
     def health() -> dict:
         return httpx.get(base + "/health").json()
 
-    try:
-        final = streamed_with(signal.SIGSTOP)
-        assert final["specem_finish_reason"] == "length" and "stopped answering" in final["lost"]["smol"]
-        poll_until(lambda: not health()["answering"], 30, "the server never idled")
-        assert "smol" in health()["lost"]
-        reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
-        assert (
-            reply.choices[0].message.content
-            and "cannot take it back" in reply.model_extra["x_specem"]["absent"]["smol"]
-        )
-        os.kill(rpc.pid, signal.SIGCONT)
-        reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
-        assert reply.model_extra["x_specem"]["absent"] == {} and health()["lost"] == {}  # back, loaded again
-        assert reply.model_extra["x_specem"]["lost"] == {}
-        final = streamed_with(signal.SIGKILL)
-        assert "SIGABRT" in final["lost"]["smol"]
-        reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
-        assert "nothing is listening" in reply.model_extra["x_specem"]["absent"]["smol"]
-        poll_until(lambda: not (health()["answering"] or health()["waiting"]), 30, "the server never idled")
-    finally:
-        if rpc.poll() is None:
-            os.kill(rpc.pid, signal.SIGCONT)
-            rpc.kill()
-        serve.send_signal(signal.SIGINT)
-        assert serve.wait(60) == 0
+    final = streamed_with(signal.SIGSTOP)
+    assert final["specem_finish_reason"] == "length" and "stopped answering" in final["lost"]["smol"]
+    poll_until(lambda: not health()["answering"], 30, "the server never idled")
+    assert "smol" in health()["lost"]
+    reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
+    assert reply.choices[0].message.content and "cannot take it back" in reply.model_extra["x_specem"]["absent"]["smol"]
+    os.kill(rpc.pid, signal.SIGCONT)
+    reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
+    assert reply.model_extra["x_specem"]["absent"] == {} and health()["lost"] == {}  # back, loaded again
+    assert reply.model_extra["x_specem"]["lost"] == {}
+    final = streamed_with(signal.SIGKILL)
+    assert "SIGABRT" in final["lost"]["smol"]
+    reply = client.chat.completions.create(model="specem", messages=question, max_tokens=8)
+    assert "nothing is listening" in reply.model_extra["x_specem"]["absent"]["smol"]
+    poll_until(lambda: not (health()["answering"] or health()["waiting"]), 30, "the server never idled")
 
 
 @pytest.mark.timeout(300)
@@ -139,18 +146,18 @@ def test_the_chat_app_finishes_the_answer_and_says_which_member_was_lost(tmp_pat
         chats = history.chats()
         return history.load(chats[0].id).turns[-1].content if chats else ""
 
-    tmux(
-        "new-session",
-        "-d",
-        "-s",
-        SESSION,
-        "-x",
-        "120",
-        "-y",
-        "40",
-        f"SPECEM_DATA_DIR={tmp_path}/data {binary} --config {config}",
-    )
     try:
+        tmux(
+            "new-session",
+            "-d",
+            "-s",
+            SESSION,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            f"SPECEM_DATA_DIR={tmp_path}/data {binary} --config {config}",
+        )
         wait_for("Message (Enter sends", 120)
         tmux("send-keys", "-t", SESSION, "Write a short story.", "Enter")
         poll_until(lambda: len(written()) > 20, 120, "no text was recorded while the answer streamed", every=0.2)

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from specem_research.load import start_server
-from tests.conftest import ROOT, poll_until
+from tests.conftest import ROOT, poll_until, stop_process
 
 KEY = "test-key-123"
 
@@ -27,8 +27,7 @@ def server(tmp_path_factory):
         "--api-key", KEY, "--queue", "1", "--max-body-bytes", "20000", env={"SPECEM_DATA_DIR": str(data)}
     )
     yield {"base": base, "data": data, "process": process}
-    process.terminate()
-    process.wait(timeout=30)
+    stop_process(process, 30)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from specem_research import fuzz
 from specem_research.load import start_server
-from tests.conftest import ROOT
+from tests.conftest import ROOT, stop_process
 
 GOOD = {"model": "specem", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
@@ -28,8 +28,7 @@ def server(tmp_path_factory):
     log = data / "serve.log"
     process, base = start_server("--queue", "2", env={"SPECEM_DATA_DIR": str(data)}, log=log)
     yield {"base": base, "data": data, "log": log}
-    process.terminate()
-    process.wait(timeout=30)
+    stop_process(process, 30)
     assert "Traceback" not in log.read_text(errors="replace")
 
 

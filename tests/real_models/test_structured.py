@@ -20,7 +20,7 @@ from specem_local.engine import Ensemble
 from specem_local.engine.constraints import AnswerFormat, constraint_from
 from specem_local.events import RoundEvent
 from specem_research.load import start_server
-from tests.conftest import ROOT, demo_config
+from tests.conftest import ROOT, demo_config, stop_process
 
 
 class City(pydantic.BaseModel):
@@ -38,8 +38,7 @@ def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("structured-serve")
     process, base = start_server(env={"SPECEM_DATA_DIR": str(data)})
     yield base
-    process.terminate()
-    process.wait(timeout=30)
+    stop_process(process, 30)
 
 
 def test_three_tokenizers_draft_one_valid_json_answer_together():

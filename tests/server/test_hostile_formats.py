@@ -247,3 +247,52 @@ async def test_a_schema_too_long_for_the_context_says_so_not_start_a_new_chat():
     assert response.status_code == 400 and param == "messages"
     assert "with the format's instructions" in message and "a shorter schema or fewer tools" in message
     assert "new chat" not in message
+
+
+async def test_each_route_applies_the_requests_own_schema_to_members_that_disagree():
+    """The members want a key the schema forbids: only the schema itself, applied on the way
+    from the request to the answer, keeps it out (any JSON object, or none, would let it in)."""
+    extra = '{"city": "Paris", "people": 2100000, "river": "Seine"}'
+    closed = {**SCHEMA, "additionalProperties": False}
+    server, client = serve(*(fake_member(name, extra, runner_up="}") for name in "ab"))
+    async with client:
+        openai_whole = await client.post("/v1/chat/completions", json={**ASK, "response_format": json_schema(closed)})
+        streamed = await client.post(
+            "/v1/chat/completions", json={**ASK, "stream": True, "response_format": json_schema(closed)}
+        )
+        ollama = await client.post("/api/chat", json={**OLLAMA, "format": closed})
+        generate = await client.post(
+            "/api/generate", json={"model": "specem", "prompt": "Capital?", "format": closed, "stream": False}
+        )
+    server.ensemble.close()
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    texts = [
+        openai_whole.json()["choices"][0]["message"]["content"],
+        "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]),
+        ollama.json()["message"]["content"],
+        generate.json()["response"],
+    ]
+    assert [json.loads(text) for text in texts] == [json.loads(REPLY)] * 4
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/chat"])
+async def test_a_streamed_request_with_a_bad_schema_is_a_400_before_any_token(http, path):
+    if path == "/api/chat":
+        body = {**OLLAMA, "stream": True, "format": chain(900)}
+    else:
+        body = {**ASK, "stream": True, "response_format": json_schema(chain(900))}
+    response = await http.post(path, json=body)
+    assert response.status_code == 400 and "data:" not in response.text and "references followed" in response.text
+    await answered(http)
+
+
+async def test_ollamas_format_streamed_joins_to_the_schemas_json():
+    extra = '{"city": "Paris", "people": 2100000, "river": "Seine"}'
+    server, client = serve(*(fake_member(name, extra, runner_up="}") for name in "ab"))
+    closed = {**SCHEMA, "additionalProperties": False}
+    async with client:
+        streamed = await client.post("/api/chat", json={**OLLAMA, "stream": True, "format": closed})
+    server.ensemble.close()
+    lines = [json.loads(line) for line in streamed.text.splitlines()]
+    assert lines[-1]["done"] and lines[-1]["done_reason"] == "stop"
+    assert json.loads("".join(line["message"]["content"] for line in lines)) == json.loads(REPLY)

@@ -187,7 +187,7 @@ def test_a_read_of_the_weights_does_not_wait_for_a_writer(tmp_path, monkeypatch)
         done = threading.Event()
         origin: list[str] = []
         threading.Thread(target=lambda: (origin.append(ensemble.weights_origin()), done.set()), daemon=True).start()
-        assert done.wait(10), "the read waited for the writer's lock"
+        assert done.wait(1.0), "the read waited for the writer's lock"
         assert origin == ["calibrated on 10 items"] and ensemble.warnings == []
     finally:
         writer.rollback()

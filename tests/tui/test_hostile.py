@@ -12,6 +12,7 @@ import pytest
 
 from specem_local.engine import calibrate, learned
 from specem_local.engine.choices import thumbs_rewards
+from specem_local.events import Candidate, RoundEvent
 from specem_local.storage.chat_files import chat_markdown
 from specem_local.storage.chats import GIVEN, Chat, Turn
 from specem_local.storage.history import History
@@ -24,7 +25,7 @@ from specem_tui.screens.settings import SettingsScreen
 from specem_tui.widgets.answer import AnswerView
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
-from tests.engine.conftest import fake_member
+from tests.engine.conftest import fake_ensemble, fake_member
 from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
 from tests.tui.test_chat import app_with, pair
 
@@ -43,35 +44,50 @@ def raw_controls(app) -> list[str]:
 
 
 async def test_escape_sequences_in_answers_questions_titles_and_toasts_are_shown_not_sent():
+    """Toasts are drawn (``notifications=True``), the question holds the escapes as typed (set in
+    the box: ``pilot.press`` drops ESC and BEL), and the inspector opens on every round, so the
+    candidates holding escapes are drawn too."""
     echo = fake_member("big", f"Sure{CLIPBOARD} done{TITLE}.", n_params=3000)
-    app = app_with(echo, fake_member("small", f"No{TITLE}"))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await ask(pilot, app, f"Copy this{CLIPBOARD}{TITLE}")
-        await wait_until(pilot, lambda: answered(app))
+    app = app_with(echo, fake_member("small", f"No{TITLE} way{CLIPBOARD}"))
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
         screen = app.screen
-        assert "\x1b" in screen.chat.turns[-1].content  # kept as it is: only the showing changes
+        screen.query_one(PromptInput).text = f"Copy this{CLIPBOARD}{TITLE}"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(screen.chat.turns) == 2 and answered(app))
+        assert "\x1b" in screen.chat.turns[0].content and "\x1b" in screen.chat.turns[-1].content  # kept as is
         assert raw_controls(app) == [] and "\\x1b]52;c;" in app.export_screenshot()
         app.notify(f"a toast{TITLE}")
         await pilot.pause()
+        assert any("\\x1b]0;owned" in str(n.message) or TITLE in str(n.message) for n in app._notifications)
         assert raw_controls(app) == []
-        screen.query_one(AnswerView).focus()
-        await pilot.press("left", "enter")  # the inspector on a segment
-        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
-        await pilot.pause()
-        assert raw_controls(app) == []
-        await pilot.press("escape")
-        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        rounds = screen.chat.turns[-1].rounds
+        view = screen.query_one(AnswerView)
+        view.focus()
+        inspected_escapes = 0
+        for _ in rounds:
+            await pilot.press("left", "enter")  # the inspector on the segment before
+            await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+            await pilot.pause()
+            assert raw_controls(app) == []
+            inspected_escapes += "\\x1b" in app.export_screenshot()
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), 5)
+        assert inspected_escapes  # some inspected round showed a candidate holding an escape
         await pilot.press("ctrl+o")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
         await wait_until(pilot, lambda: app.screen.query_one("#chats").option_count == 1, 5)
-        assert raw_controls(app) == []
+        assert raw_controls(app) == [] and "\\x1b]" in app.export_screenshot()
 
 
 async def test_a_stored_chat_with_escapes_in_its_title_and_authors_is_shown_harmless():
     history = History()
     chat = Chat(title=f"title{TITLE}")
     history.add(chat, Turn("user", f"question{CLIPBOARD}"))
-    history.add(chat, Turn("assistant", f"answer{CLIPBOARD}", kind=f"alone: sm{TITLE}ol", error=f"cut{TITLE}"))
+    author = f"sm{TITLE}ol"  # a name no models.toml allows, yet a stored chat may hold one
+    voted = Candidate(author, f"answer{CLIPBOARD}", False, {author: -1.0}, {author: 1.0}, 1.0)
+    said = RoundEvent(1, f"answer{CLIPBOARD}", author, "vote", (voted,), {author: 1.0}, (author,), {}, {}, {}, 0.1, 2)
+    history.add(chat, Turn("assistant", f"answer{CLIPBOARD}", [said], kind=f"alone: {author}", error=f"cut{TITLE}"))
     app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: chat_ready(app))
@@ -80,6 +96,11 @@ async def test_a_stored_chat_with_escapes_in_its_title_and_authors_is_shown_harm
         await pilot.pause()
         assert raw_controls(app) == [] and "\\x1b]0;owned\\x07" in app.export_screenshot()
         assert "\x1b" not in app.screen.title
+        app.screen.query_one(AnswerView).focus()
+        await pilot.press("enter")  # the inspector on the stored round: its candidate's author holds escapes
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        await pilot.pause()
+        assert raw_controls(app) == [] and "sm\\x1b]0;owned" in app.export_screenshot()
 
 
 def toasts(app) -> list[str]:
@@ -304,18 +325,31 @@ async def test_editing_the_first_question_retitles_the_chat():
 
 
 async def test_ctrl_o_searches_off_the_ui_thread_once_typing_pauses(monkeypatch):
-    """Ctrl+O searched on every keystroke on the UI thread: one long question froze the app."""
+    """Ctrl+O searched on every keystroke on the UI thread: one long question froze the app. Keys
+    typed while a (slow) search runs must be taken during it, which a search on the UI thread
+    cannot allow."""
     history = History()
     history.add(Chat(title="zebras"), Turn("user", "Tell me about zebras"))
     searches: list[str] = []
+    running: list[tuple[float, float]] = []  # when each search ran
+    changed: list[float] = []  # when each key reached the search box
     real_search = History.search
 
     def slow_search(self, query: str, limit: int = 20):
         searches.append(query)
+        began = time.monotonic()
         time.sleep(1.0)  # a search that takes long
+        running.append((began, time.monotonic()))
         return real_search(self, query, limit)
 
+    real_changed = HistoryScreen.on_input_changed
+
+    def on_changed(self, event) -> None:
+        changed.append(time.monotonic())
+        real_changed(self, event)
+
     monkeypatch.setattr(History, "search", slow_search)
+    monkeypatch.setattr(HistoryScreen, "on_input_changed", on_changed)
     app = app_with(*pair())
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: chat_ready(app))
@@ -323,9 +357,9 @@ async def test_ctrl_o_searches_off_the_ui_thread_once_typing_pauses(monkeypatch)
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
         screen = app.screen
         await pilot.press(*"zebras")
-        started = time.monotonic()
-        await pilot.press(*" tell")  # typed while the first search runs: the app keeps up
-        assert time.monotonic() - started < 0.9 and screen.query_one("#search").value == "zebras tell"
+        await wait_until(pilot, lambda: searches == ["zebras"], 5)  # it runs now (after the pause in typing)
+        await pilot.press(*" tell")
+        assert screen.query_one("#search").value == "zebras tell"
         chats = screen.query_one("#chats")
 
         def found() -> bool:
@@ -333,3 +367,36 @@ async def test_ctrl_o_searches_off_the_ui_thread_once_typing_pauses(monkeypatch)
 
         await wait_until(pilot, found, 10)
         assert searches[-1] == "zebras tell" and len(searches) <= 2  # not one search per key
+        began, ended = running[0]
+        assert any(began < moment < ended for moment in changed)  # a key was taken while it searched
+
+
+async def test_a_tool_reply_from_the_server_shows_as_its_calls_and_its_forced_text_in_the_inspector():
+    """A chat ``specem serve`` recorded whose answer is a call: the chat app shows the call, not
+    the envelope, and the inspector says which text the format forced (no candidate voted)."""
+    call = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'
+    weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    served = fake_ensemble(fake_member("big", call, n_params=3000, n_ctx=2048), fake_member("small", call, n_ctx=2048))
+    record = History().start_new_chat("serve", [Turn("user", "Weather in Paris?")])
+    for event in served.stream("Weather in Paris?", tools=[weather], max_tokens=120):
+        record.event(event)
+    served.close()
+    app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        app.screen.show_chat(History().load(record.chat_id))
+        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 1)
+        await pilot.pause()
+        shown = app.export_screenshot()
+        assert "Calls" in shown and "get_weather" in shown and "tool_calls" not in shown
+        turn = app.screen.chat.turns[-1]
+        forced = [i for i, e in enumerate(turn.rounds) if e.decision == "forced"]
+        assert forced
+        view = app.screen.query_one(AnswerView)
+        view.focus()
+        for _ in range(len(turn.rounds) - forced[0]):  # to the first forced segment, from the end
+            await pilot.press("left")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InspectorScreen), 5)
+        await pilot.pause()
+        assert "forced" in app.export_screenshot() and "format:" in app.export_screenshot()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Mutation testing on the fast tests (fake models): breaks the named modules one small change at
+# a time (mutmut 3, which runs only the tests that cover each changed function) and reports how
+# many changes a test caught. Run it on the modules a change touches before calling it done.
+#
+#   scripts/mutation.sh engine/vote.py server/gate.py     # modules under specem_local/
+#   MUTATION_JOBS=2 scripts/mutation.sh engine/tools.py    # mutants run at once (default 1)
+#
+# It works in a scratch copy of the tree (the working tree, .venv and caches are left alone) and
+# prints, per module: mutants, killed, survived, and the score that leaves out the mutants marked
+# equivalent in scripts/mutation-equivalents.txt (one per line: NAME  # why it changes nothing).
+# Survivors are listed with their diff in ${MUTATION_OUT:-research/results/mutation}/MODULE.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+[ "$#" -gt 0 ] || { echo "usage: scripts/mutation.sh MODULE.py [MODULE.py...] (paths under specem_local/)" >&2; exit 2; }
+[ -x .venv/bin/mutmut ] || .venv/bin/python -m pip install --quiet "mutmut>=3.8,<4"
+OUT="${MUTATION_OUT:-research/results/mutation}"
+mkdir -p "$OUT"
+
+for module in "$@"; do
+  [ -f "specem_local/$module" ] || { echo "no module specem_local/$module" >&2; exit 2; }
+  case "$module" in  # the fast tests that hold each package's behaviour
+    server/*) selection='["tests/server", "tests/engine/test_tools.py"]' ;;
+    engine/*) selection='["tests/engine", "tests/server"]' ;;
+    *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
+  esac
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
+  cat >> "$work/pyproject.toml" <<EOF
+
+[tool.mutmut]
+source_paths = ["specem_local"]
+only_mutate = ["specem_local/$module"]
+also_copy = ["tui", "research", "scripts", "docs", "README.md", "models.toml", ".ci"]
+pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "60"]
+pytest_add_cli_args_test_selection = $selection
+EOF
+  (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" >/dev/null 2>&1 || true)
+  (cd "$work" && "$ROOT/.venv/bin/mutmut" results --all true 2>/dev/null) > "$work/results.txt" || true
+  name="$(echo "$module" | tr / .)"
+  "$ROOT/.venv/bin/python" scripts/mutation_score.py "$module" "$work/results.txt" scripts/mutation-equivalents.txt \
+    --diffs-from "$work" --mutmut "$ROOT/.venv/bin/mutmut" --report "$OUT/${name%.py}.txt"
+  rm -rf "$work"
+  trap - EXIT
+done

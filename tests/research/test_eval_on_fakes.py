@@ -1,0 +1,79 @@
+"""``specem eval`` answering on fake members (issue 44: paths no test ran): ``--schema`` (the
+answer graded from the JSON's ``answer`` field) and ``--one-call`` (tool-call items answered with
+one call, where the members would write two)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_local.commands.cli import main
+from specem_local.engine import Ensemble
+from tests.engine.conftest import fake_ensemble, fake_member
+
+AREA = {
+    "type": "function",
+    "function": {
+        "name": "area",
+        "description": "The area of a triangle.",
+        "parameters": {
+            "type": "object",
+            "properties": {"base": {"type": "integer"}, "height": {"type": "integer"}},
+            "required": ["base", "height"],
+        },
+    },
+}
+BFCL_AREA = {**AREA["function"], "parameters": {**AREA["function"]["parameters"], "type": "dict"}}
+
+
+@pytest.fixture
+def members(monkeypatch):
+    """(name, target) of the members each run loads, new ones every time (eval closes them)."""
+    chosen: list = []
+
+    def from_config(cls, config=None, **overrides):
+        return fake_ensemble(*(fake_member(name, target, n_ctx=2048) for name, target in chosen))
+
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(from_config))
+    return chosen
+
+
+def report(folder) -> dict:
+    return json.loads((folder / "report.json").read_text())["systems"]
+
+
+def test_eval_schema_grades_the_jsons_answer_field(members, tmp_path, capsys):
+    reply = '{"reasoning": "six sevens", "answer": 42}'
+    members += [("a", reply), ("b", "It is 42.")]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "1", "question": "What is six times seven?", "answer": 42}\n')
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"reasoning": {"type": "string"},
+                                  "answer": {"type": "number"}}, "required": ["reasoning", "answer"],
+                                  "additionalProperties": False}))  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["eval", str(tasks), "--schema", str(schema), "--max-tokens", "80", "--output", str(out)]) == 0
+    [item] = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+    for name in ("ensemble", "a"):
+        assert json.loads(item["systems"][name]["text"])["answer"] == 42
+    assert item["systems"]["b"]["text"].startswith('{"reasoning": "')  # prose made JSON (cut: it never ends)
+    assert report(out)["ensemble"]["correct"] == 1
+
+
+def test_eval_one_call_answers_tool_items_with_one_call(members, tmp_path, capsys):
+    two = '{"tool_calls": [{"name": "area", "arguments": {"base": 10, "height": 5}}, ' \
+          '{"name": "area", "arguments": {"base": 3, "height": 4}}]}'  # fmt: skip
+    members += [("a", two), ("b", two)]
+    item = {"id": "t1", "messages": [{"role": "user", "content": "Area of a triangle of base 10, height 5?"}],
+            "tools": [AREA], "functions": [BFCL_AREA], "answer": [{"area": {"base": [10], "height": [5]}}]}  # fmt: skip
+    tasks = tmp_path / "tools.jsonl"
+    tasks.write_text(json.dumps(item) + "\n")
+    plain, one = tmp_path / "plain", tmp_path / "one"
+    assert main(["eval", str(tasks), "--ensemble-only", "--max-tokens", "160", "--output", str(plain)]) == 0
+    assert main(["eval", str(tasks), "--ensemble-only", "--one-call", "--max-tokens", "160", "--output", str(one)]) == 0
+    calls = {name: json.loads(json.loads((folder / "items.jsonl").read_text())["systems"]["ensemble"]["text"])
+             for name, folder in (("plain", plain), ("one", one))}  # fmt: skip
+    assert len(calls["plain"]["tool_calls"]) == 2 and report(plain)["ensemble"]["correct"] == 0  # two calls: wrong
+    assert calls["one"]["tool_calls"] == [{"name": "area", "arguments": {"base": 10, "height": 5}}]
+    assert report(one)["ensemble"]["correct"] == 1
