@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from specem_local import load_config
 from specem_local.engine import Ensemble
-from specem_local.models.config import load_config
 
 PAIRS = [
     ("What is 7 * 6?", "Why is the sky blue?"),

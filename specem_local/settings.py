@@ -118,14 +118,14 @@ class EnsembleSettings:
         choices=("auto", "round-robin", "threads"),
     )
     model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")
+    exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0, high=1_000_000)
+    exit_share: float = setting(0.8, "speed", "model exit: leave below this share of the vote / K", low=0, high=1)
     reuse_prompt: bool = setting(
         True,
         "speed",
         "decode only what is new in a prompt (multi-turn chats); false: every answer decodes its prompt afresh, "
         "so the same seed and settings give the same answer whatever was asked before",
     )
-    exit_warmup_rounds: int = setting(4, "speed", "model exit: judged after this many rounds", low=0, high=1_000_000)
-    exit_share: float = setting(0.8, "speed", "model exit: leave below this share of the vote / K", low=0, high=1)
 
     loop_guard: bool = setting(False, "experimental", "discount candidates that repeat a 12-word run of the answer")
     fast_finish: bool = setting(False, "experimental", "take a draft that ends the answer at once, unverified")

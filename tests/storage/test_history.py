@@ -257,6 +257,7 @@ def test_a_search_of_long_messages_is_linear_and_takes_no_write_lock(tmp_path):
     )
     cut = snippet(long_text, "needle")
     assert "[needle]" in cut and cut.startswith("…") and len(cut) < 200
+    assert history.chats()  # the first read of a process takes its first look (a short write, waited 1 s at most)
     writer = sqlite3.connect(tmp_path / "specem.db", isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")  # another process writing (an answer streaming)
     try:
