@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from specem_local.backend import BatchRow, LlamaModel
-from specem_local.engine import Ensemble, allowed_tokens, constraint_from, member_matcher
+from specem_local.engine import Ensemble, allowed_tokens, member_matcher, output_format_from
 from specem_local.events import RoundEvent
 from specem_local.models import DEMO_MODELS, demo_path, load_config
 
@@ -53,7 +53,7 @@ def per_model(name: str) -> dict[str, Any]:
         started = time.perf_counter()
         tokenizer = model.grammar_tokenizer()
         build = time.perf_counter() - started
-        constraint = constraint_from(SCHEMA)
+        constraint = output_format_from(SCHEMA)
         compiles, masks = [], []
         for _ in range(20):
             started = time.perf_counter()

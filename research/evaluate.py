@@ -217,10 +217,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     base.update(settings_overrides(args))
     with_overrides(config.ensemble, **base)  # validate before loading anything
     if args.schema:
-        from specem_local.engine import constraint_from
+        from specem_local.engine import output_format_from
 
         base["schema"] = read_text(Path(args.schema), "--schema")
-        constraint_from(base["schema"])  # a bad schema is said before any model loads
+        output_format_from(base["schema"])  # a bad schema is said before any model loads
     if args.one_call:
         if not any(task.tools for task in tasks):
             raise SpecemError("--one-call: these items offer no tools; it is for tool-call items")

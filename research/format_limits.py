@@ -1,5 +1,5 @@
 """Where llguidance's compiler breaks: the limits ``engine/schemas.py`` and
-``engine/constraints.py`` put on a format, found by bisection (docs/structured-output.md).
+``engine/formats.py`` put on a format, found by bisection (docs/structured-output.md).
 
 Each probe compiles a family of formats growing with ``n`` in a fresh process, on a thread with
 a given stack, and reports the smallest ``n`` that crashes it (or passes a time bound):

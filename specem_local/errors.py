@@ -1,12 +1,23 @@
-"""The one error type that is shown to the user as a clean one-line message."""
+"""Errors in three kinds.
+
+- ``SpecemError``: something the user can fix (a bad config, a missing model, a bad request
+  field). Shown as one line: front ends print ``str(error)`` and exit non-zero, never with a
+  traceback; a server answers ``status`` naming ``field``.
+- ``Signal``: control flow inside the engine (the KV memory is full, a member was lost, a step
+  was given up). Never shown: the engine handles each where it is raised. One that escapes to a
+  front end is a bug.
+- Anything else: a bug. A server answers 500 and logs one line; the CLI says "unexpected".
+"""
 
 
 class SpecemError(Exception):
-    """Something the user can fix: a bad config, a missing model, a bad file.
+    """Something the user can fix. ``status``: what a server answers it with; ``field``: the
+    setting or request field at fault (None: the request as a whole); ``code``: a
+    machine-readable code where an API has one (OpenAI's ``context_length_exceeded``)."""
 
-    Front ends print ``str(error)`` on one line and exit non-zero; they never show a
-    traceback for this type.
-    """
+    status = 400
+    field: str | None = None
+    code: str | None = None
 
 
 class SettingError(SpecemError):
@@ -23,3 +34,15 @@ class NoMemberLeft(SpecemError):
     """Every member that could draft, or every one that could verify, was lost (their machines
     stopped answering or their workers died): the answer cannot go on. Nothing the request did:
     a server answers it 503, and the next answer tries to bring the members back."""
+
+    status = 503
+
+
+class ShuttingDown(SpecemError):
+    """The server is stopping (SIGTERM, Ctrl-C): no answer starts any more (a 503)."""
+
+    status = 503
+
+
+class Signal(Exception):
+    """Control flow inside the engine, never shown to a user (see the module's face)."""

@@ -18,20 +18,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from specem_local.backend.scoring import RowScores
-from specem_local.errors import SpecemError
+from specem_local.errors import Signal
 
 
-class ContextFull(SpecemError):
+class ContextFull(Signal):
     """The KV memory has no room for a batch (llama.cpp's ``llama_decode`` returned 1)."""
 
 
-class MemberLost(SpecemError):
+class MemberLost(Signal):
     """A model computing elsewhere (in a worker process, its layers on other machines) can no
     longer answer: a step missed its deadline or the worker died. Its member leaves the answer
     and the others go on; the next answer tries to bring it back (``restart``)."""
 
 
-class StepAbandoned(SpecemError):
+class StepAbandoned(Signal):
     """A step ``interrupt()`` stopped waiting for (Ctrl-C, a cancelled answer): the answer is
     over; the model stays usable."""
 

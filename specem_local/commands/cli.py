@@ -32,11 +32,11 @@ from specem_local.commands.terminal import (
 )
 from specem_local.dirs import read_text
 from specem_local.errors import SettingError, SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, finish_note, member_news
+from specem_local.events import FinalEvent, RoundEvent, StartEvent, finish_note, member_news
 from specem_local.models.config import builtin_ensembles, model_colours
 
 if TYPE_CHECKING:
-    from specem_local.engine.constraints import Constraint
+    from specem_local.engine.formats import OutputFormat
     from specem_local.storage.history import AnswerRecord
 
 ANSI_COLOURS = {
@@ -87,13 +87,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"specem: note: {advice}", file=sys.stderr)
         stream = ensemble.stream(prompt, output_format=constraint)
         record = None if recording_off(args.no_log) else start_record(prompt)
+        if record is not None:
+            stream.log_to(record, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         previous_author = None
         origin = ""
         said: set[str] = set()  # members said to be out of the answer
         try:
             for event in stream:
-                record = recorded(record, event)
                 for line in [] if args.json else member_news(event, said):  # --json: the events carry it
                     print(f"\n[{printable(line)}]", file=sys.stderr, flush=True)
                 if args.json:
@@ -125,21 +126,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                         print_legend(event, colours, colour, origin)
         except KeyboardInterrupt as stopped:  # Ctrl-C, or SIGTERM / SIGHUP (Terminated)
             stream.cancel()
-            recorded(record, stream.final())
+            stream.final()  # what it wrote, recorded as stopped
             print("\n[stopped]", file=sys.stderr)
             return interrupted_code(stopped)
-        except SpecemError as error:
-            if record is not None:
-                record.fail(str(error))
-            raise
     return 0
 
 
-def constraint_arguments(args: argparse.Namespace) -> Constraint | None:
+def constraint_arguments(args: argparse.Namespace) -> OutputFormat | None:
     """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``,
     ``--tools FILE``: the answer's format, checked and compiled once, before any model loads (a
     ``SettingError`` names what is wrong)."""
-    from specem_local.engine.constraints import constraint_from
+    from specem_local.engine.formats import output_format_from
 
     given: dict[str, Any] = {}
     if args.schema is not None:
@@ -156,7 +153,7 @@ def constraint_arguments(args: argparse.Namespace) -> Constraint | None:
         except (ValueError, RecursionError):
             raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
     names = {"json": "json_object", "tools": "offered"}
-    return constraint_from(**{names.get(key, key): value for key, value in given.items()})
+    return output_format_from(**{names.get(key, key): value for key, value in given.items()})
 
 
 def print_parsed(final: FinalEvent, max_tokens: int) -> None:
@@ -190,17 +187,6 @@ def start_record(prompt: str) -> AnswerRecord | None:
     except SpecemError as error:
         print(f"specem: warning: not recorded in the history: {error} (--no-log skips it)", file=sys.stderr)
         return None
-
-
-def recorded(record: AnswerRecord | None, event: Event) -> AnswerRecord | None:
-    """Pass one event to the record; after a failed write, say so once and stop recording."""
-    if record is None:
-        return None
-    record.event(event)
-    if record.error:
-        print(f"specem: warning: the history stopped recording this answer: {record.error}", file=sys.stderr)
-        return None
-    return record
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -13,20 +13,23 @@ Knows nothing of the front ends.
 """
 
 from specem_local.engine import feedback, learned, sampling
+from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.choices import best_rewards, choice_change
-from specem_local.engine.constraints import AnswerFormat, constraint_from, member_matcher
-from specem_local.engine.ensemble import AnswerStream, Ensemble, threads_each
+from specem_local.engine.ensemble import Ensemble
 from specem_local.engine.format_compiler import allowed_tokens
+from specem_local.engine.formats import FormatMatcher, member_matcher, output_format_from
 from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
 from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
+from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
 
 __all__ = [
-    "AnswerFormat",
+    "AnswerRunner",
     "AnswerStream",
     "Ensemble",
+    "FormatMatcher",
     "Member",
     "Message",
     "allowed_tokens",
@@ -34,12 +37,12 @@ __all__ = [
     "built_in_calibrations",
     "calibrate",
     "choice_change",
-    "constraint_from",
     "feedback",
     "learned",
     "make_sampler",
     "member_matcher",
     "names_in",
+    "output_format_from",
     "prompt_format_for",
     "sampling",
     "threads_each",

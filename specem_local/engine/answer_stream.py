@@ -1,43 +1,57 @@
-"""One answer, streamed: ``Ensemble.stream`` returns an ``AnswerStream``; iterate it for the
-events. It holds the ensemble from its first event to its last, brings back members lost in an
-earlier answer (or says why it cannot), and turns a cancel into a stop within a second, even
-while a member on another machine is stuck in a step.
+"""One answer, streamed: ``Ensemble.stream`` returns an ``AnswerStream``. Iterate it for the
+events (the sync face: the CLI, the chat app's worker, scripts), or ``async for`` over
+``events()`` (the async face: the server; the answer runs in a thread of its own and its events
+cross to the event loop, which never waits on a model). It holds its place on the runner from
+its first event to its last, brings back members lost in an earlier answer (or says why it
+cannot), and turns a cancel into a stop within a second, even while a member on another machine
+is stuck in a step. ``log_to(record)`` writes it to the history as it streams, for every front
+end alike.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Protocol
 
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.request import AnswerRequest
-from specem_local.engine.rounds import Answer
+from specem_local.engine.rounds import RoundLoop
+from specem_local.engine.runner import AnswerRunner
 from specem_local.errors import NoMemberLeft, SpecemError
 from specem_local.events import Event, FinalEvent
+
+_END = object()
+
+
+class Record(Protocol):
+    """Where an answer is written as it streams (``storage.history.AnswerRecord``)."""
+
+    error: str | None
+
+    def event(self, event: Event) -> None: ...
+
+    def fail(self, error: str) -> None: ...
 
 
 class AnswerStream(Iterator[Event]):
     """One answer, streamed: iterate it for its events. ``cancel()`` works from any thread, at
-    any time, even before the first event; the answer then ends with "cancelled". The stream
-    holds the ensemble from its first event until its last (or ``close()``)."""
+    any time, even before the first event; the answer then ends with "cancelled"."""
 
-    def __init__(
-        self,
-        ensemble: Any,  # the Ensemble that runs it (engine.ensemble imports this module)
-        request: AnswerRequest,
-    ) -> None:
-        self._ensemble = ensemble
+    def __init__(self, runner: AnswerRunner, request: AnswerRequest) -> None:
+        self._runner = runner
         self.request = request
         self._members = list(request.members)
-        self._settings = request.settings
-        self._constraint = request.output_format
         self._cancelled = threading.Event()
-        self._answer: Answer | None = None
+        self._loop: RoundLoop | None = None
         self._steps: Iterator[Event] | None = None
         self._final: FinalEvent | None = None
         self._ended = False
+        self._record: Record | None = None
+        self.record_warning: Callable[[str], None] | None = None  # told once when the history stops recording
 
     def cancel(self) -> None:
         """Stop the answer (from any thread): the round loop stops at its next check, and a
@@ -50,54 +64,135 @@ class AnswerStream(Iterator[Event]):
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
+    def log_to(self, record: Record, warn: Callable[[str], None] | None = None) -> AnswerStream:
+        """Write every event to ``record`` as it streams, and the failure that ends the answer,
+        if one does; a record that cannot be written stops recording (``warn`` is told once)
+        and the answer goes on. Returns the stream."""
+        self._record, self.record_warning = record, warn
+        return self
+
+    # -- the sync face ----------------------------------------------------------------------------
     def __next__(self) -> Event:
         if self._ended:
             raise StopIteration
         if self._steps is None:
-            self._ensemble._open_answer(self)
-            try:  # whatever setting up raises, the ensemble is free for the next answer
+            self._runner.begin(self)
+            try:  # whatever setting up raises, the runner is free for the next answer
                 members, absent = present_members(self._members)
-                self._answer = self._new_answer(members, absent)
-                self._steps = self._answer.run()
-            except BaseException:
+                self._loop = self._new_loop(members, absent)
+                self._steps = self._loop.run()
+            except BaseException as error:
+                self._failed(error)
                 self.close()
                 raise
         try:
-            event = self._ensemble._step(self._steps)
-        except BaseException:  # the end, an error, or Ctrl-C inside a step: the answer is over
+            event = self._runner.step(self._steps)
+        except BaseException as error:  # the end, an error, or Ctrl-C inside a step: the answer is over
+            if not isinstance(error, StopIteration):
+                self._failed(error)
             self.close()
             raise
         if isinstance(event, FinalEvent):
-            if self._constraint is not None and event.finish_reason == "eos":  # whole: the constraint ended it
-                event = dataclasses.replace(event, parsed=self._constraint.parse(self._answer.prefix + event.text))
+            event = self._parsed(event)
             self._final = event
-            self._ensemble._remember(self._answer.members, self._settings, self._answer.start, event)
+            assert self._loop is not None
+            self._runner.remember(self._loop.members, self.request.settings, self._loop.start, event)
             self.close()
+        self._write(event)
         return event
 
-    def _new_answer(self, members: list[Member], absent: dict[str, str]) -> Answer:
+    def _parsed(self, event: FinalEvent) -> FinalEvent:
+        """A whole answer with a format, as a program reads it (the format ended it: "eos")."""
+        output_format = self.request.output_format
+        if output_format is None or event.finish_reason != "eos":
+            return event
+        return dataclasses.replace(event, parsed=output_format.parse(self.request.prefix + event.text))
+
+    def _new_loop(self, members: list[Member], absent: dict[str, str]) -> RoundLoop:
         """The round loop over the members present; the request's starting weights, unless the
         store was written since it was prepared or a member is out (read again then)."""
         request = self.request
         start = request.start
-        if members != self._members or request.weights_version != self._ensemble.weights_version:
-            start = self._ensemble._starting_weights(members, self._settings)
-        return Answer(request, members, start, self._cancelled, self._ensemble._map, absent)
+        if members != self._members or request.weights_version != self._runner.weights_version:
+            start = self._runner.starting_weights(members, request.settings)
+        return RoundLoop(request, members, start, self._cancelled, self._runner.run_each, absent)
 
     def final(self) -> FinalEvent:
         """Run the answer to its end and return its final record. An answer that an exception
         (Ctrl-C) broke off ends as "cancelled", with what it had written."""
         for _ in self:
             pass
-        if self._final is None and self._answer is None:
+        if self._final is None and self._loop is None:
             raise SpecemError("this answer was closed before it began")
-        return self._final or self._answer.final_event("cancelled")
+        if self._final is None:
+            assert self._loop is not None
+            self._final = self._loop.final_event("cancelled")
+            self._write(self._final)
+        return self._final
 
     def close(self) -> None:
-        """End the stream here: no more events, and the ensemble may start another answer
+        """End the stream here: no more events, and the runner may start another answer
         (dropping the stream does the same)."""
         self._ended = True
-        self._ensemble._release(self)
+        self._runner.end(self)
+
+    # -- the history --------------------------------------------------------------------------------
+    def _write(self, event: Event) -> None:
+        if self._record is None:
+            return
+        self._record.event(event)
+        self._stop_recording_on_error()
+
+    def _failed(self, error: BaseException) -> None:
+        """The answer failed: the record says how (Ctrl-C is written by ``final()`` as a stop)."""
+        if self._record is not None and isinstance(error, Exception):
+            self._record.fail(str(error) or type(error).__name__)
+            self._stop_recording_on_error()
+
+    def _stop_recording_on_error(self) -> None:
+        if self._record is not None and self._record.error:
+            if self.record_warning is not None:
+                self.record_warning(f"the history stopped recording this answer: {self._record.error}")
+            self._record = None
+
+    # -- the async face -----------------------------------------------------------------------------
+    async def events(self, ended: Callable[[str | None], None] | None = None) -> AsyncIterator[Event]:
+        """The events, in order, as a thread of its own produces them (for an event loop, which
+        must never wait on a model). Leaving early (the client went away) cancels the answer;
+        the thread ends at its next step, and then ``ended(finish_reason)`` is called on the
+        loop (None when the answer failed): only then is the runner free for the next answer."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def run() -> None:
+            finish = None
+            try:
+                for event in self:
+                    if isinstance(event, FinalEvent):
+                        finish = event.finish_reason
+                    _tell(loop, queue.put_nowait, event)
+            except BaseException as error:  # handed to the loop, which raises it there
+                _tell(loop, queue.put_nowait, error)
+            finally:
+                if ended is not None:
+                    _tell(loop, ended, finish)
+                _tell(loop, queue.put_nowait, _END)
+
+        threading.Thread(target=run, name="specem-answer", daemon=True).start()
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.cancel()  # a no-op once the answer has ended; else it stops at the next round
+
+
+def _tell(loop: asyncio.AbstractEventLoop, callback: Callable[[Any], None], argument: object) -> None:
+    """Run ``callback(argument)`` on the loop, unless it has closed (a server shutting down):
+    then nobody is left to tell."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, argument)
 
 
 def present_members(members: list[Member]) -> tuple[list[Member], dict[str, str]]:

@@ -84,10 +84,10 @@ class Drafting:
         self,
         counts: dict[int, int],
         weights: np.ndarray,
-        draft_one: Callable[[int, Sampler], Draft],
-        map_over: Callable[[Callable, list], list],
+        draft: Callable[[int, Sampler], Draft],
+        run_each: Callable[[Callable, list], list],
     ) -> RoundDrafts:
-        """Draft this round's candidates (``draft_one(model, sampler)`` drafts one); with the
+        """Draft this round's candidates (``draft(model, sampler)`` drafts one); with the
         vote gate, the heaviest drafter first, and the rest only if it was unsure."""
         columns = {(model, 0): model for model in counts}
         extras = [(model, k) for model, count in sorted(counts.items()) for k in range(1, count)]
@@ -99,7 +99,7 @@ class Drafting:
 
         def drafts_of(model: int, first: int = 0) -> list[tuple[int, Draft]]:
             return [
-                (columns[(model, k)], draft_one(model, self.sampler(model, k))) for k in range(first, counts[model])
+                (columns[(model, k)], draft(model, self.sampler(model, k))) for k in range(first, counts[model])
             ]
 
         done: dict[int, Draft] = {}
@@ -107,14 +107,14 @@ class Drafting:
         todo = {model: 0 for model in counts}
         if self.settings.vote_gate > 0 and sum(counts.values()) > 1:
             leader = max(counts, key=lambda i: weights[i])
-            lead = draft_one(leader, self.sampler(leader, 0))
+            lead = draft(leader, self.sampler(leader, 0))
             confidence = lead.least_probability()
             done[leader] = lead
             if (confidence >= self.settings.vote_gate and lead.text) or self.cancel.is_set():
                 return RoundDrafts(done, author, sample_of, confidence, gated=True)
             todo[leader] = 1
         models = [model for model in sorted(counts) if todo[model] < counts[model]]
-        for found in map_over(lambda model: drafts_of(model, todo[model]), models):
+        for found in run_each(lambda model: drafts_of(model, todo[model]), models):
             done.update(found)
         return RoundDrafts(dict(sorted(done.items())), author, sample_of, confidence)
 

@@ -1,40 +1,31 @@
-"""The ensemble: several models answering together, one answer at a time.
+"""The ensemble: several models answering together.
 
 ``Ensemble`` takes members ready to answer (``Ensemble.from_config`` loads them from
-models.toml, ``Ensemble()`` from the usual lookup) and answers one prompt at a time with a
-``StartEvent``, one ``RoundEvent`` per round and a ``FinalEvent`` (the round loop itself is in
-``rounds.py``). It knows nothing about front ends: the CLI, the chat app and scripts consume
-the same stream.
-
-Threads and lifetimes: an ensemble streams one answer at a time, and a second answer while one
-is open is a ``SpecemError`` (never a hang). Each answer has its own cancel token
-(``AnswerStream.cancel``), so a cancel sent before the answer's first step is not lost.
-``close()`` waits for the step in flight, so a model is never freed under a running decode.
+models.toml, ``Ensemble()`` from the usual lookup), prepares each answer's request once
+(``prepare``: ``request.py``) and streams it (``stream``: a ``StartEvent``, one ``RoundEvent`` per
+round and a ``FinalEvent``; the round loop is ``rounds.py``). Running answers is the
+``AnswerRunner``'s (``runner.py``): places, threads, cancel, close. It knows nothing about front
+ends: the CLI, the chat app, the server and scripts consume the same stream.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import os
-import threading
-import warnings
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any
 
 from specem_local.engine import feedback
 from specem_local.engine.answer_stream import AnswerStream
-from specem_local.engine.constraints import AnswerFormat, Constraint, constraint_from
-from specem_local.engine.learned import StartingWeights, key_of, remember, starting_weights
+from specem_local.engine.formats import FormatMatcher, OutputFormat, output_format_from
+from specem_local.engine.learned import key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest, Prompt, checked_prefix, conversation, prompt_tokens
 from specem_local.engine.roster import Roster
 from specem_local.engine.rounds import weights_dict
+from specem_local.engine.runner import AnswerRunner
 from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent, origin_words
+from specem_local.events import FinalEvent, origin_words
 from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import EnsembleSettings, with_overrides
 from specem_local.storage.weights import WeightStore
@@ -77,15 +68,7 @@ class Ensemble:
         self.warnings = loaded.warnings if loaded else []
         self.threads_per_model = loaded.threads_per_model if loaded else None
         self.model_files = loaded.files if loaded else {}  # name -> GGUF path, for models loaded from files
-        self.weight_store = weight_store
-        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=len(self.members), thread_name_prefix="specem"
-        )
-        self._running = threading.Lock()  # held while engine code runs: a step of an answer
-        self._state = threading.Lock()  # guards _open and _closed
-        self._open: weakref.ref[AnswerStream] | None = None  # a dropped stream frees the ensemble
-        self._closed = False
-        self._in_step = threading.local()  # .active: this thread runs a step (or a part of one)
+        self.runner = AnswerRunner(self.members, self.threads_per_model, weight_store, self.warnings)
 
     @classmethod
     def from_config(
@@ -119,18 +102,16 @@ class Ensemble:
 
     def close(self) -> None:
         """Free the models. Cancels the open answer and waits for its step in flight first."""
-        if getattr(self._in_step, "active", False):
-            raise SpecemError("close() was called from inside an answer's step; close the ensemble after it")
-        self.cancel()
-        with self._running, self._state:
-            if self._closed:
-                return
-            self._closed = True
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
-            for member in self.members:
-                member.model.close()
+        self.runner.close()
+
+    @property
+    def weight_store(self) -> WeightStore | None:
+        """Where the weights learned from answer to answer are kept (None: none are)."""
+        return self.runner.weight_store
+
+    @weight_store.setter
+    def weight_store(self, store: WeightStore | None) -> None:
+        self.runner.weight_store = store
 
     def __enter__(self) -> Ensemble:
         return self
@@ -140,22 +121,19 @@ class Ensemble:
 
     def cancel(self) -> None:
         """Stop the open answer, if any (safe from any thread); it ends with "cancelled"."""
-        with self._state:
-            answer = self._open() if self._open is not None else None
-        if answer is not None:
-            answer.cancel()
+        self.runner.cancel()
 
     # -- answers ----------------------------------------------------------------------------------
     def starting_weights(self, models: list[str] | None = None, **overrides: object) -> dict[str, float]:
         """The verifiers' weights the next answer starts from, as its ``StartEvent`` will say."""
         members = self._select(models)
         settings = with_overrides(self.settings, **overrides)
-        return weights_dict(members, self._starting_weights(members, settings).weights)
+        return weights_dict(members, self.runner.starting_weights(members, settings).weights)
 
     def weights_origin(self, models: list[str] | None = None, **overrides: object) -> str:
         """Where the next answer's starting weights come from, in words (as its ``StartEvent``)."""
         members = self._select(models)
-        start = self._starting_weights(members, with_overrides(self.settings, **overrides))
+        start = self.runner.starting_weights(members, with_overrides(self.settings, **overrides))
         return origin_words(start.origin, start.answers, start.items, start.choices)
 
     def mix_advice(self) -> str | None:
@@ -189,25 +167,25 @@ class Ensemble:
         tools: Any = None,
         tool_choice: Any = None,
         parallel_tool_calls: bool = True,
-        output_format: Constraint | None = None,
+        output_format: OutputFormat | None = None,
         **overrides: object,
     ) -> AnswerRequest:
         """The request an answer runs from, checked once: the settings, the format (its
         grammar compiled), the conversation as the members read it, each member's prompt tokens
         (``PromptTooLong`` if one leaves no room to answer) and the starting weights. A bad
         value is a ``SpecemError`` (a ``SettingError`` names the field) and nothing runs.
-        ``output_format``: a format already checked (``constraint_from``) instead of the
+        ``output_format``: a format already checked (``output_format_from``) instead of the
         keywords."""
         settings = with_overrides(self.settings, **overrides)
         if output_format is None:
-            output_format = constraint_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
+            output_format = output_format_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
         messages = conversation(prompt, settings, output_format)
         members = self._select(models)
-        start = self._starting_weights(members, settings)
+        start = self.runner.starting_weights(members, settings)
         drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
         formatted = output_format is not None
         prompts = {m.name: prompt_tokens(m, messages, settings, len(drafting), formatted) for m in members}
-        prefix = checked_prefix(messages, output_format, lambda text: AnswerFormat(output_format).accepts(text, False))
+        prefix = checked_prefix(messages, output_format, lambda text: FormatMatcher(output_format).accepts(text, False))
         stop_note = ("stop strings are not applied to an answer with a format: it ends when whole",)
         notes = (output_format.notes + (stop_note if settings.stop else ())) if output_format is not None else ()
         return AnswerRequest(
@@ -217,7 +195,7 @@ class Ensemble:
             members=tuple(members),
             prompts=prompts,
             start=start,
-            weights_version=self.weights_version,
+            weights_version=self.runner.weights_version,
             prefix=prefix,
             notes=notes,
         )
@@ -236,8 +214,8 @@ class Ensemble:
         if isinstance(prompt, AnswerRequest):
             if options:
                 raise TypeError("stream(request) takes no options: they are in the request")
-            return AnswerStream(self, prompt)
-        return AnswerStream(self, self.prepare(prompt, **options))
+            return AnswerStream(self.runner, prompt)
+        return AnswerStream(self.runner, self.prepare(prompt, **options))
 
     def check_options(self, **options: Any) -> None:
         """What ``prepare`` checks of the options alone, for a request that asks for no answer
@@ -253,14 +231,8 @@ class Ensemble:
         history with its own template."""
         return self.stream(messages, **overrides).final()
 
-    @property
-    def weights_version(self) -> int:
-        """Changes whenever this process writes the weight store: starting weights read before
-        are read again."""
-        return self.weight_store.writes if self.weight_store is not None else 0
-
     def _select(self, names: list[str] | None) -> list[Member]:
-        if self._closed:
+        if self.runner.closed:
             raise SpecemError("this ensemble has been closed")
         if names is None:
             return self.members
@@ -271,124 +243,3 @@ class Ensemble:
         if not can_draft_and_verify(chosen):
             raise SpecemError("the chosen models cannot both draft and verify; pick at least one that does each")
         return chosen
-
-    def _open_answer(self, answer: AnswerStream) -> None:
-        with self._state:
-            if self._closed:
-                raise SpecemError("this ensemble has been closed")
-            current = self._open() if self._open is not None else None
-            if current is not None and current is not answer:
-                raise SpecemError(
-                    "another answer is still open on this ensemble; read it to the end (or cancel it and "
-                    "read its last event) before starting the next one"
-                )
-            self._open = weakref.ref(answer)
-
-    def _release(self, answer: AnswerStream) -> None:
-        with self._state:
-            current = self._open() if self._open is not None else None
-            if current is None or current is answer:
-                self._open = None
-
-    def _starting_weights(self, members: list[Member], settings: EnsembleSettings) -> StartingWeights:
-        try:
-            return starting_weights(self.weight_store, members, settings)
-        except SpecemError as error:  # an unreadable store costs the kept weights, not the answer
-            start = starting_weights(self.weight_store, members, settings, unreadable=True)
-            fallback = "the built-in calibration" if start.origin == "built-in" else "the prior weights"
-            self._warn(f"warning: {error}; starting from {fallback}")
-            return start
-
-    def _remember(
-        self, members: list[Member], settings: EnsembleSettings, start: StartingWeights, final: FinalEvent
-    ) -> None:
-        if self.weight_store is None:
-            return
-        try:
-            remember(self.weight_store, members, settings, start, final.weights)
-        except SpecemError as error:
-            self._warn(f"warning: {error}; the weights this answer learned were not kept")
-
-    def _warn(self, message: str) -> None:
-        """Say a warning once: the front ends ask for the starting weights, then answer."""
-        if message not in self.warnings:
-            self.warnings.append(message)
-            warnings.warn(message, stacklevel=4)
-
-    def _step(self, steps: Iterator[Event]) -> Event:
-        """Run the answer to its next event, holding the engine while it runs."""
-        with self._running:
-            if self._closed:
-                raise SpecemError("this ensemble was closed during the answer")
-            self._in_step.active = True
-            try:
-                return next(steps)
-            finally:
-                self._in_step.active = False
-
-    def _threaded(self, settings: EnsembleSettings) -> bool:
-        """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU or on
-        another machine (RPC), where the host mostly waits and they were 1.1-1.8x round-robin;
-        on 2 CPU cores they are level without model exit and within about 10% either way with it
-        (docs/performance.md)."""
-        if settings.drafting == "auto":
-            return any(m.model.placement.startswith(("GPU", "RPC")) for m in self.members)
-        return settings.drafting == "threads"
-
-    def _map(self, settings: EnsembleSettings, function: Callable, items: list) -> list:
-        threaded = self._threaded(settings) and len(items) > 1 and self._executor is not None
-        self._share_cores(len(items) if threaded else 1)
-        if threaded:
-            return self._in_workers(function, items)
-        return [function(item) for item in items]
-
-    def _in_workers(self, function: Callable, items: list) -> list:
-        """``function`` over ``items`` in the worker threads. Returns or raises only when every
-        worker has stopped: after an error or Ctrl-C in one, the others would otherwise go on
-        decoding while the next step uses the same models."""
-        assert self._executor is not None
-        futures = [self._executor.submit(self._part_of_step(function), item) for item in items]
-        try:
-            return [future.result() for future in futures]
-        except BaseException:  # Ctrl-C: a step stuck on another machine must not hold the wait below
-            for member in self.members:
-                member.model.interrupt()
-            raise
-        finally:
-            for future in futures:
-                future.cancel()
-            concurrent.futures.wait(futures)
-
-    def _part_of_step(self, function: Callable) -> Callable:
-        """``function`` run in a worker thread as part of the step (close() from it is an error)."""
-
-        def part(item: object) -> object:
-            self._in_step.active = True
-            try:
-                return function(item)
-            finally:
-                self._in_step.active = False
-
-        return part
-
-    def _share_cores(self, at_once: int) -> None:
-        """Give the models that decode at once a share of the cores each, at most
-        ``threads_per_model``: more llama.cpp threads than cores only wait on each other."""
-        if self.threads_per_model is None:  # models made by the caller: their threads are theirs
-            return
-        threads = threads_each(self.threads_per_model, at_once)
-        for member in self.members:
-            if member.model.lost is None:
-                member.model.set_threads(threads)
-
-
-def threads_each(threads_per_model: int, at_once: int) -> int:
-    """llama.cpp threads for each of ``at_once`` models decoding together."""
-    return max(1, min(threads_per_model, available_cores() // at_once))
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity, where the system tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1

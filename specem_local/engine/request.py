@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine.constraints import Constraint, with_instruction
+from specem_local.engine.formats import OutputFormat, with_instruction
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message, as_messages, split_partial_answer
@@ -30,6 +30,9 @@ class PromptTooLong(SpecemError):
     """The conversation leaves no room to answer in a member's context (OpenAI's
     ``context_length_exceeded``)."""
 
+    field = "messages"
+    code = "context_length_exceeded"
+
 
 @dataclass(frozen=True)
 class AnswerRequest:
@@ -37,7 +40,7 @@ class AnswerRequest:
 
     messages: tuple[Message, ...]  # as the members read them: tool calls rendered, the format's instruction said
     settings: EnsembleSettings
-    output_format: Constraint | None
+    output_format: OutputFormat | None
     members: tuple[Member, ...]  # the members asked to take part
     prompts: dict[str, tuple[int, ...]]  # each member's prompt tokens
     start: StartingWeights  # the weights it starts from (``weights_version``: the store as read)
@@ -46,7 +49,7 @@ class AnswerRequest:
     notes: tuple[str, ...] = field(default=())  # what the format serves only approximately, in words
 
 
-def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: Constraint | None) -> list[Message]:
+def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:
     """The conversation as every member reads it: earlier tool calls and results rendered, the
     system prompt first, the format's instruction after the last user message."""
     if isinstance(prompt, list) and any(isinstance(m, dict) and _uses_tools(m) for m in prompt):
@@ -82,7 +85,7 @@ def prompt_tokens(member: Member, messages: list[Message] | tuple[Message, ...],
     return tuple(tokens)
 
 
-def checked_prefix(messages: list[Message], output_format: Constraint | None, accepts: Callable[[str], bool]) -> str:
+def checked_prefix(messages: list[Message], output_format: OutputFormat | None, accepts: Callable[[str], bool]) -> str:
     """The start of the answer to continue when the answer has a format (it is part of the
     format's text), checked to match it (``accepts``)."""
     prefix = split_partial_answer(messages)[1] if output_format is not None else ""

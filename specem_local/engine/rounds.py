@@ -16,8 +16,8 @@ import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
-from specem_local.engine.constraints import AnswerFormat, member_matcher
 from specem_local.engine.drafting import Drafting, round_candidates
+from specem_local.engine.formats import FormatMatcher, member_matcher
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.request import AnswerRequest
@@ -28,14 +28,14 @@ from specem_local.errors import NoMemberLeft, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
-MapFunction = Callable[[EnsembleSettings, Callable, list], list]  # runs a function over items, maybe in threads
+RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run_each: a function over items
 
 
 def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
     return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
 
 
-class Answer:
+class RoundLoop:
     """The state of one answer: weights, the committed text, counters."""
 
     def __init__(
@@ -44,7 +44,7 @@ class Answer:
         members: list[Member],
         start: StartingWeights,
         cancel: threading.Event,
-        map_function: MapFunction,
+        run_each: RunEach,
         absent: dict[str, str] | None = None,
     ) -> None:
         settings, constraint = request.settings, request.output_format
@@ -52,7 +52,7 @@ class Answer:
         self.settings = settings
         self.absent = absent or {}  # lost members that could not be brought back: name -> why
         self.constraint = constraint
-        self.format = AnswerFormat(constraint) if constraint is not None else None
+        self.format = FormatMatcher(constraint) if constraint is not None else None
         # The start of an answer to continue is part of the format's text: the reply is the rest.
         self.prefix = request.prefix
         if self.format is not None and self.prefix:
@@ -60,7 +60,7 @@ class Answer:
         self.start = start
         self.members = members
         self.cancel = cancel
-        self._map = map_function
+        self._run_each = run_each
         self.names = [m.name for m in self.members]
         self.weights = start.weights
         self.roster = Roster(members, settings, self.weights, settings.model_exit and start.origin != "prior")
@@ -88,7 +88,7 @@ class Answer:
         self.started = time.perf_counter()  # set again when the answer runs
         self.first_segment: float | None = None
 
-    def map(self, function: Callable, items: list, *, losses_raise: bool = True) -> list:
+    def run_each(self, function: Callable, items: list, *, losses_raise: bool = True) -> list:
         """``function`` over members' indices (or items that hold them). Every item runs even
         when a member is lost in one: ``MemberLost`` is raised after all of them, so no member
         is left half way through a step that the round then repeats (``losses_raise=False``:
@@ -102,7 +102,7 @@ class Answer:
                 lost.append(error)
                 return None
 
-        results = self._map(self.settings, guarded, items)
+        results = self._run_each(self.settings, guarded, items)
         if lost and losses_raise:
             raise lost[0]
         if lost:
@@ -151,7 +151,7 @@ class Answer:
             if not self.cancel.is_set():
                 try:
                     reuse = self.settings.reuse_prompt
-                    self.map(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
+                    self.run_each(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
                 except MemberLost:
                     self._take_losses()
             self._give_matchers()
@@ -239,7 +239,7 @@ class Answer:
                 return contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
             return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
-        round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.map)
+        round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.run_each)
         if self.cancel.is_set():
             return None, "cancelled"
         drafts, author = round_drafts.written, round_drafts.author
@@ -337,7 +337,7 @@ class Answer:
         """Text the constraint forces (a key, punctuation): committed to every member that
         follows the answer without a round of drafting or a vote."""
         following = self.roster.following
-        added = self.map(lambda i: self.members[i].commit(-1, text, None, None), following, losses_raise=False)
+        added = self.run_each(lambda i: self.members[i].commit(-1, text, None, None), following, losses_raise=False)
         self.tokens += max(n for n in added if n is not None)
         self.forced_rounds += 1
         segment, finish = self._append(Draft(text, False, None, []))
@@ -397,7 +397,7 @@ class Answer:
                 result.scores[rep] = member.own_score(own, settings.scoring, with_end=rep in ending)
             return v, result
 
-        results = dict(self.map(verify, verifiers))
+        results = dict(self.run_each(verify, verifiers))
         for v, result in results.items():
             for c, value in result.scores.items():
                 scores[v, c] = value
@@ -421,6 +421,6 @@ class Answer:
             own = own if own is not None and own.text == winning.text else None
             return self.members[index].commit(winner, winning.text, own, scored.get(index))
 
-        added = self.map(commit, following, losses_raise=False)  # the others have the winner: no going back
+        added = self.run_each(commit, following, losses_raise=False)  # the others have the winner: no going back
         mine = added[following.index(writer)]
         return mine if mine is not None else max(n for n in added if n is not None)

@@ -2,7 +2,7 @@
 family's native format (as llama.cpp's server does for templates it does not know).
 
 The tools are described in the same words in every member's prompt, each in its own chat
-template, and the answer is constrained (``constraints.py``) to either calls,
+template, and the answer is constrained (``formats.py``) to either calls,
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` with each function's arguments
 matching its parameter schema, or a message, ``{"response": "..."}``. Earlier calls and
 their results are rendered in the same envelope, so every family reads them the same way.

@@ -1,39 +1,32 @@
-"""The models' line: one answer at a time on the shared ensemble, a bounded queue before it,
-and the bridge from the worker thread that runs an answer to the event loop that serves it.
+"""The queue for the models: one answer at a time on the shared ensemble, a bounded number of
+requests waiting for it, and each answer recorded in the history.
 
-llama.cpp blocks, so an answer runs in a worker thread and its events cross to the loop
-through an asyncio queue; the loop never waits on a model. Whatever an answer does (ends,
-fails, is cancelled because its client went away) its stream is closed and the next request
-in line starts: no error can hold the ensemble.
+The answer itself runs in a thread of its own (``AnswerStream.events``, the stream's async
+face); the event loop never waits on a model. Whatever an answer does (ends, fails, is
+cancelled because its client went away) the next request waiting starts once it has stopped:
+no error can hold the ensemble.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import math
-import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.engine.request import AnswerRequest
-from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent
+from specem_local.errors import ShuttingDown
+from specem_local.events import Event
 from specem_local.storage.chats import Turn
 from specem_local.storage.history import AnswerRecord, History
 
-_END = object()
-
-
-class ShuttingDown(SpecemError):
-    """The server is stopping (SIGTERM, Ctrl-C): no answer starts any more (a 503)."""
+log = logging.getLogger(__name__)
 WAITING_CHECK = 0.25  # seconds between checks that a request waiting for the models still has a client
 
 
-class AnswerLine:
+class AnswerQueue:
     """The ensemble's answers, one at a time, with at most ``queue`` requests waiting."""
 
     def __init__(self, ensemble: Ensemble, queue: int, record: bool) -> None:
@@ -58,12 +51,12 @@ class AnswerLine:
         if running is not None:
             running.cancel()
 
-    def place(self) -> PlaceInLine | None:
+    def place(self) -> QueuePlace | None:
         """A place in line, taken now (so requests arriving together are counted), or None
         when the line is full."""
         if self.answering + self.waiting > self.queue:
             return None
-        return PlaceInLine(self)
+        return QueuePlace(self)
 
     def retry_after(self) -> int:
         """Seconds until a place in line is likely: the answers ahead at the recent pace."""
@@ -73,7 +66,7 @@ class AnswerLine:
         self,
         prepared: AnswerRequest,
         messages: list[dict[str, str]],
-        place: PlaceInLine,
+        place: QueuePlace,
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Event]:
         """The answer's events, in order, as the worker thread produces them. Ending early
@@ -88,30 +81,23 @@ class AnswerLine:
                 return
         finally:
             place.give_back()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
         try:
             if self.closing:
                 raise ShuttingDown("the server is shutting down; no answer starts now")
             stream = self.ensemble.stream(prepared)
-            self._running = stream
+            record = self._start_record(messages)
+            if record is not None:
+                stream.log_to(record, lambda said: log.warning("specem serve: warning: %s", said))
             self.answering = True
+            self._running = stream
             self._answer_started = time.monotonic()
-            worker = threading.Thread(
-                target=self._work, args=(messages, stream, loop, queue), name="specem-answer", daemon=True
-            )
-            worker.start()
+            events = stream.events(ended=self._answer_ended)
         except BaseException:
             self.answering = False
             self._turn.release()
             raise
-        try:
-            while (item := await queue.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stream.cancel()  # a no-op once the answer has ended; else it stops at the next round
+        async for event in events:
+            yield event
 
     async def _take_turn(self, gone: Callable[[], Awaitable[bool]] | None) -> bool:
         """Wait for the models; False (and no turn taken) if the client hangs up first. A
@@ -139,41 +125,16 @@ class AnswerLine:
             waiting.cancel()
             waiting.add_done_callback(lambda f: self._turn.release() if not f.cancelled() else None)
 
-    def _work(
-        self,
-        messages: list[dict[str, str]],
-        stream: AnswerStream,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue,
-    ) -> None:
-        """The worker thread: record the request, run the answer, hand each event (or the error)
-        to the loop. Whatever happens (the stream closes itself on any error), the loop hears
-        the end and the models are released."""
-        finish, record = None, None
-        try:
-            record = self._start_record(messages)
-            for event in stream:
-                if record is not None:
-                    record.event(event)
-                if isinstance(event, FinalEvent):
-                    finish = event.finish_reason
-                _tell(loop, queue.put_nowait, event)
-        except BaseException as error:  # handed to the loop, which raises it there
-            if record is not None:  # the history says how it ended, as specem run's does
-                record.fail(str(error) or type(error).__name__)
-            _tell(loop, queue.put_nowait, error)
-        finally:  # counted as cancelled only if it ended so, not if the stream was let go after its end
-            _tell(loop, self._answer_ended, finish == "cancelled")
-            _tell(loop, queue.put_nowait, _END)
-
-    def _answer_ended(self, cancelled: bool) -> None:
+    def _answer_ended(self, finish: str | None) -> None:
+        """The answer's thread has stopped (``finish``: its finish reason; None if it failed):
+        the next request in line may start. Counted as cancelled only if it ended so."""
         assert self._turn is not None
         took = time.monotonic() - self._answer_started
         self._answer_seconds = 0.7 * self._answer_seconds + 0.3 * took  # a moving average
         self.answering = False
         self._running = None
         self.answered += 1
-        self.cancelled += cancelled
+        self.cancelled += finish == "cancelled"
         self._turn.release()
 
     def _start_record(self, messages: list[dict[str, str]]) -> AnswerRecord | None:
@@ -184,22 +145,15 @@ class AnswerLine:
         try:
             return self.history.start_new_chat("serve", [Turn(m["role"], m["content"]) for m in messages])
         except Exception as error:
-            print(f"specem serve: warning: not recorded in the history: {error}", file=sys.stderr, flush=True)
+            log.warning("specem serve: warning: not recorded in the history: %s", error)
             return None
 
 
-def _tell(loop: asyncio.AbstractEventLoop, callback: Any, argument: object) -> None:
-    """Run ``callback(argument)`` on the loop, unless the loop has closed (the server is
-    shutting down): then nobody is left to tell."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback, argument)
-
-
-class PlaceInLine:
+class QueuePlace:
     """A request's place in the queue for the models, given back exactly once: when its answer
     starts, or when its response ends without the answer ever starting."""
 
-    def __init__(self, line: AnswerLine) -> None:
+    def __init__(self, line: AnswerQueue) -> None:
         self.line = line
         self.held = True
         line.waiting += 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -28,15 +27,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from specem_local.engine import Ensemble
-from specem_local.engine.constraints import FIELDS as CONSTRAINT_FIELDS
-from specem_local.engine.request import AnswerRequest, PromptTooLong
+from specem_local.engine.request import AnswerRequest
 from specem_local.engine.tools import ReplyStream, ToolCall
-from specem_local.errors import NoMemberLeft, SettingError, SpecemError
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
-from specem_local.server.answers import AnswerLine, PlaceInLine, ShuttingDown
-from specem_local.server.gate import Gate, GateRules, error_payload
+from specem_local.server.answers import AnswerQueue, QueuePlace
+from specem_local.server.errors import ApiError, HttpError, http_error
+from specem_local.server.gate import Gate, GateRules
 
 # Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
@@ -59,7 +57,7 @@ class EnsembleServer:
     def __init__(self, ensemble: Ensemble, options: ServerOptions) -> None:
         self.ensemble = ensemble
         self.options = options
-        self.line = AnswerLine(ensemble, options.queue, options.record)
+        self.line = AnswerQueue(ensemble, options.queue, options.record)
         self.created = int(time.time())
         self.modified = ol.now()
         self.size = sum(member.model.n_params for member in ensemble.members)  # for Ollama's "size"
@@ -116,7 +114,7 @@ class EnsembleServer:
         [served] = oa.models_list(self.ensemble.model_names, self.created, runs_on)["data"]
         if wanted != served["id"]:
             message = f"the model {wanted[:80]!r} does not exist; this server serves {served['id']!r}"
-            return _error(request, 404, message, "not_found_error", param="model")
+            return HttpError(404, message, "not_found_error", "model").response(request.url.path)
         return JSONResponse(served)
 
     async def ollama_version(self, _request: HttpRequest) -> Response:
@@ -131,33 +129,33 @@ class EnsembleServer:
     async def ollama_show(self, request: HttpRequest) -> Response:
         try:
             ol.show_request(await self._json_body(request))
-        except oa.ApiError as error:
-            return _error(request, error.status, error.message, param=error.param)
+        except ApiError as error:
+            return http_error(error).response(request.url.path)
         return JSONResponse(ol.show(self.ensemble.model_names, self.modified))
 
     async def text_completions(self, request: HttpRequest) -> Response:
         """Legacy text completions continue raw text; the ensemble's rounds answer conversations,
         each member in its own chat template, so it says where to go instead of guessing."""
-        return _error(
-            request,
-            404,
+        legacy = (
             "legacy text completions are not served: the ensemble answers conversations; "
-            "use /v1/chat/completions with the prompt as a user message",
-            "not_found_error",
+            "use /v1/chat/completions with the prompt as a user message"
         )
+        return HttpError(404, legacy, "not_found_error").response(request.url.path)
 
     async def not_found(self, request: HttpRequest, _exc: Exception) -> Response:
         api = "Ollama's API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"
         if not request.url.path.startswith("/api/"):
             api = "OpenAI's API: /v1/chat/completions, /v1/models (and /health)"
-        return _error(request, 404, f"no route {request.url.path[:80]!r}; this server has {api}", "not_found_error")
+        missing = f"no route {request.url.path[:80]!r}; this server has {api}"
+        return HttpError(404, missing, "not_found_error").response(request.url.path)
 
     async def not_allowed(self, request: HttpRequest, _exc: Exception) -> Response:
-        return _error(request, 405, f"{request.method} is not allowed on {request.url.path[:80]}")
+        refused = f"{request.method} is not allowed on {request.url.path[:80]}"
+        return HttpError(405, refused).response(request.url.path)
 
     async def failed(self, request: HttpRequest, error: Exception) -> Response:
         """A fault in a route: a 500 in the API's shape (the gate logs it, in one line)."""
-        return _error(request, 500, f"the server failed: {type(error).__name__}: {error}"[:300], "server_error")
+        return http_error(error).response(request.url.path)
 
     # -- answers ---------------------------------------------------------------------------------
     async def chat_completions(self, request: HttpRequest) -> Response:
@@ -210,7 +208,7 @@ class EnsembleServer:
 
     async def _start(
         self, request: HttpRequest, parse: Callable[[Any], Any]
-    ) -> Response | tuple[Any, AnswerRequest | None, PlaceInLine]:
+    ) -> Response | tuple[Any, AnswerRequest | None, QueuePlace]:
         """Parse the body and prepare its answer (off the event loop: compiling a format may take
         seconds), take a place in line; or the response that refuses the request (the gate has
         checked the key). A bad value is a 400 before the request waits in line."""
@@ -221,51 +219,31 @@ class EnsembleServer:
                 prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.messages, **parsed.settings)
             else:  # a load request: its options are checked all the same
                 prepared = await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
-        except oa.ApiError as error:
-            return _error(request, error.status, error.message, param=error.param)
-        except PromptTooLong as error:
-            return _error(request, 400, str(error), param="messages", code="context_length_exceeded")
-        except SettingError as error:
-            sent = getattr(parsed, "option_names", {}).get(error.field)
-            if sent:  # Ollama's options: named as the client sent them
-                return _error(request, 400, str(error).replace(error.field, sent, 1), param=sent)
-            if error.field in CONSTRAINT_FIELDS[:4] and parsed.constraint_param:  # the schema of response_format
-                param = parsed.constraint_param
-                return _error(request, 400, f"{param}{str(error).removeprefix(error.field)}", param=param)
-            return _error(request, 400, str(error), param=error.field)
-        except SpecemError as error:
-            return _error(request, 400, str(error))
+        except Exception as error:  # a request's fault (ApiError, SpecemError), or a bug: a 500, logged
+            return http_error(error, getattr(parsed, "fields", None)).response(request.url.path)
         place = self.line.place()
         if place is None:
-            return _error(
-                request,
-                429,
-                f"busy: one answer at a time and {self.line.queue} waiting; try again shortly",
-                "rate_limit_error",
-                headers={"Retry-After": str(self.line.retry_after())},
-            )
+            busy = f"busy: one answer at a time and {self.line.queue} waiting; try again shortly"
+            retry = {"Retry-After": str(self.line.retry_after())}
+            return HttpError(429, busy, "rate_limit_error").response(request.url.path, retry)
         return parsed, prepared, place
 
     async def _whole(
         self,
         request: HttpRequest,
         events: AsyncIterator[Event],
-        place: PlaceInLine,
+        place: QueuePlace,
         respond: Callable[[StartEvent | None, FinalEvent], Response],
     ) -> Response:
         """A whole answer as one response, or the error that ended it."""
         try:
             start, final = await self._collect(events, request)
-        except (NoMemberLeft, ShuttingDown) as error:  # the machines, not the request: 503
-            return _error(request, 503, _failure(error), "server_error")
-        except SpecemError as error:
-            return _error(request, 400, str(error))
-        except Exception as error:  # a fault of the server or llama.cpp: one log line and a 500
-            return _error(request, 500, _failure(error), "server_error")
+        except Exception as error:  # the request's fault (400), the machines' (503), or a bug (500, logged)
+            return http_error(error, answering=True).response(request.url.path)
         finally:
             place.give_back()
         if final is None:
-            return _error(request, 499, "the client went away")
+            return HttpError(499, "the client went away").response(request.url.path)
         return respond(start, final)
 
     async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
@@ -286,7 +264,7 @@ class EnsembleServer:
                     for chunk in oa.final_chunks(parsed, start, event, first):
                         yield json.dumps(chunk, ensure_ascii=False)
         except Exception as error:  # after the stream began: say it the way OpenAI's servers do
-            yield json.dumps(oa.error_body(_failure(error), "server_error"))
+            yield json.dumps(http_error(error, answering=True).body("/v1"))
         yield "[DONE]"
 
     async def _ndjson_lines(self, parsed: ol.Request, events: AsyncIterator[Event], chat: bool) -> AsyncIterator[str]:
@@ -308,7 +286,7 @@ class EnsembleServer:
                 elif isinstance(event, FinalEvent):
                     yield json.dumps(ol.final_line(chat, parsed, start, event, ""), ensure_ascii=False) + "\n"
         except Exception as error:  # Ollama ends a broken stream with an error line
-            yield json.dumps({"error": _failure(error)}) + "\n"
+            yield json.dumps(http_error(error, answering=True).body("/api")) + "\n"
 
     async def _collect(
         self, events: AsyncIterator[Event], request: HttpRequest
@@ -329,23 +307,23 @@ class EnsembleServer:
         limit = self.options.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+            raise ApiError(413, f"the request body is larger than {limit} bytes")
         body = bytearray()
         try:
             async for part in request.stream():
                 body += part
                 if len(body) > limit:
-                    raise oa.ApiError(413, f"the request body is larger than {limit} bytes")
+                    raise ApiError(413, f"the request body is larger than {limit} bytes")
         except ClientDisconnect:  # it hung up while sending: no answer is owed, no fault to log
-            raise oa.ApiError(499, "the client went away while sending its request") from None
+            raise ApiError(499, "the client went away while sending its request") from None
         if json_depth(body) > MAX_JSON_DEPTH:
-            raise oa.ApiError(400, f"the request body is nested more than {MAX_JSON_DEPTH} levels deep")
+            raise ApiError(400, f"the request body is nested more than {MAX_JSON_DEPTH} levels deep")
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise oa.ApiError(400, f"the request body is not valid JSON ({error})") from None
+            raise ApiError(400, f"the request body is not valid JSON ({error})") from None
         except ValueError:  # Python's limit on integer digits (4,300): no field takes such a number
-            raise oa.ApiError(400, "the request body holds a number too long (over 4,300 digits)") from None
+            raise ApiError(400, "the request body holds a number too long (over 4,300 digits)") from None
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a string, or an unterminated one to the end
@@ -358,26 +336,3 @@ def json_depth(body: bytes | bytearray) -> int:
     brackets = np.frombuffer(_JSON_STRING.sub(b"", bytes(body)), dtype=np.uint8)
     steps = np.isin(brackets, (0x5B, 0x7B)).astype(np.int64) - np.isin(brackets, (0x5D, 0x7D))
     return int(np.cumsum(steps).max(initial=0))
-
-
-def _failure(error: Exception) -> str:
-    """What the answer's failure is said as, in the response and in one log line."""
-    detail = str(error) if isinstance(error, SpecemError) else f"{type(error).__name__}: {error}"
-    message = f"the answer failed: {detail}"[:400]
-    print(f"specem serve: error: {message}", file=sys.stderr, flush=True)
-    return message
-
-
-def _error(
-    request: HttpRequest,
-    status: int,
-    message: str,
-    kind: str = "invalid_request_error",
-    *,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    return JSONResponse(
-        error_payload(request.url.path, message, kind, param, code), status_code=status, headers=headers
-    )

@@ -26,13 +26,12 @@ import ipaddress
 import itertools
 import json
 import re
-import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from specem_local.server.openai_format import error_body
+from specem_local.server.errors import HttpError, http_error
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -240,23 +239,10 @@ class Gate:
 
         try:
             await self.app(scope, receive, sending)
-        except Exception as error:
-            detail = f"{type(error).__name__}: {error}"[:300]
-            print(
-                f"specem serve: error: {scope.get('method')} {scope.get('path')}: {detail}", file=sys.stderr, flush=True
-            )
+        except Exception as error:  # a fault no route caught: one log line, and a 500 if nothing was sent
+            said = http_error(error)  # logs it
             if not started:
-                await _respond(send, scope.get("path", "/"), 500, f"the server failed: {detail}", kind="server_error")
-
-
-def error_payload(
-    path: str, message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict:
-    """An error in the shape the route's clients read: Ollama's ``{"error": "..."}`` under
-    ``/api/``, OpenAI's everywhere else."""
-    if path.startswith("/api/"):
-        return {"error": message}
-    return error_body(message, kind, param, code)
+                await _respond(send, scope.get("path", "/"), said.status, said.message, kind=said.kind)
 
 
 def _is_json(content_type: str) -> bool:
@@ -288,7 +274,7 @@ async def _respond(
     code: str | None = None,
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    body = json.dumps(error_payload(path, message, kind, code=code)).encode()
+    body = json.dumps(HttpError(status, message, kind, code=code).body(path)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
     await _send_headers(send, status, headers)
     await send({"type": "http.response.body", "body": body})

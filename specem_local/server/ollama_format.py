@@ -17,7 +17,8 @@ from typing import Any
 
 from specem_local.engine.tools import ToolCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
-from specem_local.server.openai_format import ApiError, message_text, parse_messages
+from specem_local.server.errors import ApiError
+from specem_local.server.openai_format import message_text, parse_messages
 
 MODEL_NAME = "specem"
 TAGGED = f"{MODEL_NAME}:latest"
@@ -62,9 +63,8 @@ class Request:
     stream: bool  # Ollama streams unless told not to
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
-    constraint_param: str = "format"  # the request field a constraint comes from
     tools: bool = False  # tools were offered: the answer is calls or a message
-    option_names: dict[str, str] = field(default_factory=dict)  # setting -> the option as sent ("options.num_predict")
+    fields: dict[str, str] = field(default_factory=dict)  # a setting -> the field it came from ("options.num_predict")
 
 
 def _model(body: dict[str, Any]) -> None:
@@ -157,7 +157,7 @@ def parse_chat(body: Any) -> Request:
     if tools and body.get("format") not in (None, ""):
         raise ApiError(400, "give tools or format, not both", "format")
     settings = {**_settings(body), **_format(body), **tools}
-    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools), option_names=_named(body))
+    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools), fields=_named(body))
 
 
 def _format(body: dict[str, Any]) -> dict[str, Any]:
@@ -191,14 +191,15 @@ def parse_generate(body: Any) -> Request:
         return Request([], settings, stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []
     asked = [*messages, {"role": "user", "content": prompt}]
-    return Request(asked, settings, stream, time.monotonic(), option_names=_named(body))
+    return Request(asked, settings, stream, time.monotonic(), fields=_named(body))
 
 
 def _named(body: dict[str, Any]) -> dict[str, str]:
-    """Each setting an option became, and the option's name as sent: an error names what the
-    client wrote (``options.num_predict``), not the ensemble's own name."""
+    """Each setting an option (or the format) became, and the field's name as sent: an error
+    names what the client wrote (``options.num_predict``), not the ensemble's own name."""
     options = body.get("options") if isinstance(body.get("options"), dict) else {}
     named = {OPTIONS[name]: f"options.{name}" for name in options if name in OPTIONS}
+    named.update(schema="format", json="format")
     if "num_predict" in options:
         named["max_tokens"] = "options.num_predict"
     if "stop" in options:

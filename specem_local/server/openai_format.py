@@ -17,6 +17,7 @@ from typing import Any
 
 from specem_local.engine.tools import StreamedCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.server.errors import ApiError
 
 MODEL_ID = "specem"
 # Fields the ensemble cannot honour: a 400 naming them, never a silent ignore.
@@ -31,33 +32,14 @@ UNSUPPORTED = {
 }
 
 
-class ApiError(Exception):
-    """An error in OpenAI's shape: HTTP status, message, and the offending field."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.kind, self.param)
-
-
-def error_body(
-    message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    """An error as OpenAI's API writes it."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 @dataclass(frozen=True)
 class Request:
     messages: list[dict[str, str]]
     settings: dict[str, Any]  # [ensemble] settings, and the answer's constraint (schema=, json=)
     stream: bool = False
     include_usage: bool = False
-    constraint_param: str | None = None  # the request field the constraint came from
     tools: bool = False  # tools were offered: the answer is calls or a message
-    option_names: dict[str, str] = field(default_factory=dict)  # setting -> the field as sent
+    fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -113,14 +95,14 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     messages = parse_messages(body.get("messages"), roles=roles, refused=())
     constraint, param = response_format(body.get("response_format"))
     tools = tool_settings(body)
+    formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         messages,
         {**settings, **constraint, **tools},
         stream,
         bool(options.get("include_usage")),
-        param,
         bool(tools),
-        option_names=sent,
+        fields={**sent, **formats},
     )
 
 

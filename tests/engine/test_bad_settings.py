@@ -29,7 +29,7 @@ def test_an_answer_whose_set_up_fails_frees_the_ensemble(monkeypatch):
         def broken(*_args, **_kwargs):
             raise ValueError("a fault while setting up the answer")
 
-        monkeypatch.setattr(engine, "Answer", broken)
+        monkeypatch.setattr(engine, "RoundLoop", broken)
         with pytest.raises(ValueError):
             ensemble.generate("What is six times seven?")
         monkeypatch.undo()

@@ -10,8 +10,8 @@ import json
 import jsonschema
 
 from specem_local.engine import rounds
-from specem_local.engine.constraints import Constraint, member_matcher
 from specem_local.engine.format_compiler import compiler
+from specem_local.engine.formats import OutputFormat, member_matcher
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
 SCHEMA = {
@@ -32,7 +32,7 @@ def prompt_text(member, request) -> str:
 def test_the_committed_matcher_drops_a_candidate_the_format_forbids(monkeypatch):
     """The heavier member drafts under a matcher that allows anything (a fake that ignores the
     format): its prose would win every vote; only the committed matcher keeps it out."""
-    loose = Constraint("regex", "", compiler().compile("regex", "(?s:.*)", "regex").grammar)
+    loose = OutputFormat("regex", "", compiler().compile("regex", "(?s:.*)", "regex").grammar)
     heavy = fake_member("heavy", "About two million people.", n_params=100_000)
     light = fake_member("light", '{"people": 2100000}')
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from specem_local.engine.constraints import MAX_RULES, constraint_from
 from specem_local.engine.format_compiler import COMMAND, FormatCompiler
+from specem_local.engine.formats import MAX_RULES, output_format_from
 from specem_local.errors import SettingError
 
 SCHEMA = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
@@ -52,10 +52,10 @@ def test_a_grammar_of_too_many_rules_is_refused_before_it_is_compiled():
     chained = "start: r0\n" + "".join(f'r{i}: "a" r{i + 1}?\n' for i in range(4000)) + 'r4000: "b"\n'
     started = time.monotonic()
     with pytest.raises(SettingError, match=f"4,002 rules is too many \\(at most {MAX_RULES}\\)"):
-        constraint_from(grammar=chained)
+        output_format_from(grammar=chained)
     gbnf = "root ::= r0\n" + "".join(f'r{i} ::= "a" r{i + 1}?\n' for i in range(8000)) + 'r8000 ::= "b"\n'
     with pytest.raises(SettingError, match="rules is too many"):
-        constraint_from(grammar=gbnf)
+        output_format_from(grammar=gbnf)
     assert time.monotonic() - started < 2  # counted, not converted
     usual = "start: r0\n" + "".join(f'r{i}: "a" r{i + 1}?\n' for i in range(400)) + 'r400: "b"\n'
-    assert constraint_from(grammar=usual)
+    assert output_format_from(grammar=usual)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specem_local.engine import Ensemble
-from specem_local.engine import ensemble as engine
+from specem_local.engine import runner as runner_module
 from specem_local.engine.loading import Loaded
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
@@ -130,7 +130,7 @@ def test_cancel_from_another_thread_between_rounds():
 
 
 def test_models_that_decode_at_once_share_the_cores(monkeypatch):
-    monkeypatch.setattr(engine, "available_cores", lambda: 4)
+    monkeypatch.setattr(runner_module, "available_cores", lambda: 4)
     members = [fake_member(name, TEXT) for name in "abc"]
     ensemble = Ensemble(members, EnsembleSettings(greedy=True), loaded=Loaded(members, threads_per_model=3))
     seen: dict[str, set[int]] = {"threads": set(), "round-robin": set()}
@@ -140,9 +140,9 @@ def test_models_that_decode_at_once_share_the_cores(monkeypatch):
 
     for drafting in seen:
         settings = with_overrides(ensemble.settings, drafting=drafting)
-        ensemble._map(settings, threads_now(drafting), [0, 1, 2])  # three at once: 4 // 3 cores each
+        ensemble.runner.run_each(settings, threads_now(drafting), [0, 1, 2])  # three at once: 4 // 3 cores each
     assert seen == {"threads": {1}, "round-robin": {3}}  # one at a time: threads_per_model
-    ensemble._map(with_overrides(ensemble.settings, drafting="threads"), threads_now("threads"), [0, 1])
+    ensemble.runner.run_each(with_overrides(ensemble.settings, drafting="threads"), threads_now("threads"), [0, 1])
     assert seen["threads"] == {1, 2}
     assert ensemble.generate(QUESTION, drafting="threads").text == TEXT
 
@@ -160,7 +160,7 @@ def test_an_error_in_one_worker_waits_for_the_others():
         finished.append(item)
 
     with pytest.raises(RuntimeError, match="boom"):
-        ensemble._map(with_overrides(ensemble.settings, drafting="threads"), work, [0, 1])
+        ensemble.runner.run_each(with_overrides(ensemble.settings, drafting="threads"), work, [0, 1])
     assert finished == [1]  # the step ended only when no worker was left using a model
 
 
@@ -224,9 +224,9 @@ def test_auto_drafting_uses_threads_only_when_a_model_runs_on_a_gpu():
     def where(_item: int) -> None:
         seen.add(threading.current_thread().name)
 
-    ensemble._map(ensemble.settings, where, [1, 2, 3])
+    ensemble.runner.run_each(ensemble.settings, where, [1, 2, 3])
     assert ensemble.settings.drafting == "auto" and seen == {threading.current_thread().name}  # CPU: round-robin
     ensemble.members[0].model.placement = "GPU 25/25 layers"
     seen.clear()
-    ensemble._map(ensemble.settings, where, [1, 2, 3])
+    ensemble.runner.run_each(ensemble.settings, where, [1, 2, 3])
     assert all(name.startswith("specem") for name in seen)

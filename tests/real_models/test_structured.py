@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 from specem_local.engine import Ensemble
-from specem_local.engine.constraints import AnswerFormat, constraint_from
+from specem_local.engine.formats import FormatMatcher, output_format_from
 from specem_local.events import RoundEvent
 from specem_research.load import start_server
 from tests.conftest import ROOT, demo_config, stop_process
@@ -50,7 +50,7 @@ def test_three_tokenizers_draft_one_valid_json_answer_together():
     final = events[-1]
     assert final.finish_reason == "eos" and isinstance(final.parsed, City), final.text
     jsonschema.validate(json.loads(final.text), SCHEMA)
-    committed = AnswerFormat(constraint_from(City))
+    committed = FormatMatcher(output_format_from(City))
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     for event in rounds:
         assert all(committed.accepts(c.text, c.ended) for c in event.candidates), event

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specem_local.server.app import json_depth
-from specem_local.server.gate import GateRules, error_payload, host_name, split_origins
+from specem_local.server.errors import HttpError
+from specem_local.server.gate import GateRules, host_name, split_origins
 
 LOCAL = GateRules()
 
@@ -102,8 +103,8 @@ def test_allowed_origins_patterns_and_the_servers_own_origin():
 
 
 def test_errors_take_the_shape_of_the_route():
-    assert error_payload("/api/chat", "no") == {"error": "no"}
-    assert error_payload("/v1/x", "no", "invalid_request_error", "seed")["error"]["param"] == "seed"
+    assert HttpError(400, "no").body("/api/chat") == {"error": "no"}
+    assert HttpError(400, "no", "invalid_request_error", "seed").body("/v1/x")["error"]["param"] == "seed"
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ import time
 import httpx
 import pytest
 
-from specem_local.engine import constraints
+from specem_local.engine import formats
 from specem_local.engine.format_compiler import FormatCompiler
 from specem_local.server import EnsembleServer, ServerOptions
 from tests.engine.conftest import fake_ensemble, fake_member
-from tests.engine.test_constraints import chain
+from tests.engine.test_formats import chain
 from tests.server.test_routes import BASE
 from tests.server.test_structured import ASK, REPLY, SCHEMA, json_schema
 
@@ -134,7 +134,7 @@ async def test_the_schema_depth_limit_over_http_is_the_documented_64_and_names_t
 
 async def test_a_slow_compile_runs_off_the_event_loop(http, monkeypatch):
     stalling = FormatCompiler(seconds=1.5, command=["python3", "-c", "import time; time.sleep(60)"])
-    monkeypatch.setattr(constraints, "compiler", lambda: stalling)
+    monkeypatch.setattr(formats, "compiler", lambda: stalling)
 
     async def health_while_compiling() -> float:
         await asyncio.sleep(0.3)

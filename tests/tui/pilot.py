@@ -49,4 +49,4 @@ async def ask(pilot, app, text: str) -> None:
 
 def answered(app) -> bool:
     screen = app.screen
-    return isinstance(screen, ChatScreen) and screen.answer is None and bool(screen.chat.turns)
+    return isinstance(screen, ChatScreen) and screen.inflight is None and bool(screen.chat.turns)

@@ -104,7 +104,7 @@ async def test_escape_stops_a_long_answer_and_keeps_it():
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
         await ask(pilot, app, "Write a very long story about a dragon and a knight.")
         screen = app.screen
-        await wait_until(pilot, lambda: screen.answering is not None and len(screen.answering.turn.rounds) >= 1)
+        await wait_until(pilot, lambda: screen.inflight is not None and len(screen.inflight.view.turn.rounds) >= 1)
         await pilot.press("escape")
         await wait_until(pilot, lambda: answered(app), 30)
         turn = screen.chat.turns[-1]

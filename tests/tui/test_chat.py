@@ -98,7 +98,7 @@ async def test_an_answer_that_cannot_start_gives_the_question_back_once():
             await pilot.press("enter")
             await wait_until(pilot, lambda times=times: refused(times), 10)
             assert prompt.text == question.strip() and views(app) == (0, 0)
-            assert screen.chat.turns == [] and screen.answer is None
+            assert screen.chat.turns == [] and screen.inflight is None
     assert History().chats() == []
 
 

@@ -46,7 +46,7 @@ async def test_a_partial_answer_is_in_the_history_while_it_streams(monkeypatch):
     async with app.run_test(size=(80, 24)) as pilot:
         await ask(pilot, app, "What is six times seven?")
         screen = app.screen
-        await wait_until(pilot, lambda: screen.answering is not None and len(screen.answering.turn.rounds) >= 2)
+        await wait_until(pilot, lambda: screen.inflight is not None and len(screen.inflight.view.turn.rounds) >= 2)
         saved = History().load(screen.chat.id).turns[-1]
         assert saved.content and ANSWER.startswith(saved.content) and saved.final is None
         slow["rounds"] = len(saved.rounds)
@@ -139,7 +139,7 @@ async def test_drafting_is_shown_and_an_early_stop_leaves_no_dangling_separator(
     app = app_with(*pair(on_decode=pause))
     async with app.run_test(size=(80, 24)) as pilot:
         await ask(pilot, app, "What is six times seven?")
-        view = app.screen.answering
+        view = app.screen.inflight.view
         assert "drafting" in str(view.query_one(SegmentText).content)
         await pilot.press("escape")
         await wait_until(pilot, lambda: answered(app), 10)

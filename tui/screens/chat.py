@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from textual import work
@@ -34,6 +33,7 @@ from specem_tui.screens.chat_versions import AnswerVersions
 from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
 from specem_tui.screens.history import HistoryScreen
+from specem_tui.screens.inflight import InFlight
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.screens.settings import ChatSettings, SettingsScreen, remember_settings, remembered_settings
 from specem_tui.widgets.answer import AnswerView, UserMessage
@@ -83,16 +83,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.colours = colours
         self.chat = chat or Chat()
         self.history = history or History()
-        self.record: AnswerRecord | None = None  # the answer being written, as the history keeps it
         self.settings, self.settings_problem = remembered_settings(ensemble.settings, ensemble.model_names)
-        self.answer: AnswerStream | None = None  # the answer being written
-        self.answering: AnswerView | None = None  # where it is shown
-        self.asked: UserMessage | None = None  # and the question it answers (None: a version of an answer)
-        self.after_answer: Callable[[Turn], None] | None = None  # runs when the answer ends
-        self.taken_back: Callable[[], None] | None = None  # runs when it fails before its first segment
+        self.inflight: InFlight | None = None  # the answer being written
         self.editing: Turn | None = None  # the last question, being edited in the input box
-        self.streamed = 0  # rounds of the answer being written so far
-        self.members_said: set[str] = set()  # members said to be out of the answer being written
         self.warnings_said = 0  # the ensemble's warnings shown so far
         self.reset_asked = -CONFIRM_SECONDS  # when Ctrl+R last asked to confirm (time.monotonic())
         self.show_title()  # set before the Header mounts (no race)
@@ -157,7 +150,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
 
     # -- asking --------------------------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
-        if self.answer is not None:
+        if self.inflight is not None:
             self.notify("Still answering; Esc stops it.", severity="warning")
             return
         editing = self.editing is not None and len(self.chat.turns) >= 2 and self.chat.turns[-2] is self.editing
@@ -181,12 +174,13 @@ class ChatScreen(AnswerVersions, Screen[None]):
         if retitle:
             self.chat.title = title_for(message.text)
             self.show_title()
-        self.record_question(user_turn, answer_turn)
-        self.asked, view = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
-        conversation.mount(self.asked, view)
+        record = self.record_question(user_turn, answer_turn)
+        asked, view = UserMessage(user_turn), AnswerView(answer_turn, self.colours)
+        conversation.mount(asked, view)
         conversation.scroll_end(animate=False)
         after = (lambda _turn: self.keep_edit(user_turn, replaced[0])) if replaced else None
-        self.begin(answer, view, after=after, taken_back=(lambda: self.put_back(replaced)) if replaced else None)
+        taken_back = (lambda: self.put_back(replaced)) if replaced else None
+        self.begin(InFlight(answer, view, asked, record, after, taken_back))
 
     def open_answer(
         self, messages: list[dict[str, str]], models: list[str] | None = None, **overrides: object
@@ -200,20 +194,10 @@ class ChatScreen(AnswerVersions, Screen[None]):
             self.notify(str(error), severity="error", timeout=10)
             return None
 
-    def begin(
-        self,
-        answer: AnswerStream,
-        view: AnswerView,
-        after: Callable[[Turn], None] | None = None,
-        taken_back: Callable[[], None] | None = None,
-    ) -> None:
-        """Stream ``answer`` into the version ``view`` shows. ``after(turn)`` runs when it ends
-        (done, stopped or failed after its first segment); ``taken_back()`` when it failed
-        before its first segment and was taken back."""
-        self.answer, self.answering, self.after_answer, self.taken_back = answer, view, after, taken_back
-        self.streamed = 0  # its rounds so far (a version continued from a pick starts with some)
-        self.members_said = set()
-        self.generate(answer)
+    def begin(self, inflight: InFlight) -> None:
+        """Stream the answer into the version its view shows."""
+        self.inflight = inflight
+        self.generate(inflight.stream)
 
     @work(thread=True, exclusive=True, group="answer")
     def generate(self, answer: AnswerStream) -> None:
@@ -227,21 +211,22 @@ class ChatScreen(AnswerVersions, Screen[None]):
             self.post_message(AnswerFailed(answer, f"unexpected {type(error).__name__}: {error}"))
 
     def on_answer_event(self, message: AnswerEvent) -> None:
-        view, event = self.answering, message.event
-        if view is None or message.answer is not self.answer:
+        inflight, event = self.inflight, message.event
+        if inflight is None or message.answer is not inflight.stream:
             return
-        for line in member_news(event, self.members_said):  # a member on another machine that failed
+        view = inflight.view
+        for line in member_news(event, inflight.members_said):  # a member on another machine that failed
             self.notify(printable(line), severity="warning", timeout=15)
         if isinstance(event, StartEvent):
             self.query_one(WeightsPanel).reset(event.weights, event.models, event.weights_origin)
             return
-        if self.record is not None:  # it adds the event to the turn, and saves it
-            self.record.event(event)
+        if inflight.record is not None:  # it adds the event to the turn, and saves it
+            inflight.record.event(event)
             self.say_if_not_saved()
         else:
             view.turn.add(event)
         if isinstance(event, RoundEvent):
-            self.streamed += 1
+            inflight.streamed += 1
             view.refresh_segments()
             self.query_one(WeightsPanel).add_round(event)
             self.query_one("#conversation", VerticalScroll).scroll_end(animate=False)
@@ -252,43 +237,43 @@ class ChatScreen(AnswerVersions, Screen[None]):
         """Before the first segment: take the question back into the input box (or drop the
         version that was to be written). After it: keep the answer so far, marked as failed.
         Either way, say why."""
-        view = self.answering
-        if view is None or message.answer is not self.answer:
+        inflight = self.inflight
+        if inflight is None or message.answer is not inflight.stream:
             return
+        view = inflight.view
         self.notify(message.error, severity="error", timeout=10)
-        if self.streamed:
-            if self.record is not None:
-                self.record.fail(message.error)  # sets the turn's error and writes it
+        if inflight.streamed:
+            if inflight.record is not None:
+                inflight.record.fail(message.error)  # sets the turn's error and writes it
                 self.say_if_not_saved()
             else:
                 view.turn.error = message.error
             self.end_answer()
             return
-        taken_back = self.taken_back
-        if self.asked is None:  # a version of an answer: the answer shown before comes back
-            self.drop_version(view)
+        if inflight.asked is None:  # a version of an answer: the answer shown before comes back
+            self.drop_version(view, inflight.record)
         else:
             user_turn = self.chat.turns[-2]
             del self.chat.turns[-2:]
             view.remove()
-            self.asked.remove()
+            inflight.asked.remove()
             self.query_one(PromptInput).text = user_turn.content
-            if self.record is not None:
-                self.forget_question([*self.record.asked_ids, self.record.message_id])
-        self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
-        if taken_back is not None:
-            taken_back()
+            if inflight.record is not None:
+                self.forget_question([*inflight.record.asked_ids, inflight.record.message_id])
+        self.inflight = None
+        if inflight.taken_back is not None:
+            inflight.taken_back()
 
     def end_answer(self) -> None:
-        assert self.answering is not None
-        drawn = self.answering.finish()
-        if self.chat.turns and self.answering.shown is self.chat.turns[-1]:
+        inflight = self.inflight
+        assert inflight is not None
+        drawn = inflight.view.finish()
+        if self.chat.turns and inflight.view.shown is self.chat.turns[-1]:
             self.keep_end_in_sight(drawn)
-        after, turn = self.after_answer, self.answering.turn
-        self.answer = self.answering = self.asked = self.record = self.after_answer = self.taken_back = None
+        self.inflight = None
         self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)
-        if after is not None:
-            after(turn)
+        if inflight.after is not None:
+            inflight.after(inflight.view.turn)
 
     @work(group="scroll")
     async def keep_end_in_sight(self, drawn: AwaitComplete) -> None:
@@ -305,22 +290,23 @@ class ChatScreen(AnswerVersions, Screen[None]):
 
     def on_unmount(self) -> None:
         """Closing the app mid-answer: keep what was written, saying why it ends there."""
-        if self.record is not None:
-            self.record.fail("the app was closed while it was being written")
+        if self.inflight is not None and self.inflight.record is not None:
+            self.inflight.record.fail("the app was closed while it was being written")
 
     # -- the history ---------------------------------------------------------------------------------
-    def record_question(self, question: Turn, answer: Turn) -> None:
+    def record_question(self, question: Turn, answer: Turn) -> AnswerRecord | None:
         """Save the question, and the answer as it streams; a failure is said, not fatal."""
-        self.record = None
         try:
-            self.record = self.history.start_answer(self.chat, answer, asked=[question])
+            return self.history.start_answer(self.chat, answer, asked=[question])
         except SpecemError as error:
             self.notify(f"This chat is not being saved: {error}", severity="error", timeout=10)
+            return None
 
     def say_if_not_saved(self) -> None:
-        if self.record is not None and self.record.error:
-            self.notify(f"This answer could not be saved: {self.record.error}", severity="error", timeout=10)
-            self.record = None  # said once; the answer goes on
+        record = self.inflight.record if self.inflight is not None else None
+        if record is not None and record.error:
+            self.notify(f"This answer could not be saved: {record.error}", severity="error", timeout=10)
+            self.inflight.record = None  # type: ignore[union-attr]  # said once; the answer goes on
 
     def forget_question(self, message_ids: list[int]) -> None:
         try:
@@ -337,19 +323,19 @@ class ChatScreen(AnswerVersions, Screen[None]):
             if choice is not None and not self.busy():
                 self.go_on_from(view, *choice)
 
-        can_go_on = self.is_last(view) and self.answer is None
+        can_go_on = self.is_last(view) and self.inflight is None
         self.app.push_screen(InspectorScreen(view.turn.rounds, message.index, self.colours, can_go_on), picked)
 
     # -- actions -------------------------------------------------------------------------------------
     def busy(self) -> bool:
         """Whether an answer is being written (and if so, say how to stop it)."""
-        if self.answer is not None:
+        if self.inflight is not None:
             self.notify("Stop the answer first (Esc).", severity="warning")
-        return self.answer is not None
+        return self.inflight is not None
 
     def action_stop(self) -> None:
-        if self.answer is not None:
-            self.answer.cancel()
+        if self.inflight is not None:
+            self.inflight.stream.cancel()
 
     def action_new_chat(self) -> None:
         if self.busy():

@@ -24,6 +24,7 @@ from specem_local.events import Candidate
 from specem_local.storage.chats import GIVEN, Chat, Turn, picked_start, with_version_shown
 from specem_local.storage.history import AnswerRecord, History
 from specem_local.storage.weights import RESET
+from specem_tui.screens.inflight import InFlight
 from specem_tui.screens.settings import ChatSettings
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
@@ -39,8 +40,7 @@ class AnswerVersions:
     ensemble: Ensemble
     settings: ChatSettings
     colours: dict[str, str]
-    record: AnswerRecord | None
-    after_answer: Callable[[Turn], None] | None
+    inflight: InFlight | None
     editing: Turn | None
     open_answer: Callable[..., AnswerStream | None]
     begin: Callable[..., None]
@@ -81,10 +81,11 @@ class AnswerVersions:
             return False
         shown = view.shown
         shown.alternatives.append(version)
-        self.record = self.record_version(version, shown)
+        record = self.record_version(version, shown)
         view.display_version(version)
         alone = version.kind.startswith("alone: ")
-        self.begin(answer, view, after=None if alone else lambda turn: self.make_shown(view, turn))
+        after = None if alone else lambda turn: self.make_shown(view, turn)
+        self.begin(InFlight(answer, view, record=record, after=after))
         return True
 
     def record_version(self, version: Turn, shown: Turn) -> AnswerRecord | None:
@@ -108,13 +109,13 @@ class AnswerVersions:
         self.chat.turns[index] = with_version_shown(shown, version)
         view.display_version(version, self.chat.turns[index])
 
-    def drop_version(self, view: AnswerView) -> None:
+    def drop_version(self, view: AnswerView, record: AnswerRecord | None) -> None:
         """A version that failed before its first segment: gone, and the answer shown is back."""
         version = view.turn
         if version in view.shown.alternatives:
             view.shown.alternatives.remove(version)
-        if self.record is not None:
-            self.forget_question([self.record.message_id])
+        if record is not None:
+            self.forget_question([record.message_id])
         view.display_version(view.shown)
 
     def step_version(self, view: AnswerView, step: int) -> None:
@@ -143,7 +144,8 @@ class AnswerVersions:
             return
         name, rest = queue[0], queue[1:]
         if self.start_version(view, Turn("assistant", "", kind=f"alone: {name}"), self.chat.messages(-1), [name]):
-            self.after_answer = lambda turn: self.refresh_weights() if turn.stopped else self.compare(view, rest)
+            assert self.inflight is not None
+            self.inflight.after = lambda turn: self.refresh_weights() if turn.stopped else self.compare(view, rest)
 
     def go_on_from(self, view: AnswerView, round_index: int, candidate: Candidate) -> None:
         """The answer cut at that round, the picked candidate in the winner's place, and the

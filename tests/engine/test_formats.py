@@ -11,7 +11,7 @@ import jsonschema
 import pydantic
 import pytest
 
-from specem_local.engine.constraints import AnswerFormat, constraint_from
+from specem_local.engine.formats import FormatMatcher, output_format_from
 from specem_local.errors import SettingError
 from specem_local.events import RoundEvent
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
@@ -48,7 +48,7 @@ def test_every_tokenizer_drafts_only_what_the_schema_allows_and_the_answer_parse
     assert forced and forced[0].text == '{"answer": ' and all(r.author == "" and not r.candidates for r in forced)
     assert "".join(r.text for r in rounds) == final.text and final.rounds == len(rounds)
     assert sum(final.wins.values()) == len(rounds) - len(forced)  # forced text is no model's
-    committed = AnswerFormat(constraint_from(SCHEMA))
+    committed = FormatMatcher(output_format_from(SCHEMA))
     for event in rounds:  # every candidate of every round was a valid continuation
         assert all(committed.accepts(c.text, c.ended) for c in event.candidates), event
         committed.commit(event.text)
@@ -79,7 +79,7 @@ def test_an_answer_cut_by_max_tokens_is_not_parsed():
 
 
 def test_the_committed_matcher_refuses_what_the_constraint_does_not_allow():
-    committed = AnswerFormat(constraint_from(SCHEMA))
+    committed = FormatMatcher(output_format_from(SCHEMA))
     assert committed.forced() == '{"answer": '
     committed.commit('{"answer": ')
     assert committed.accepts("42, ", False) and not committed.accepts("forty", False)
@@ -127,9 +127,9 @@ def test_a_constraint_that_cannot_be_enforced_is_one_line_naming_its_field(given
     ],
 )
 def test_a_keyword_served_only_approximately_is_a_note(schema, note):
-    constraint = constraint_from(schema)
+    constraint = output_format_from(schema)
     assert constraint is not None and any(note in said for said in constraint.notes)
-    assert not constraint_from({"type": "object", "properties": {"a": {"type": "string"}}}).notes
+    assert not output_format_from({"type": "object", "properties": {"a": {"type": "string"}}}).notes
 
 
 def test_a_ref_with_sibling_keys_is_served_as_its_draft_says():
@@ -138,13 +138,13 @@ def test_a_ref_with_sibling_keys_is_served_as_its_draft_says():
     recursive = {"type": "object", "properties": {"child": {"$ref": "#/definitions/node", "type": "object"}}}
     old = {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"node": recursive},
            "$ref": "#/definitions/node"}  # fmt: skip
-    assert constraint_from(old) is not None
+    assert output_format_from(old) is not None
     new = {"$defs": {"node": {"type": "object", "properties": {"c": {"$ref": "#/$defs/node", "title": "t"}}}},
            "$ref": "#/$defs/node"}  # fmt: skip
-    assert constraint_from(new) is not None
+    assert output_format_from(new) is not None
     applied = {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n", "minimum": 5}},
                "required": ["a"], "type": "object"}  # fmt: skip
-    committed = AnswerFormat(constraint_from(applied))
+    committed = FormatMatcher(output_format_from(applied))
     assert committed.accepts('{"a": 7}', True) and not committed.accepts('{"a": 3}', True)
 
 
@@ -158,15 +158,15 @@ def chain(links: int) -> dict:
 @pytest.mark.parametrize("links", [900, 5000])
 def test_a_chain_of_references_too_deep_to_compile_is_refused_and_the_process_lives(links):
     with pytest.raises(SettingError, match="levels deep with its references followed") as caught:
-        constraint_from(chain(links))
+        output_format_from(chain(links))
     assert caught.value.field == "schema"
-    assert constraint_from(chain(20)) is not None  # a chain of a usual depth is served
+    assert output_format_from(chain(20)) is not None  # a chain of a usual depth is served
 
 
 def test_a_recursive_schema_is_served():
     kids = {"type": "array", "items": {"$ref": "#/$defs/t"}}
     tree = {"$defs": {"t": {"type": "object", "properties": {"kids": kids}}}, "$ref": "#/$defs/t"}
-    assert constraint_from(tree) is not None
+    assert output_format_from(tree) is not None
 
 
 def test_a_schema_nested_ten_thousand_levels_is_refused_without_recursion():
@@ -176,9 +176,9 @@ def test_a_schema_nested_ten_thousand_levels_is_refused_without_recursion():
         inner["items"] = {}
         inner = inner["items"]
     with pytest.raises(SettingError, match="nested more than 64 levels"):
-        constraint_from(deep)
+        output_format_from(deep)
     with pytest.raises(SettingError, match="nested more than 64 levels"):
-        constraint_from("[" * 20_000 + "]" * 20_000)
+        output_format_from("[" * 20_000 + "]" * 20_000)
 
 
 def test_a_long_forced_run_is_committed_in_bounded_rounds():

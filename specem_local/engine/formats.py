@@ -4,7 +4,7 @@ enforced with llguidance.
 
 Each member drafts under a matcher of its own, over its own tokens (``member_matcher``), so a
 draft can only be text the constraint allows however its tokenizer splits it. The committed
-text has one byte-level matcher (``AnswerFormat``): it checks every candidate once (an invalid
+text has one byte-level matcher (``FormatMatcher``): it checks every candidate once (an invalid
 one can never win), gives the bytes the constraint forces (keys, punctuation), which are
 committed without a round of drafting, and says when the answer is complete. llguidance's
 errors are states, never exceptions from inside the token loop; a constraint it cannot
@@ -38,7 +38,7 @@ FIELDS = ("schema", "json", "grammar", "regex", "tools", "tool_choice")
 
 
 @dataclass(frozen=True)
-class Constraint:
+class OutputFormat:
     """What an answer must be: ``kind`` is "json" (any JSON object), "schema", "grammar" (Lark
     or GBNF) or "regex"; ``source`` what was given, as text; ``grammar`` llguidance's grammar."""
 
@@ -86,7 +86,7 @@ class Constraint:
         return tools.reply_from(value) if self.kind == "tools" else value
 
 
-def with_instruction(messages: list[Message], constraint: Constraint | None) -> list[Message]:
+def with_instruction(messages: list[Message], constraint: OutputFormat | None) -> list[Message]:
     """The conversation with the constraint's instruction after the last user message."""
     if constraint is None:
         return messages
@@ -97,7 +97,7 @@ def with_instruction(messages: list[Message], constraint: Constraint | None) -> 
     return [*messages[:last], told, *messages[last + 1 :]]
 
 
-def constraint_from(
+def output_format_from(
     schema: Any = None,
     json_object: bool = False,
     grammar: str | None = None,
@@ -105,7 +105,7 @@ def constraint_from(
     offered: Any = None,
     tool_choice: Any = None,
     parallel_tool_calls: bool = True,
-) -> Constraint | None:
+) -> OutputFormat | None:
     """The constraint an answer was asked for, checked: at most one of a JSON Schema (a dict,
     its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF), a
     regex, or tools (``tools.py``: calls or a message). A ``SettingError`` names the field and
@@ -180,18 +180,18 @@ def _size(field: str, size: int) -> None:
         raise SettingError(f"{field}: {size:,} bytes is too large (at most {MAX_SOURCE:,})", field)
 
 
-def _compiled(kind: str, source: str, served: str) -> Constraint:
+def _compiled(kind: str, source: str, served: str) -> OutputFormat:
     """The constraint once the compiler has built and checked its grammar (``served``: what it
     is given, the schema as rewritten); what it cannot enforce is said here, not mid-answer."""
     field = "json" if kind == "json" else kind
     compiled = compiler().compile(kind, served, field)
-    return Constraint(kind, source, compiled.grammar, notes=compiled.notes)
+    return OutputFormat(kind, source, compiled.grammar, notes=compiled.notes)
 
 
-class AnswerFormat:
+class FormatMatcher:
     """The committed text's matcher: checks candidates, gives forced bytes, says when done."""
 
-    def __init__(self, constraint: Constraint) -> None:
+    def __init__(self, constraint: OutputFormat) -> None:
         self._matcher = llguidance.LLMatcher(byte_tokenizer(), constraint.grammar, log_level=0)
 
     def forced(self) -> str:
@@ -224,6 +224,6 @@ class AnswerFormat:
         return self._matcher.is_stopped()
 
 
-def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: Constraint) -> llguidance.LLMatcher:
+def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: OutputFormat) -> llguidance.LLMatcher:
     """A matcher over one member's own tokens (the tokenizer is built once per loaded model)."""
     return llguidance.LLMatcher(tokenizer, constraint.grammar, log_level=0)

@@ -1,0 +1,118 @@
+"""The one mapping from an exception to what a client is answered: an HTTP status and a body in
+the route's API shape (OpenAI's ``{"error": {"message", "type", "param", "code"}}``, Ollama's
+``{"error": "..."}`` under ``/api/``), for every route, the gate's barrier and the stream
+writers alike.
+
+A request's fault found while parsing is an ``ApiError``; the engine's are ``SpecemError``s (a
+``SettingError`` names the setting, said as the request's own field through the request's
+``fields``); anything else is a bug: a 500 and one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from specem_local.errors import SpecemError
+
+
+class _Stderr(logging.StreamHandler):
+    """Whatever ``sys.stderr`` is when a line is written (a test's capture, a redirected log)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def _server_log() -> logging.Logger:
+    """The server's log: one line per message on stderr (``specem serve: error: ...``), as the
+    other lines of ``specem serve`` are; its modules log through it."""
+    server = logging.getLogger("specem_local.server")
+    if not server.handlers:
+        server.addHandler(_Stderr())
+        server.setLevel(logging.INFO)
+        server.propagate = False
+    return server
+
+
+_server_log()
+log = logging.getLogger(__name__)
+REQUEST_ERROR, SERVER_ERROR = "invalid_request_error", "server_error"
+
+
+class ApiError(Exception):
+    """A request's fault found while parsing it: HTTP status, message, and the offending field."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = REQUEST_ERROR):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """What a client is told: a status, a message, OpenAI's error type, field and code."""
+
+    status: int
+    message: str
+    kind: str = REQUEST_ERROR
+    param: str | None = None
+    code: str | None = None
+
+    def body(self, path: str) -> dict[str, Any]:
+        """The error in the shape the route's clients read."""
+        if path.startswith("/api/"):
+            return {"error": self.message}
+        return error_body(self.message, self.kind, self.param, self.code)
+
+    def response(self, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(self.body(path), status_code=self.status, headers=headers)
+
+
+def error_body(
+    message: str, kind: str = REQUEST_ERROR, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An error as OpenAI's API writes it."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def http_error(error: BaseException, fields: Mapping[str, str] | None = None, *, answering: bool = False) -> HttpError:
+    """The answer to ``error``. ``fields``: the engine's setting names as this request sent
+    them (``max_tokens`` -> ``options.num_predict``, ``schema`` -> ``response_format.json_schema.
+    schema``); ``answering``: the answer had begun (a failure then says so). A server fault
+    (5xx) is logged, once, here."""
+    if isinstance(error, ApiError):
+        return HttpError(error.status, error.message, error.kind, error.param)
+    if isinstance(error, SpecemError):
+        message, param = str(error), error.field
+        sent = (fields or {}).get(param or "")
+        if param and sent:
+            message, param = _renamed(message, param, sent), sent
+        if error.status >= 500:
+            message = _logged(f"the answer failed: {message}" if answering else message)
+        kind = SERVER_ERROR if error.status >= 500 else REQUEST_ERROR
+        return HttpError(error.status, message, kind, param, error.code)
+    detail = f"{type(error).__name__}: {error}"
+    said = f"the answer failed: {detail}" if answering else f"the server failed: {detail}"
+    return HttpError(500, _logged(said), SERVER_ERROR)
+
+
+def _renamed(message: str, field: str, sent: str) -> str:
+    """``message`` naming the field as the request sent it."""
+    if message.startswith(field):
+        return sent + message[len(field) :]
+    return message.replace(field, sent, 1)
+
+
+def _logged(message: str) -> str:
+    message = message[:400]
+    log.error("specem serve: error: %s", message)
+    return message
