@@ -9,7 +9,12 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+# The closed sets the events speak in (their JSON keeps these strings).
+Decision = Literal["vote", "contrast", "fast-finish", "only-candidate", "confident", "picked", "forced"]
+FinishReason = Literal["eos", "length", "stop", "context", "cancelled", "empty"]
+WeightsOrigin = Literal["prior", "carried", "calibrated", "built-in"]
 
 
 class _Record:
@@ -57,7 +62,7 @@ class StartEvent(_Record):
     weights: dict[str, float]  # starting weight of each verifier
     prompt_tokens: dict[str, int]  # the conversation's length in each model's tokens
     plain_generation: bool  # one model: no ensembling takes place
-    weights_from: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
+    weights_from: WeightsOrigin = "prior"  # the prior, carried (from earlier answers), calibrated or built-in
     learned_answers: int = 0  # answers the carried weights were learned from
     calibrated_items: int = 0  # labelled items they were calibrated on
     choices: int = 0  # the user's choices (picks, thumbs, comparisons) in them
@@ -76,8 +81,7 @@ class RoundEvent(_Record):
     index: int  # 1-based round number
     text: str  # the winning segment, appended to the answer
     author: str  # the model that wrote the segment; "" for text a constraint forced ("forced")
-    decision: str  # a key of vote.DECISIONS: "vote", "contrast", "fast-finish", "only-candidate", "confident",
-    # "picked", "forced"
+    decision: Decision  # why it won, in words: vote.DECISIONS
     candidates: tuple[Candidate, ...]
     weights: dict[str, float]  # verifier weights after this round's update
     drafters: tuple[str, ...]  # models that drafted this round
@@ -97,7 +101,7 @@ class RoundEvent(_Record):
 @dataclass(frozen=True)
 class FinalEvent(_Record):
     text: str
-    finish_reason: str  # "eos", "length", "stop", "context", "cancelled" or "empty"
+    finish_reason: FinishReason
     rounds: int
     tokens: int
     seconds: float
@@ -198,6 +202,8 @@ def _record(cls: type, data: Any) -> Any:
 
 def _fits(value: Any, hint: Any) -> bool:
     """Whether a JSON value can stand for a field of type ``hint`` (shallow: containers by kind)."""
+    if typing.get_origin(hint) is Literal:
+        return value in typing.get_args(hint)
     if isinstance(hint, types.UnionType):
         return any(_fits(value, option) for option in typing.get_args(hint))
     if hint is type(None):

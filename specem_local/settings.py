@@ -356,7 +356,7 @@ def checked(record: Any, where: str) -> None:
     """Convert and check every field of a frozen settings record in place (for records built
     in Python, which no TOML check has seen: ``EnsembleSettings(stop="END")`` is an error, not
     the three stop strings E, N and D)."""
-    for item in describe(type(record)):
+    for item in describe(type(record)):  # type: ignore[arg-type]  # a dataclass type is hashable
         object.__setattr__(record, item.name, item.convert(getattr(record, item.name), where))
 
 

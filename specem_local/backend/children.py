@@ -35,7 +35,7 @@ def _launcher() -> concurrent.futures.ThreadPoolExecutor:
 
 def spawn(command: list[str], **options: Any) -> subprocess.Popen:
     """``subprocess.Popen(command, **options)`` started from the launcher thread."""
-    return _launcher().submit(subprocess.Popen, command, **options).result()
+    return _launcher().submit(lambda: subprocess.Popen(command, **options)).result()
 
 
 def end_with_parent(parent: int) -> None:

@@ -167,6 +167,7 @@ class LlamaModel(LlamaVocabulary):
         for start in range(0, len(rows), self.n_batch):
             chunk = rows[start : start + self.n_batch]
             batch = self._batch
+            assert batch is not None  # freed only by close()
             batch.n_tokens = len(chunk)
             for index, row in enumerate(chunk):
                 batch.token[index] = row.token

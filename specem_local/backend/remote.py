@@ -52,6 +52,13 @@ class WorkerModel(VocabularyOnly):
     """``LanguageModel`` with its computing in a worker process. ``timeout``: the seconds a
     load may go without progress, and the deadline of the first steps (``remote_timeout``)."""
 
+    # What the worker says once it has loaded the model (its "ready" facts).
+    n_ctx: int
+    n_seq_max: int
+    n_params: int
+    placement: str
+    gpu_layers: int
+
     def __init__(
         self,
         path: Path,
@@ -144,7 +151,7 @@ class WorkerModel(VocabularyOnly):
             setattr(self, name, fact)
         self.lost = None
 
-    def _receive(self) -> tuple[int, str, Any]:
+    def _receive(self) -> tuple[int, worker.Reply, Any]:
         try:
             return self._pipe.recv()
         except (EOFError, OSError):

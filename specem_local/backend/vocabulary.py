@@ -98,7 +98,7 @@ class LlamaVocabulary:
                     piece = b"\xff" + piece
                 pieces.append(piece)
             tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(
+            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
                 tokens=pieces,
                 vocab_ptr=self._vocab,
                 tokenize_fptr=tokenize,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import mmap
 import signal
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -44,17 +45,17 @@ def main(connection: Connection, path: str, options: dict[str, Any]) -> None:
     rows = _Rows()
 
     def decode(batch: np.ndarray, block: tuple[str, int]) -> int:
-        out = model.decode([BatchRow(*map(int, row)) for row in batch])
+        out = model.decode([_row(row) for row in batch])
         rows.put(block, out)
         return len(out)
 
     def decode_scores(batch: np.ndarray, targets: np.ndarray, normalise: bool, block: tuple[str, int]) -> Any:
-        scores = model.decode_scores([BatchRow(*map(int, row)) for row in batch], targets.tolist(), normalise=normalise)
+        scores = model.decode_scores([_row(row) for row in batch], targets.tolist(), normalise=normalise)
         kept = sorted(scores.kept)
         rows.put(block, np.stack([scores.kept[i] for i in kept]) if kept else np.empty((0, model.n_vocab)))
         return scores.chosen, scores.normalisers, kept
 
-    calls = {
+    calls: dict[str, Callable[..., Any]] = {
         "decode": decode,
         "decode_scores": decode_scores,
         "seq_copy": model.seq_copy,
@@ -80,6 +81,12 @@ def main(connection: Connection, path: str, options: dict[str, Any]) -> None:
     finally:
         rows.close()
         model.close()
+
+
+def _row(values: np.ndarray) -> BatchRow:
+    """A batch row as it crossed the pipe: token, position, sequence, whether logits are wanted."""
+    token, position, seq_id, wants = map(int, values)
+    return BatchRow(token, position, seq_id, bool(wants))
 
 
 class RowsFile:
@@ -124,6 +131,7 @@ class _Rows:
 
 
 COMMAND = "from specem_local.backend.worker import child; child()"  # python -c COMMAND FD PARENT
+Reply = Literal["ok", "full", "error", "progress", "ready"]  # what the worker answers a call with
 
 
 def child() -> None:

@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if record is not None:
             stream.log_to(record, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        previous_author = None
+        previous_author: str | None = None
         origin = ""
         said: set[str] = set()  # members said to be out of the answer
         try:
@@ -119,9 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print_parsed(event, ensemble.settings.max_tokens)
                 elif isinstance(event, FinalEvent):
                     print()
-                    note = finish_note(event)
-                    if note:
-                        print(f"[{note}]", file=sys.stderr)
+                    ending = finish_note(event)
+                    if ending:
+                        print(f"[{ending}]", file=sys.stderr)
                     if args.authors:
                         print_legend(event, colours, colour, origin)
         except KeyboardInterrupt as stopped:  # Ctrl-C, or SIGTERM / SIGHUP (Terminated)

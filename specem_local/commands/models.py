@@ -19,10 +19,11 @@ from specem_local.text import human_count, printable
 def _human_size(size: int | None) -> str:
     if size is None:
         return "-"
+    scaled = float(size)
     for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
+        if scaled < 1000 or unit == "GB":
+            return f"{scaled:.0f} {unit}" if unit == "B" else f"{scaled:.1f} {unit}"
+        scaled /= 1000
     return "-"
 
 

@@ -185,7 +185,7 @@ class Ensemble:
         drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
         formatted = output_format is not None
         prompts = {m.name: prompt_tokens(m, messages, settings, len(drafting), formatted) for m in members}
-        prefix = checked_prefix(messages, output_format, lambda text: FormatMatcher(output_format).accepts(text, False))
+        prefix = checked_prefix(messages, output_format, lambda text: _accepts(output_format, text))
         stop_note = ("stop strings are not applied to an answer with a format: it ends when whole",)
         notes = (output_format.notes + (stop_note if settings.stop else ())) if output_format is not None else ()
         return AnswerRequest(
@@ -243,3 +243,8 @@ class Ensemble:
         if not can_draft_and_verify(chosen):
             raise SpecemError("the chosen models cannot both draft and verify; pick at least one that does each")
         return chosen
+
+
+def _accepts(output_format: OutputFormat | None, text: str) -> bool:
+    """Whether ``text`` may start an answer of this format."""
+    return output_format is None or FormatMatcher(output_format).accepts(text, False)

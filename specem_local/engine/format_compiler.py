@@ -69,7 +69,7 @@ def compile_format(kind: str, source: str, field: str) -> Compiled:
     llguidance to be enforceable and to allow some text; a ``SettingError`` naming ``field``
     otherwise."""
     if kind in ("json", "schema", "tools"):
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.loads(source), JSON_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.loads(source), JSON_OPTIONS)  # type: ignore[arg-type]
     elif kind == "grammar":
         try:
             grammar = llguidance.grammar_from("grammar", source)

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import llguidance
 
@@ -35,6 +35,7 @@ MAX_DEPTH = schemas.MAX_DEPTH
 # docs/structured-output.md.
 MAX_RULES = 500
 FIELDS = ("schema", "json", "grammar", "regex", "tools", "tool_choice")
+FormatKind = Literal["json", "schema", "grammar", "regex", "tools"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class OutputFormat:
     """What an answer must be: ``kind`` is "json" (any JSON object), "schema", "grammar" (Lark
     or GBNF) or "regex"; ``source`` what was given, as text; ``grammar`` llguidance's grammar."""
 
-    kind: str
+    kind: FormatKind
     source: str
     grammar: str
     model: Any = None  # a pydantic model class the schema came from: parsed answers are instances
@@ -135,8 +136,9 @@ def output_format_from(
         model = schema if hasattr(schema, "model_json_schema") else None
         value = _schema_value(schema.model_json_schema() if model is not None else schema)
         text = json.dumps(value, ensure_ascii=False)
-        served = json.dumps(schemas.rewritten(value), ensure_ascii=False)
-        return dataclasses.replace(_compiled("schema", text, served), model=model)
+        served, notes = schemas.rewritten(value)
+        compiled = _compiled("schema", text, json.dumps(served, ensure_ascii=False))
+        return dataclasses.replace(compiled, model=model, notes=notes + compiled.notes)
     if json_object:
         return _compiled("json", "", json.dumps({"type": "object"}))
     if grammar is not None:
@@ -180,7 +182,7 @@ def _size(field: str, size: int) -> None:
         raise SettingError(f"{field}: {size:,} bytes is too large (at most {MAX_SOURCE:,})", field)
 
 
-def _compiled(kind: str, source: str, served: str) -> OutputFormat:
+def _compiled(kind: FormatKind, source: str, served: str) -> OutputFormat:
     """The constraint once the compiler has built and checked its grammar (``served``: what it
     is given, the schema as rewritten); what it cannot enforce is said here, not mid-answer."""
     field = "json" if kind == "json" else kind

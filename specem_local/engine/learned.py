@@ -25,6 +25,7 @@ import numpy as np
 from specem_local.engine import feedback
 from specem_local.engine.choices import choice_change
 from specem_local.engine.member import Member
+from specem_local.events import WeightsOrigin
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import Choice, StoredWeights, WeightStore, ensemble_key
 
@@ -34,7 +35,7 @@ class StartingWeights:
     """The verifier weights an answer starts from, and where they came from."""
 
     weights: np.ndarray  # per member taking part (0 for models that only draft)
-    origin: str = "prior"  # "prior", "carried" (from earlier answers), "calibrated" or "built-in"
+    origin: WeightsOrigin = "prior"  # the prior, carried (from earlier answers), calibrated or built-in
     answers: int = 0  # answers they were learned from
     items: int = 0  # labelled items they were calibrated on
     choices: int = 0  # the user's choices applied to them
@@ -76,7 +77,7 @@ def prior(members: list[Member], settings: EnsembleSettings) -> np.ndarray:
 def built_in_calibrations() -> dict[str, StoredWeights]:
     """The calibrations shipped for the built-in ensembles, by ensemble key: records of
     ``specem weights list --json`` made by ``specem calibrate`` (docs/quality.md says how)."""
-    text = resources.files("specem_local").joinpath("data", "calibrations.json").read_text("utf-8")
+    text = resources.files("specem_local").joinpath("data").joinpath("calibrations.json").read_text("utf-8")
     records = {}
     for entry in json.loads(text):
         weights = entry["anchor"]
@@ -108,7 +109,7 @@ def starting_weights(
     return StartingWeights(weights, origin, record.answers if carried else 0, record.calibrated_items, record.choices)
 
 
-def _origin(record: StoredWeights) -> str:
+def _origin(record: StoredWeights) -> WeightsOrigin:
     """Where a stored record's anchor came from, before the user's choices."""
     if record.base == "built-in":
         return "built-in"

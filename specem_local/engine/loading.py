@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specem_local.backend.protocol import LanguageModel
 from specem_local.backend.ram import available_memory_bytes, memory_warning
@@ -174,18 +175,20 @@ def _load(spec: ModelSpec, path: Path, n_seq_max: int, config: Config, progress:
 
     check_rpc_servers(spec)
     isolated = (spec.rpc or spec.isolate) and workers_supported()  # a remote machine that fails costs a worker
-    extra = {"timeout": config.load.remote_timeout} if isolated else {}
+    options: dict[str, Any] = {
+        "n_ctx": spec.n_ctx,
+        "n_seq_max": n_seq_max,
+        "n_threads": config.load.threads_per_model,
+        "n_gpu_layers": gpu_layers_for(spec, config),
+        "progress": report,
+        "rpc": spec.rpc,
+    }
     try:
-        model = (WorkerModel if isolated else LlamaModel)(
-            path,
-            n_ctx=spec.n_ctx,
-            n_seq_max=n_seq_max,
-            n_threads=config.load.threads_per_model,
-            n_gpu_layers=gpu_layers_for(spec, config),
-            progress=report,
-            rpc=spec.rpc,
-            **extra,
-        )
+        model: LanguageModel
+        if isolated:
+            model = WorkerModel(path, timeout=config.load.remote_timeout, **options)
+        else:
+            model = LlamaModel(path, **options)
     except SpecemError as error:
         if spec.ollama is None:
             raise

@@ -84,7 +84,7 @@ class PromptFormat:
         if self.is_plain:
             pieces = _render_plain(asked)
         else:
-            pieces = _render_template(self.template, asked, self.bos_text, self.eos_text)
+            pieces = _render_template(self.template or "", asked, self.bos_text, self.eos_text)
         return [*pieces, (partial, True)] if partial else pieces
 
     def tokens(self, messages: list[Message], tokenizer: Tokenizer, *, bos_token: int | None) -> list[int]:

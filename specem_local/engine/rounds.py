@@ -25,7 +25,7 @@ from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
 from specem_local.errors import NoMemberLeft, SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Event, FinalEvent, FinishReason, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
 RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run_each: a function over items
@@ -146,7 +146,7 @@ class RoundLoop:
             absent=self.absent,
             notes=self.request.notes,
         )
-        finish = ""
+        finish: FinishReason | None = None
         try:
             if not self.cancel.is_set():
                 try:
@@ -180,7 +180,7 @@ class RoundLoop:
         finally:
             for member in self.members:
                 member.matcher = None
-        yield self.final_event(finish)
+        yield self.final_event(finish if finish is not None else "empty")  # a round without one: nothing appended
 
     def _give_matchers(self) -> None:
         """Under a constraint, each member drafts with a matcher over its own tokens."""
@@ -191,7 +191,7 @@ class RoundLoop:
             if self.prefix:
                 member.matcher.consume_tokens(member.model.tokenize(self.prefix))
 
-    def final_event(self, finish: str) -> FinalEvent:
+    def final_event(self, finish: FinishReason) -> FinalEvent:
         """The answer's final record, as it stands."""
         return FinalEvent(
             text=self.text,
@@ -215,9 +215,9 @@ class RoundLoop:
         news, self.lost_since = self.lost_since, {}
         return news
 
-    def _round(self) -> tuple[RoundEvent | None, str]:
+    def _round(self) -> tuple[RoundEvent | None, FinishReason | None]:
         """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
-        appended) and a finish reason ("" to go on)."""
+        appended) and a finish reason (None to go on)."""
         settings = self.settings
         round_started = time.perf_counter()
         forced = self.format.forced() if self.format is not None else ""
@@ -333,7 +333,7 @@ class RoundLoop:
                 feedback.exiting_drafters(self.share_totals, drafters, self.rounds, warmup, settings.exit_share)
             )
 
-    def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, str]:
+    def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, FinishReason | None]:
         """Text the constraint forces (a key, punctuation): committed to every member that
         follows the answer without a round of drafting or a vote."""
         following = self.roster.following
@@ -358,7 +358,7 @@ class RoundLoop:
         )
         return event, finish
 
-    def _append(self, winning: Draft) -> tuple[str, str]:
+    def _append(self, winning: Draft) -> tuple[str, FinishReason | None]:
         """Add the winning text to the answer (and to the constraint's matcher); apply stop
         strings. Returns the segment as shown (cut at a stop string) and the finish reason:
         "eos" also when the constraint allows nothing more."""
@@ -374,7 +374,7 @@ class RoundLoop:
             if index is not None:
                 self.text = self.text[:index]
                 return self.text[previous_length:], "stop"
-        return winning.text, "eos" if winning.ended else ""
+        return winning.text, "eos" if winning.ended else None
 
     def _verify(
         self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, author: np.ndarray

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,8 @@ ANNOTATIONS = frozenset(
     {"$comment", "title", "description", "examples", "default", "deprecated", "readOnly", "writeOnly",
      "markdownDescription"}
 )  # fmt: skip
-KEPT = frozenset({"$schema", "$id", "id", "$anchor", "definitions", "$defs"})  # a reference is resolved by them
+KEPT = frozenset({"$id", "id", "$anchor", "definitions", "$defs"})  # a reference is resolved by them
+INLINE_LIMIT = 16_384  # characters of a definition an allOf may take in place of its reference
 OLD_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")  # a $ref's siblings are ignored there
 
 
@@ -138,23 +140,95 @@ def _children(schema: Any, node: Any) -> list[Any]:
     return children
 
 
-def rewritten(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema as llguidance can serve it: a ``$ref``'s annotation siblings (``description``,
-    ``title``) dropped, and in drafts 3 to 7, where the standard says a ``$ref``'s siblings are
-    ignored, its other siblings too (llguidance refuses siblings on a recursive reference)."""
+def rewritten(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The schema as llguidance can serve it, and notes of what it then serves only
+    approximately. Exact rewrites: a ``$ref``'s annotation siblings (``description``, ``title``)
+    dropped, and in drafts 3 to 7, where the standard says a ``$ref``'s siblings are ignored,
+    its other siblings too; an ``allOf``'s bare reference replaced by its target; a ``type``
+    every ``anyOf`` branch already says dropped; ``{"not": {}}`` as ``false``. Each spares
+    llguidance an intersection with a reference that recurses, which it refuses. Approximate:
+    a match-all ``patternProperties`` applied to the keys not named only (a note)."""
     old = any(draft in str(schema.get("$schema", "")) for draft in OLD_DRAFTS)
     copy = json.loads(json.dumps(schema))  # ours to change (the value is plain JSON: checked)
+    notes: list[str] = []
     stack: list[Any] = [copy]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             if isinstance(node.get("$ref"), str) and len(node) > 1:
-                for key in [k for k in node if k not in KEPT and k != "$ref" and (k in ANNOTATIONS or old)]:
+                drop = ANNOTATIONS | ({"$schema"} if node is not copy else set())  # a draft named inside says nothing
+                for key in [k for k in node if k not in KEPT and k != "$ref" and (k in drop or old)]:
                     del node[key]
+            if isinstance(node.get("allOf"), list):
+                node["allOf"] = [_inlined(copy, part) for part in node["allOf"]]
+            if "type" in node and _branches_say_type(copy, node):
+                del node["type"]  # said by every branch already: llguidance would intersect it with each
+            _pattern_as_additional(node, notes)
+            for key, value in list(node.items()):
+                if key not in ("not", "const", "enum", "default", "examples") and value == {"not": {}}:
+                    node[key] = False  # never valid: the same schema, which llguidance serves
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return copy
+    return copy, tuple(dict.fromkeys(notes))
+
+
+def _branches_say_type(root: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether every branch of the node's ``anyOf`` / ``oneOf`` is a reference to a schema of
+    the node's own ``type`` (WashingtonPost's ``{"anyOf": [{"$ref": author}, ...], "type":
+    "object"}``): the sibling says nothing more, and llguidance cannot intersect it with a
+    reference that recurses."""
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        if isinstance(branches, list) and branches:
+            targets = [resolve(root, b["$ref"]) if isinstance(b, dict) and isinstance(b.get("$ref"), str) else None
+                       for b in branches]  # fmt: skip
+            return all(isinstance(t, dict) and t.get("type") == node["type"] for t in targets)
+    return False
+
+
+PROBES = ("", "a", "Z_9", "-.~ x/é")  # keys a pattern matching every key matches
+
+
+def matches_every_key(pattern: str) -> bool:
+    """Whether ``pattern`` matches any key at all (``.*``, or ``^[a-z]*`` not anchored at its
+    end), judged on probe keys; a pattern Python cannot read is not."""
+    try:
+        found = re.compile(pattern)
+    except re.error:
+        return False
+    return all(found.search(key) for key in PROBES)
+
+
+def _pattern_as_additional(node: dict[str, Any], notes: list[str]) -> None:
+    """``patternProperties: {".*": X}`` is every key's value an X: ``additionalProperties: X``
+    for the keys not named. A named key must be an X too, which llguidance does by intersecting
+    its schema with X, and cannot when X refers to itself (WashingtonPost's promo items and
+    related content). Where the named keys' schemas are X itself nothing changes; where they
+    differ, they keep their own schema only, and a note says so."""
+    patterns, named = node.get("patternProperties"), node.get("properties", {})
+    if not isinstance(patterns, dict) or len(patterns) != 1 or node.get("additionalProperties", True) is not True:
+        return
+    [(pattern, schema)] = patterns.items()
+    if not matches_every_key(pattern) or not isinstance(named, dict):
+        return
+    del node["patternProperties"]
+    node["additionalProperties"] = schema
+    if any(value != schema for value in named.values()):
+        notes.append(f'patternProperties "{pattern}" is applied to the keys not named in properties only')
+
+
+def _inlined(root: dict[str, Any], part: Any) -> Any:
+    """A part of an ``allOf`` that is only a local ``$ref``, replaced by what it points at (the
+    same schema): llguidance cannot intersect a reference that recurses (WashingtonPost's
+    ``allOf: [{"$ref": reference}, {narrowing}]``), but can intersect its content, whose own
+    references stay references. Larger targets stay references (a copy per use would grow)."""
+    if not (isinstance(part, dict) and set(part) == {"$ref"} and isinstance(part["$ref"], str)):
+        return part
+    target = resolve(root, part["$ref"])
+    if not isinstance(target, dict) or len(json.dumps(target)) > INLINE_LIMIT:
+        return part
+    return json.loads(json.dumps(target))
 
 
 OUTLINE_AFTER = 2000  # characters of schema past which members are told an outline instead

@@ -18,12 +18,13 @@ import typing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from specem_local.engine.schemas import told
 from specem_local.errors import SettingError
 
 MAX_TOOLS = 128  # OpenAI's limit
+ToolChoiceMode = Literal["auto", "required", "none", "function"]
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_DESCRIPTION = 4096
 LISTING_LIMIT = 6000  # characters of tools listed as JSON; past it, one outlined line per tool
@@ -58,7 +59,7 @@ class ToolChoice:
     """Which answers are allowed: "auto" (calls or a message), "required" (calls), "none" (a
     message, tools still described), or calls of one ``function`` only."""
 
-    mode: str = "auto"
+    mode: ToolChoiceMode = "auto"
     function: str | None = None
 
 
@@ -299,6 +300,7 @@ def _call(call: Any, where: str) -> tuple[str, dict[str, Any], str | None]:
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         raise SettingError(f"{where}.function.name is missing", "messages")
+    assert isinstance(function, dict)
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
         try:

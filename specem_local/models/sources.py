@@ -281,7 +281,7 @@ class LMStudioSource(_InAnotherToolsStore):
         return lmstudio_file(self.wanted)
 
 
-SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource, OllamaSource, LMStudioSource)
+SOURCE_KINDS: tuple[type[Source], ...] = (PathSource, HuggingFaceSource, DemoSource, OllamaSource, LMStudioSource)  # type: ignore[assignment]
 
 
 KIND_BY_KEY: dict[str, type[Source]] = {kind.key: kind for kind in SOURCE_KINDS}

@@ -118,12 +118,13 @@ class AnswerQueue:
 
     def _let_go(self, waiting: asyncio.Future) -> None:
         """Stop waiting for the turn; a turn that came as it was let go is given back."""
-        assert self._turn is not None
+        turn = self._turn
+        assert turn is not None
         if waiting.done() and not waiting.cancelled():
-            self._turn.release()
+            turn.release()
         else:
             waiting.cancel()
-            waiting.add_done_callback(lambda f: self._turn.release() if not f.cancelled() else None)
+            waiting.add_done_callback(lambda f: turn.release() if not f.cancelled() else None)
 
     def _answer_ended(self, finish: str | None) -> None:
         """The answer's thread has stopped (``finish``: its finish reason; None if it failed):

@@ -163,6 +163,7 @@ class EnsembleServer:
         if isinstance(started, Response):
             return started
         parsed, prepared, place = started
+        assert prepared is not None  # OpenAI's route has no load request: messages are required
         gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
         events = self.line.events(prepared, parsed.messages, place, gone)
         if parsed.stream:  # the background task gives the place back if the stream never starts
@@ -216,9 +217,12 @@ class EnsembleServer:
         try:
             parsed = parse(await self._json_body(request))
             if parsed.messages:
-                prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.messages, **parsed.settings)
+                prepared: AnswerRequest | None = await asyncio.to_thread(
+                    self.ensemble.prepare, parsed.messages, **parsed.settings
+                )
             else:  # a load request: its options are checked all the same
-                prepared = await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
+                await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
+                prepared = None
         except Exception as error:  # a request's fault (ApiError, SpecemError), or a bug: a 500, logged
             return http_error(error, getattr(parsed, "fields", None)).response(request.url.path)
         place = self.line.place()

@@ -26,16 +26,16 @@ import ipaddress
 import itertools
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from specem_local.server.errors import HttpError, http_error
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Origins of pages that run on this machine: loopback sites on any port, desktop apps and
@@ -229,7 +229,7 @@ class Gate:
         """The app, with CORS headers added and any fault turned into a 500 and one log line."""
         started = False
 
-        async def sending(message: dict[str, Any]) -> None:
+        async def sending(message: MutableMapping[str, Any]) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True

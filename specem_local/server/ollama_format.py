@@ -197,7 +197,7 @@ def parse_generate(body: Any) -> Request:
 def _named(body: dict[str, Any]) -> dict[str, str]:
     """Each setting an option (or the format) became, and the field's name as sent: an error
     names what the client wrote (``options.num_predict``), not the ensemble's own name."""
-    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    options: dict[str, Any] = body["options"] if isinstance(body.get("options"), dict) else {}
     named = {OPTIONS[name]: f"options.{name}" for name in options if name in OPTIONS}
     named.update(schema="format", json="format")
     if "num_predict" in options:

@@ -57,9 +57,10 @@ def turn_from_json(data: Any) -> Turn:
         raise ValueError(f"not a turn: {str(data)[:60]}")
     if not isinstance(data.get("content"), str) or not isinstance(data.get("rounds", []), list):
         raise ValueError("a turn needs text content and a list of rounds")
-    rounds = [event_from_dict(item) for item in data.get("rounds", [])]
+    events = [event_from_dict(item) for item in data.get("rounds", [])]
     final = event_from_dict(data["final"]) if data.get("final") is not None else None
-    if not all(isinstance(event, RoundEvent) for event in rounds) or not isinstance(final, (FinalEvent, type(None))):
+    rounds = [event for event in events if isinstance(event, RoundEvent)]
+    if len(rounds) != len(events) or not isinstance(final, (FinalEvent, type(None))):
         raise ValueError("a turn's rounds and final record are of the wrong type")
     error, kind, others = data.get("error"), data.get("kind", ""), data.get("alternatives", [])
     if not isinstance(kind, str) or not isinstance(others, list):
@@ -128,9 +129,11 @@ def _reasons(author: Any, candidates: list[Any]) -> dict[str, Any]:
         others = [c for name, c in voted.items() if name != author]
         runner_up = max(others, key=lambda c: c["combined"]) if others else None
         firsts = [v for v, share in best["shares"].items() if all(share >= c["shares"].get(v, 0) for c in others)]
-        lost = runner_up is not None and runner_up["combined"] > best["combined"] and runner_up.get("copied")
+        if runner_up is None:
+            return {"runner_up": None, "ranked_first_by": firsts, "discounted": None}
+        lost = runner_up["combined"] > best["combined"] and runner_up.get("copied")
         return {
-            "runner_up": runner_up["model"] if runner_up else None,
+            "runner_up": runner_up["model"],
             "ranked_first_by": firsts,
             "discounted": runner_up["model"] if lost else None,
         }

@@ -205,7 +205,7 @@ class Database:
             yield db
             if db.in_transaction:
                 db.execute("COMMIT")
-        except UnicodeError as error:  # a lone surrogate in some text: SQLite cannot store it
+        except UnicodeEncodeError as error:  # a lone surrogate in some text: SQLite cannot store it
             _rollback(db)
             raise SpecemError(f"{self.path}: cannot store text that is not valid Unicode ({error.reason})") from None
         except (sqlite3.Error, OSError) as error:
