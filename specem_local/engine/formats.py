@@ -28,7 +28,7 @@ from specem_local.engine.segments import incomplete_utf8_tail
 from specem_local.engine.tools import Tool, ToolChoice
 from specem_local.errors import SettingError, SpecemError
 
-MAX_SOURCE = 256 * 1024  # bytes of schema, grammar or regex: far past any real one
+MAX_SOURCE = 1 << 20  # bytes of a schema, grammar or regex; the compile time bound is what matters
 MAX_DEPTH = schemas.MAX_DEPTH
 # Rules of a grammar: converting GBNF to Lark grows with their square (1,000 rules: 2 s), and
 # llguidance compiles a chain of rules recursively (2,700 overflow an 8 MiB stack). Bisected in

@@ -98,6 +98,8 @@ def test_the_committed_matcher_refuses_what_the_constraint_does_not_allow():
         ({"schema": {"type": "number", "maximum": float("nan")}}, "schema", "schema.maximum: nan is not a JSON number"),
         ({"schema": {"properties": {"\udfff": {}}}}, "schema", "a key is not valid Unicode"),
         ({"schema": {"type": "string", "pattern": "(?=a)b"}}, "schema", "look-around"),
+        ({"schema": {"if": {"required": ["a"]}, "then": {"required": ["b"]}}}, "schema", "if, then cannot be followed"),
+        ({"schema": {"not": {"type": "string"}}}, "schema", "the keyword not cannot be followed"),
         ({"regex": "a\udc00"}, "regex", "not valid Unicode"),
         ({"schema": {"description": "x" * (1 << 20)}}, "schema", "too large"),
         ({"regex": "a(b"}, "regex", "unclosed group"),
