@@ -15,6 +15,8 @@ from typing import Any, Literal
 Decision = Literal["vote", "contrast", "fast-finish", "only-candidate", "confident", "picked", "forced"]
 FinishReason = Literal["eos", "length", "stop", "context", "cancelled", "empty"]
 WeightsOrigin = Literal["prior", "carried", "calibrated", "built-in"]
+Phase = Literal["reasoning", "answer"]  # an answer with a format thinks first, then writes the format
+Switch = Literal["eos", "budget"]  # why its reasoning ended: the members ended it, or its budget ran out
 
 
 class _Record:
@@ -95,6 +97,7 @@ class RoundEvent(_Record):
     discounted: str | None = None  # the loop guard kept this candidate from winning
     confidence: float | None = None  # with vote_gate: the leading draft's least token probability
     lost: dict[str, str] = dataclasses.field(default_factory=dict)  # members lost since the last event: name -> why
+    phase: Phase = "answer"  # "reasoning": thought before the format (not part of the answer's text)
     type: str = "round"
 
 
@@ -114,6 +117,9 @@ class FinalEvent(_Record):
     drafted_tokens: int = 0  # tokens decoded while drafting: every candidate, and members reading along
     contrast_changed: int = 0  # token-level contrast: tokens of the answer whose top choice it changed
     lost: dict[str, str] = dataclasses.field(default_factory=dict)  # members lost in this answer: name -> why
+    reasoning: str = ""  # what was thought before the format (``text`` is the answer alone)
+    reasoning_tokens: int = 0  # of ``tokens``
+    switched: Switch | None = None  # why the reasoning ended; None: there was none, or it never ended
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.
@@ -204,7 +210,7 @@ def _fits(value: Any, hint: Any) -> bool:
     """Whether a JSON value can stand for a field of type ``hint`` (shallow: containers by kind)."""
     if typing.get_origin(hint) is Literal:
         return value in typing.get_args(hint)
-    if isinstance(hint, types.UnionType):
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return any(_fits(value, option) for option in typing.get_args(hint))
     if hint is type(None):
         return value is None

@@ -91,6 +91,14 @@ class EnsembleSettings:
     stop: tuple[str, ...] = setting((), "answer", "stop strings (the answer ends before them)")
     ignore_eos: bool = setting(False, "answer", "go on past end-of-generation (fixed-length benchmarks)")
     system_prompt: str = setting("", "answer", "a system message put before the conversation")
+    reasoning_budget: int = setting(
+        256,
+        "answer",
+        "an answer with a format (schema, JSON, grammar, regex, tools) is first thought through freely for up to "
+        "this many tokens, then written in the format (0 = no thinking)",
+        low=0,
+        high=32_768,
+    )
 
     scoring: str = setting(
         "logprob",
@@ -167,6 +175,12 @@ class EnsembleSettings:
     )
     weight_memory: float = setting(
         20.0, "experimental", "carried weights remember about this many answers", low=1, high=1_000_000
+    )
+    think_bridge: str = setting(
+        "new-turn",
+        "experimental",
+        "after thinking, the format is asked in a new short user turn, or in the same assistant turn",
+        choices=("new-turn", "same-turn"),
     )
 
     def __post_init__(self) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specem_local.engine import feedback
+from specem_local.engine import feedback, thinking
 from specem_local.engine.answer_stream import AnswerStream
-from specem_local.engine.formats import FormatMatcher, OutputFormat, output_format_from
+from specem_local.engine.formats import FormatMatcher, OutputFormat, output_format_from, with_instruction
 from specem_local.engine.learned import key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.member import Member, can_draft_and_verify
-from specem_local.engine.prompting import Message
+from specem_local.engine.prompting import Message, split_partial_answer
 from specem_local.engine.request import AnswerRequest, Prompt, checked_prefix, conversation, prompt_tokens
 from specem_local.engine.roster import Roster
 from specem_local.engine.rounds import weights_dict
@@ -168,6 +168,7 @@ class Ensemble:
         tool_choice: Any = None,
         parallel_tool_calls: bool = True,
         output_format: OutputFormat | None = None,
+        think: Any = None,
         **overrides: object,
     ) -> AnswerRequest:
         """The request an answer runs from, checked once: the settings, the format (its
@@ -175,11 +176,22 @@ class Ensemble:
         (``PromptTooLong`` if one leaves no room to answer) and the starting weights. A bad
         value is a ``SpecemError`` (a ``SettingError`` names the field) and nothing runs.
         ``output_format``: a format already checked (``output_format_from``) instead of the
-        keywords."""
+        keywords. ``think``: whether an answer with a format is thought through first (None:
+        the ``reasoning_budget`` setting; True / False; "low", "medium", "high" or "none"; a
+        number of tokens): ``thinking.py``."""
         settings = with_overrides(self.settings, **overrides)
         if output_format is None:
             output_format = output_format_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
-        messages = conversation(prompt, settings, output_format)
+        asked = conversation(prompt, settings, output_format)
+        think_plan = thinking.plan(think, settings.max_tokens, settings.reasoning_budget, output_format is not None)
+        if split_partial_answer(asked)[1]:
+            think_plan = thinking.ThinkPlan(0)  # the answer has begun: it goes on in its format
+        if output_format is None:
+            messages = asked
+        elif think_plan.budget:
+            messages = thinking.reasoning_messages(asked, output_format, settings.think_bridge)
+        else:
+            messages = with_instruction(asked, output_format)
         members = self._select(models)
         start = self.runner.starting_weights(members, settings)
         drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
@@ -198,6 +210,8 @@ class Ensemble:
             weights_version=self.runner.weights_version,
             prefix=prefix,
             notes=notes,
+            think=think_plan,
+            asked=tuple(asked),
         )
 
     def stream(self, prompt: Prompt | AnswerRequest, **options: Any) -> AnswerStream:

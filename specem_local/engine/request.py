@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine.formats import OutputFormat, with_instruction
+from specem_local.engine.formats import OutputFormat
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message, as_messages, split_partial_answer
+from specem_local.engine.thinking import ThinkPlan
 from specem_local.engine.tools import render_messages
 from specem_local.errors import SettingError, SpecemError
 from specem_local.settings import EnsembleSettings
@@ -47,15 +48,17 @@ class AnswerRequest:
     weights_version: int = 0
     prefix: str = ""  # the start of the answer to continue (a trailing assistant message)
     notes: tuple[str, ...] = field(default=())  # what the format serves only approximately, in words
+    think: ThinkPlan = field(default_factory=ThinkPlan)  # thinking before the format (its budget in tokens; 0: none)
+    asked: tuple[Message, ...] = ()  # the conversation as asked (no format instruction): the thinking builds on it
 
 
 def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:
-    """The conversation as every member reads it: earlier tool calls and results rendered, the
-    system prompt first, the format's instruction after the last user message."""
+    """The conversation as asked: earlier tool calls and results rendered, the system prompt
+    first (the format's instruction is added by the caller, for the phase that writes it)."""
     if isinstance(prompt, list) and any(isinstance(m, dict) and _uses_tools(m) for m in prompt):
         envelope = output_format is not None and output_format.kind == "tools"
         prompt = render_messages(prompt, envelope=envelope)  # type: ignore[arg-type]
-    return with_instruction(as_messages(prompt, settings.system_prompt), output_format)
+    return as_messages(prompt, settings.system_prompt)
 
 
 def _uses_tools(message: dict[str, Any]) -> bool:

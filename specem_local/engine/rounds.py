@@ -15,17 +15,18 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
-from specem_local.engine import feedback, vote
+from specem_local.engine import feedback, thinking, vote
 from specem_local.engine.drafting import Drafting, round_candidates
 from specem_local.engine.formats import FormatMatcher, member_matcher
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.engine.request import AnswerRequest
+from specem_local.engine.request import AnswerRequest, PromptTooLong, prompt_tokens
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
+from specem_local.engine.verifying import verify
 from specem_local.errors import NoMemberLeft, SpecemError
-from specem_local.events import Event, FinalEvent, FinishReason, RoundEvent, StartEvent
+from specem_local.events import Event, FinalEvent, FinishReason, Phase, RoundEvent, StartEvent, Switch
 from specem_local.settings import EnsembleSettings
 
 RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run_each: a function over items
@@ -52,7 +53,11 @@ class RoundLoop:
         self.settings = settings
         self.absent = absent or {}  # lost members that could not be brought back: name -> why
         self.constraint = constraint
-        self.format = FormatMatcher(constraint) if constraint is not None else None
+        # An answer with a format may think first (thinking.py): no matcher until the switch.
+        self.phase: Phase = "reasoning" if request.think.budget else "answer"
+        self.reasoning, self.reasoning_tokens = "", 0
+        self.switched: Switch | None = None
+        self.format = FormatMatcher(constraint) if constraint is not None and self.phase == "answer" else None
         # The start of an answer to continue is part of the format's text: the reply is the rest.
         self.prefix = request.prefix
         if self.format is not None and self.prefix:
@@ -154,11 +159,15 @@ class RoundLoop:
                     self.run_each(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
                 except MemberLost:
                     self._take_losses()
-            self._give_matchers()
+            if self.phase == "answer":
+                self._give_matchers()
             while not finish:
                 if self.cancel.is_set():
                     finish = "cancelled"
                     break
+                if self.phase == "reasoning" and self.tokens >= self.request.think.budget:
+                    self._switch("budget")
+                    continue
                 if self.tokens >= self.settings.max_tokens:
                     finish = "length"
                     break
@@ -169,6 +178,11 @@ class RoundLoop:
                     break
                 except MemberLost:  # the round again without it: the others' tails are dropped as it drafts
                     self._take_losses()
+                    continue
+                if self.phase == "reasoning" and finish in ("eos", "empty"):  # the members ended their thinking
+                    finish = None
+                    self._switch("eos")
+                if event is None and finish is None:
                     continue
                 if event is None:
                     break
@@ -182,6 +196,28 @@ class RoundLoop:
                 member.matcher = None
         yield self.final_event(finish if finish is not None else "empty")  # a round without one: nothing appended
 
+    def _switch(self, why: Switch) -> None:
+        """The reasoning ends (the members ended it, or its budget ran out): the format's phase
+        begins, after a bridge every following member reads (``think_bridge``: a new short user
+        turn asking for the format, or text in the same assistant turn)."""
+        assert self.constraint is not None
+        self.reasoning, self.reasoning_tokens, self.switched = self.text, self.tokens, why
+        self.text, self.phase = "", "answer"
+        following = self.roster.following
+        if self.settings.think_bridge == "same-turn":
+            bridge = thinking.same_turn_bridge(why)
+            self.run_each(lambda i: self.members[i].commit(-1, bridge, None, None), following, losses_raise=False)
+        else:
+            messages = thinking.answer_messages(list(self.request.asked), self.reasoning, self.constraint, why)
+            try:
+                drafters, settings = len(self.roster.drafters), self.settings
+                prompts = {i: prompt_tokens(self.members[i], messages, settings, drafters, True) for i in following}
+            except PromptTooLong as error:  # the reasoning filled a context: it ends there
+                raise ContextFull(str(error)) from None
+            self.run_each(lambda i: self.members[i].start(list(prompts[i]), True), following)
+        self.format = FormatMatcher(self.constraint)
+        self._give_matchers()
+
     def _give_matchers(self) -> None:
         """Under a constraint, each member drafts with a matcher over its own tokens."""
         if self.constraint is None:
@@ -193,8 +229,9 @@ class RoundLoop:
 
     def final_event(self, finish: FinishReason) -> FinalEvent:
         """The answer's final record, as it stands."""
+        reasoning = self.reasoning if self.phase == "answer" else self.text  # stopped while it thought: all reasoning
         return FinalEvent(
-            text=self.text,
+            text=self.text if self.phase == "answer" else "",
             finish_reason=finish,
             rounds=self.rounds + self.forced_rounds,
             tokens=self.tokens,
@@ -208,6 +245,9 @@ class RoundLoop:
             drafted_tokens=self.drafted_tokens + self.contrast_read,
             contrast_changed=self.contrast_changed,
             lost={self.names[i]: reason for i, reason in self.roster.lost.items()},
+            reasoning=reasoning,
+            reasoning_tokens=self.reasoning_tokens if self.phase == "answer" else self.tokens,
+            switched=self.switched,
         )
 
     def _news(self) -> dict[str, str]:
@@ -262,7 +302,10 @@ class RoundLoop:
             self.confident_rounds += 1
         scored: dict[int, Scored] = {}
         if result is None:
-            scored = self._verify(drafts, groups, scores, author)
+            scored = verify(self.members, self.roster.verifiers, self.settings, drafts, groups, author, self.run_each)
+            for v, verdict in scored.items():
+                for c, value in verdict.scores.items():
+                    scores[v, c] = value
             copied = self._copied(drafts, groups, len(author)) if settings.loop_guard else None
             result = vote.tally(scores, self.weights, groups, self.rule, copied, author)
             self._learn(result, groups, author)
@@ -295,6 +338,7 @@ class RoundLoop:
             discounted=self._name(result.discounted, author),
             confidence=round_drafts.confidence,
             lost=self._news(),
+            phase=self.phase,
         )
         return event, finish
 
@@ -368,40 +412,13 @@ class RoundLoop:
             self.format.commit(winning.text)
             if self.format.complete:
                 return winning.text, "eos"
-        if self.settings.stop and self.format is None:  # a stop string never cuts a format's answer
+        if self.settings.stop and self.constraint is None:  # a stop string never cuts an answer with a format
             longest = max(len(stop) for stop in self.settings.stop)
             index = find_stop(self.text, self.settings.stop, previous_length - longest)
             if index is not None:
                 self.text = self.text[:index]
                 return self.text[previous_length:], "stop"
         return winning.text, "eos" if winning.ended else None
-
-    def _verify(
-        self, drafts: dict[int, Draft], groups: dict[int, list[int]], scores: np.ndarray, author: np.ndarray
-    ) -> dict[int, Scored]:
-        """Every verifier scores every distinct candidate: those it drafted itself from its
-        drafting logits, the others in one in-line batch. Fills ``scores[verifier, candidate]``
-        (candidate = the representative's column)."""
-        settings = self.settings
-        verifiers = self.roster.verifiers
-        ending = frozenset(rep for rep in groups if drafts[rep].ended) if settings.verify_end else frozenset()
-
-        def verify(v: int) -> tuple[int, Scored]:
-            member = self.members[v]
-            mine = {  # representative -> its own aligned draft, scored from the rows it drafted with
-                rep: drafts[c] for rep, merged in groups.items() for c in merged if author[c] == v and drafts[c].aligned
-            }
-            others = {rep: drafts[rep].text for rep in groups if rep not in mine}
-            result = member.score(others, settings.scoring, ending)
-            for rep, own in mine.items():
-                result.scores[rep] = member.own_score(own, settings.scoring, with_end=rep in ending)
-            return v, result
-
-        results = dict(self.run_each(verify, verifiers))
-        for v, result in results.items():
-            for c, value in result.scores.items():
-                scores[v, c] = value
-        return results
 
     def _commit(
         self,

@@ -20,5 +20,7 @@ def fake_member(name: str, target: str, *, role: str = "both", **model_options) 
 
 
 def fake_ensemble(*members: Member, weight_store: WeightStore | None = None, **settings) -> Ensemble:
-    """Greedy unless the settings say otherwise; no carried weights unless given a store."""
-    return Ensemble(list(members), EnsembleSettings(**{"greedy": True, **settings}), weight_store=weight_store)
+    """Greedy unless the settings say otherwise; no carried weights unless given a store; no
+    thinking before a format unless ``reasoning_budget`` is given (tests/engine/test_thinking.py)."""
+    chosen = {"greedy": True, "reasoning_budget": 0, **settings}
+    return Ensemble(list(members), EnsembleSettings(**chosen), weight_store=weight_store)

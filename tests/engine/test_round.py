@@ -240,7 +240,7 @@ def test_settings_per_answer_are_checked():
         ensemble.stream(QUESTION, top_p=0)
     with pytest.raises(SpecemError, match="stop must be an array of strings"):
         EnsembleSettings(stop="END")
-    assert ensemble.settings == EnsembleSettings(greedy=True)
+    assert ensemble.settings == EnsembleSettings(greedy=True, reasoning_budget=0)
 
 
 def test_a_winner_that_model_exit_removes_in_its_own_round_is_still_committed(monkeypatch):
