@@ -260,6 +260,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reasoning(final: Any) -> dict[str, Any]:
+    """What an answer thought before its format (think first), when it did."""
+    if not final.reasoning and final.switched is None:
+        return {}
+    return {"reasoning": final.reasoning, "reasoning_tokens": final.reasoning_tokens, "switched": final.switched}
+
+
 def run_systems(
     args: argparse.Namespace,
     config: Config,
@@ -323,6 +330,7 @@ def run_systems(
                         "confident_rounds": final.confident_rounds,
                         "drafted_tokens": final.drafted_tokens,
                         "contrast_changed": final.contrast_changed,
+                        **_reasoning(final),
                     }
                 done[task.id] = record
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")

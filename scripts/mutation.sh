@@ -20,8 +20,17 @@ mkdir -p "$OUT"
 
 for module in "$@"; do
   [ -f "specem_local/$module" ] || { echo "no module specem_local/$module" >&2; exit 2; }
-  case "$module" in  # the fast tests that hold each package's behaviour
-    server/*) selection='["tests/server", "tests/engine/test_tools.py"]' ;;
+  case "$module" in  # the fast tests that claim each module's behaviour (mutmut runs those covering a change)
+    engine/formats.py|engine/format_compiler.py|engine/schemas.py)
+      selection='["tests/engine/test_formats.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py"]' ;;
+    engine/tools.py)
+      selection='["tests/engine/test_tools.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_tool_routes.py", "tests/server/test_hostile_formats.py"]' ;;
+    engine/vote.py)
+      selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
+    engine/rounds.py)
+      selection='["tests/engine"]' ;;
+    server/*)
+      selection='["tests/server"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
     *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
   esac
@@ -37,7 +46,7 @@ also_copy = ["tui", "research", "scripts", "docs", "README.md", "models.toml", "
 pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "60"]
 pytest_add_cli_args_test_selection = $selection
 EOF
-  (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" >/dev/null 2>&1 || true)
+  (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" >"$work/run.log" 2>&1 || true)
   (cd "$work" && "$ROOT/.venv/bin/mutmut" results --all true 2>/dev/null) > "$work/results.txt" || true
   name="$(echo "$module" | tr / .)"
   "$ROOT/.venv/bin/python" scripts/mutation_score.py "$module" "$work/results.txt" scripts/mutation-equivalents.txt \

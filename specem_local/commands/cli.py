@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        stream = ensemble.stream(prompt, output_format=constraint)
+        stream = ensemble.stream(prompt, output_format=constraint, think=think_argument(args))
         record = None if recording_off(args.no_log) else start_record(prompt)
         if record is not None:
             stream.log_to(record, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
@@ -104,6 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     for note in event.notes:
                         print(f"specem: note: {printable(note)}", file=sys.stderr, flush=True)
                 elif isinstance(event, RoundEvent) and constraint:
+                    if event.phase == "reasoning" and not args.hide_thinking:  # the thinking, on stderr
+                        shown = printable(event.text)
+                        sys.stderr.write(f"\x1b[2m{shown}\x1b[0m" if sys.stderr.isatty() else shown)
+                        sys.stderr.flush()
                     continue  # the parsed answer alone is printed, once it is whole
                 elif isinstance(event, RoundEvent):
                     if args.authors and colour:
@@ -116,6 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     previous_author = event.author
                     sys.stdout.flush()
                 elif isinstance(event, FinalEvent) and constraint:
+                    if event.reasoning and not args.hide_thinking:
+                        print(file=sys.stderr)  # the thinking's last line ends before the answer
                     print_parsed(event, ensemble.settings.max_tokens)
                 elif isinstance(event, FinalEvent):
                     print()
@@ -130,6 +136,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("\n[stopped]", file=sys.stderr)
             return interrupted_code(stopped)
     return 0
+
+
+def think_argument(args: argparse.Namespace) -> Any:
+    """``--think[=LEVEL]`` / ``--no-think`` as ``think=`` takes it (None: the default)."""
+    if args.no_think:
+        if args.think is not None:
+            raise SettingError("give --think or --no-think, not both", "think")
+        return False
+    if args.think is None or args.think == "true":
+        return None if args.think is None else True
+    return int(args.think) if args.think.isdigit() else args.think
 
 
 def constraint_arguments(args: argparse.Namespace) -> OutputFormat | None:
@@ -260,6 +277,15 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument(
         "--tools", metavar="FILE", help="functions the models may call (a JSON list): prints the calls, or the message"
     )
+    shape.add_argument(
+        "--think",
+        nargs="?",
+        const="true",
+        metavar="LEVEL",
+        help="think first, then the format: low, medium, high or a number of tokens (default: reasoning_budget)",
+    )
+    shape.add_argument("--no-think", action="store_true", help="the format from the first token (no thinking)")
+    shape.add_argument("--hide-thinking", action="store_true", help="do not show the thinking on stderr")
     add_settings_flags(run)
     run.set_defaults(handler=cmd_run)
 

@@ -258,6 +258,10 @@ class EnsembleServer:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
+                elif isinstance(event, RoundEvent) and event.text and event.phase == "reasoning":
+                    thought = {"reasoning_content": event.text}  # before the content, as llama.cpp's server sends it
+                    yield json.dumps(oa.round_chunk(parsed, event, first, thought), ensure_ascii=False)
+                    first = False
                 elif isinstance(event, RoundEvent) and event.text:
                     delta = oa.tool_delta(*reply.feed(event.text)) if reply is not None else None
                     if delta == {}:
@@ -278,6 +282,8 @@ class EnsembleServer:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
+                elif isinstance(event, RoundEvent) and event.text and event.phase == "reasoning":
+                    yield json.dumps(ol.round_line(chat, event), ensure_ascii=False) + "\n"
                 elif isinstance(event, RoundEvent) and event.text and reply is not None:
                     content, moved = reply.feed(event.text)
                     if content:

@@ -85,8 +85,9 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, what in (("images", "images"),):
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
-    if body.get("think") is not None and body["think"] is not False:  # 0 == False, yet not a switch
-        raise ApiError(400, "think is not supported by the specem ensemble; remove 'think'", "think")
+    think = body.get("think")
+    if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
+        raise ApiError(400, f'think must be true, false, "low", "medium" or "high"; got {repr(think)[:40]}', "think")
 
 
 def _settings(body: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +157,7 @@ def parse_chat(body: Any) -> Request:
     tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools
     if tools and body.get("format") not in (None, ""):
         raise ApiError(400, "give tools or format, not both", "format")
-    settings = {**_settings(body), **_format(body), **tools}
+    settings = {**_settings(body), **_format(body), **tools, **_thinking(body)}
     return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools), fields=_named(body))
 
 
@@ -186,7 +187,7 @@ def parse_generate(body: Any) -> Request:
     prompt = message_text(body.get("prompt", ""), "prompt")
     system = message_text(body.get("system", ""), "system")
     stream = _stream(body)
-    settings = {**_settings(body), **_format(body)}
+    settings = {**_settings(body), **_format(body), **_thinking(body)}
     if not prompt:
         return Request([], settings, stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []
@@ -216,10 +217,17 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
+def _thinking(body: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's ``think`` as ``think=`` (checked above): absent, the default."""
+    return {"think": body["think"]} if body.get("think") is not None else {}
+
+
+def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = (), thinking: str = "") -> dict[str, Any]:
+    """The answer's text (and calls, and what was thought before it), as Ollama writes them:
+    ``message`` for /api/chat, ``response`` and ``thinking`` for /api/generate."""
     if not chat:
-        return {"response": text}
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+        return {"response": text, **({"thinking": thinking} if thinking else {})}
+    message: dict[str, Any] = {"role": "assistant", "content": text, **({"thinking": thinking} if thinking else {})}
     if calls:  # Ollama's shape: each call whole, its arguments an object
         message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
     return {"message": message}
@@ -239,11 +247,14 @@ def reply_text(request: Request, final: FinalEvent) -> tuple[str, tuple[ToolCall
 
 
 def round_line(chat: bool, event: RoundEvent, text: str | None = None) -> dict[str, Any]:
-    """A round's segment as a line (``text``: what of it a client shows, for a tool reply)."""
+    """A round's segment as a line (``text``: what of it a client shows, for a tool reply); a
+    round of thinking as ``thinking``."""
+    said = event.text if text is None else text
+    fields = _text_field(chat, "", thinking=said) if event.phase == "reasoning" else _text_field(chat, said)
     return {
         "model": TAGGED,
         "created_at": now(),
-        **_text_field(chat, event.text if text is None else text),
+        **fields,
         "done": False,
         "x_specem": {
             "round": event.index,
@@ -264,7 +275,7 @@ def final_line(
     return {
         "model": TAGGED,
         "created_at": now(),
-        **_text_field(chat, text, calls),
+        **_text_field(chat, text, calls, final.reasoning if text or calls else ""),
         "done": True,
         "done_reason": DONE_REASON.get(final.finish_reason, "stop"),
         "total_duration": int((time.monotonic() - request.started) * 1e9),

@@ -95,6 +95,10 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     messages = parse_messages(body.get("messages"), roles=roles, refused=())
     constraint, param = response_format(body.get("response_format"))
     tools = tool_settings(body)
+    think, think_field = reasoning(body)
+    if think_field:
+        settings["think"] = think
+        sent["think"] = think_field
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         messages,
@@ -104,6 +108,31 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         bool(tools),
         fields={**sent, **formats},
     )
+
+
+EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+
+
+def reasoning(body: dict[str, Any]) -> tuple[Any, str | None]:
+    """How much to think before a format (``think=``), and the field it came from: OpenAI's
+    ``reasoning_effort`` (or the Responses API's ``reasoning: {"effort"}``), or llama.cpp's
+    ``reasoning_budget_tokens`` for an exact number of tokens. None: the default."""
+    names = ("reasoning_effort", "reasoning", "reasoning_budget_tokens")
+    given = [name for name in names if body.get(name) is not None]
+    if len(given) > 1:
+        raise ApiError(400, f"give one of {' or '.join(given)}, not both", given[1])
+    if not given:
+        return None, None
+    name, value = given[0], body[given[0]]
+    if name == "reasoning_budget_tokens":
+        return value, name  # a number of tokens: checked where every think value is
+    if name == "reasoning":
+        if not isinstance(value, dict):
+            raise ApiError(400, 'reasoning must be an object with an "effort"', name)
+        name, value = "reasoning.effort", value.get("effort")
+    if value not in EFFORTS:
+        raise ApiError(400, f"{name} must be one of {', '.join(EFFORTS)}; got {str(value)[:40]!r}", name)
+    return EFFORTS[value], name
 
 
 def _same(value: Any, number: int) -> bool:
@@ -238,10 +267,15 @@ def _base(request: Request, kind: str) -> dict[str, Any]:
     return {"id": request.id, "object": kind, "created": request.created, "model": MODEL_ID, "system_fingerprint": None}
 
 
-def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, int]:
-    """Token counts: the prompt as the largest tokenizer counted it, the answer in its authors' tokens."""
+def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+    """Token counts: the prompt as the largest tokenizer counted it, the answer in its authors'
+    tokens (its thinking included, and counted apart, as OpenAI's reasoning models count it)."""
     prompt = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
-    return {"prompt_tokens": prompt, "completion_tokens": final.tokens, "total_tokens": prompt + final.tokens}
+    total = prompt + final.tokens
+    counts: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": final.tokens, "total_tokens": total}
+    if final.reasoning_tokens:
+        counts["completion_tokens_details"] = {"reasoning_tokens": final.reasoning_tokens}
+    return counts
 
 
 def round_chunk(
@@ -321,6 +355,8 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
 
 def completion(request: Request, start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
+    if final.reasoning:  # thought before the format: llama.cpp's and DeepSeek's field
+        message["reasoning_content"] = final.reasoning
     reply = final.parsed
     if request.tools and not isinstance(reply, ToolReply):  # cut short: what is whole of it, never the envelope
         reply = whole_part(final.text)

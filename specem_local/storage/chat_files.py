@@ -172,7 +172,10 @@ def chat_markdown(chat: Chat) -> str:
             lines += ["## You", "", turn.content, ""]
             continue
         note = f" *({turn.ending})*" if turn.ending else ""
-        lines += [f"## {speaker(turn)}", "", turn.content + note, ""]
+        lines += [f"## {speaker(turn)}", ""]
+        if turn.reasoning:  # thought before the format: folded, as the chat app shows it
+            lines += ["<details><summary>Reasoning</summary>", "", turn.reasoning, "", "</details>", ""]
+        lines += [turn.content + note, ""]
         if turn.final:
             wins = ", ".join(f"{name}: {count}" for name, count in turn.wins.items())
             lines += [f"*Segments won — {wins}*", ""]

@@ -49,14 +49,23 @@ class Turn:
         return self.final is not None or self.error is not None or self.kind == GIVEN
 
     def add(self, event: Event) -> None:
-        """Take one of the answer's events: a round adds its segment, the final record sets
-        the whole text (a stop string may have cut it); the start event changes nothing."""
+        """Take one of the answer's events: a round adds its segment (a reasoning round adds to
+        ``reasoning``, not to the answer), the final record sets the whole text (a stop string
+        may have cut it); the start event changes nothing."""
         if isinstance(event, RoundEvent):
             self.rounds.append(event)
-            self.content += event.text
+            if event.phase == "answer":
+                self.content += event.text
         elif isinstance(event, FinalEvent):
             self.final = event
             self.content = self.prefix + event.text
+
+    @property
+    def reasoning(self) -> str:
+        """What the answer thought before its format (think first), kept with it."""
+        if self.final is not None and self.final.reasoning:
+            return self.final.reasoning
+        return "".join(event.text for event in self.rounds if event.phase == "reasoning")
 
     @property
     def wins(self) -> dict[str, int]:

@@ -20,12 +20,14 @@ REPLY = '{"answer": 42}'
 
 
 class Thinker(FakeModel):
-    """Writes its working when asked a question, and the JSON once asked for the final answer
-    (a new user turn) or past "Final answer:" (the same turn)."""
+    """Writes its working when asked a question (or asked to think first), and the JSON once
+    asked for the final answer (a new user turn, or past "Final answer:" in the same turn) or
+    told to answer with JSON and nothing about thinking."""
 
     def next_logits(self, history: list[int]):
-        text = b"".join(self.pieces[t] for t in history)
-        self.target = (REPLY if b"final answer" in text.lower() else WORKING).encode()
+        text = b"".join(self.pieces[t] for t in history).lower()
+        asked_json = b"final answer" in text or (b"answer with json" in text and b"first think" not in text)
+        self.target = (REPLY if asked_json else WORKING).encode()
         return super().next_logits(history)
 
 

@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.reactive import reactive
 from textual.style import Style
-from textual.widgets import Markdown, Static
+from textual.widgets import Collapsible, Markdown, Static
 
 from specem_local.engine.tools import reply_from_text
 from specem_local.events import finish_note, member_news
@@ -143,6 +143,8 @@ class AnswerView(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield SegmentText(self.segments_content(), classes="segments")
+        with Collapsible(title="Reasoning", collapsed=True, classes="reasoning"):  # thought before the format
+            yield Static("", classes="reasoning-text")
         yield Markdown(classes="markdown")
 
     def on_mount(self) -> None:
@@ -153,6 +155,8 @@ class AnswerView(Vertical, can_focus=True):
         parts: list[tuple[str, Style] | str] = []
         for index, event in enumerate(self.turn.rounds):
             style = Style.parse(self.colours.get(event.author, "white")) if event.author else Style(dim=True)
+            if event.phase == "reasoning":  # thinking before the format: drawn dim
+                style += Style(dim=True, italic=True)
             style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)
@@ -188,6 +192,8 @@ class AnswerView(Vertical, can_focus=True):
         notes = [*self.member_lines(), self.turn.ending or (finish_note(final) if final is not None else None)]
         said = "".join(f"\n\n*({note})*" for note in notes if note)
         drawn = self.query_one(Markdown).update(printable(readable(self.turn.content) + said))
+        reasoning = self.turn.reasoning
+        self.query_one(".reasoning-text", Static).update(Content(printable(reasoning)))
         self.refresh_segments()
         self.show_markdown = True
         return drawn
@@ -195,6 +201,7 @@ class AnswerView(Vertical, can_focus=True):
     def watch_show_markdown(self, show: bool) -> None:
         self.query_one(SegmentText).display = not show
         self.query_one(Markdown).display = show
+        self.query_one(Collapsible).display = show and bool(self.turn.reasoning)
 
     def watch_selected(self) -> None:
         if self.is_mounted:
