@@ -74,10 +74,15 @@ def read_prompt(prompt: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.engine import Ensemble
+    from specem_local.engine.thinking import plan
+    from specem_local.settings import with_overrides
 
     prompt = read_prompt(args.prompt)
     constraint = constraint_arguments(args)  # a bad schema is said before any model loads
     config = config_from_args(args)
+    think = think_argument(args)
+    settings = with_overrides(config.ensemble, **settings_overrides(args))
+    plan(think, settings.max_tokens, settings.reasoning_budget, constraint is not None)  # and a bad --think
     colours = model_colours(config)
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
         if ensemble.plain_generation and not args.json:
@@ -85,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        stream = ensemble.stream(prompt, output_format=constraint, think=think_argument(args))
+        stream = ensemble.stream(prompt, output_format=constraint, think=think)
         record = None if recording_off(args.no_log) else start_record(prompt)
         if record is not None:
             stream.log_to(record, lambda said: print(f"specem: warning: {said}", file=sys.stderr))

@@ -24,7 +24,7 @@ OFF = ("none", "off", "false")
 MAX_BUDGET = 32_768
 MIN_ANSWER = 64  # tokens kept for the formatted answer out of max_tokens, at least
 MIN_REASONING = 32  # a default budget squeezed below this by max_tokens is no thinking at all
-CUT = "Stop thinking now: the budget for it is spent."
+CUT = "That is enough thinking."
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ def answer_messages(
     reasoning as the assistant's turn, then a new short user turn asking for the final answer in
     the format (a budget that cut the reasoning is said first)."""
     cut = f"{CUT} " if switch == "budget" else ""
-    asked = [*messages, Message("assistant", reasoning), Message("user", f"{cut}Now give the final answer.")]
+    now = f"{cut}Now give the final answer, with at most one short sentence of explanation."
+    asked = [*messages, Message("assistant", reasoning), Message("user", now)]
     return with_instruction(asked, output_format)
 
 
