@@ -183,7 +183,8 @@ class Ensemble:
         if output_format is None:
             output_format = output_format_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
         asked = conversation(prompt, settings, output_format)
-        think_plan = thinking.plan(think, settings.max_tokens, settings.reasoning_budget, output_format is not None)
+        default = settings.reasoning_budget if output_format is None or output_format.kind != "tools" else 0
+        think_plan = thinking.plan(think, settings.max_tokens, default, output_format is not None)
         if split_partial_answer(asked)[1]:
             think_plan = thinking.ThinkPlan(0)  # the answer has begun: it goes on in its format
         if output_format is None:
