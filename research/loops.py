@@ -9,7 +9,8 @@ The ensemble and each member alone answer every item (as ``specem eval`` does); 
 ``items.jsonl`` and ``report.json`` in ``specem eval``'s shape, so ``python -m
 specem_research.paired_runs`` compares systems and runs. Resumable.
 
-    python -m specem_research.loops research/data/bfcl_simple_python_dev.jsonl --limit 100 --output FOLDER [--steps 2]
+    python -m specem_research.loops research/data/bfcl_simple_python_dev.jsonl --limit 100 --output FOLDER \
+        [--steps 2] [--systems ensemble,qwen2.5-coder-0.5b] [--set tool_turns=text]
 """
 
 from __future__ import annotations
@@ -90,13 +91,12 @@ def answer(ensemble: Ensemble, task: Task, models: list[str] | None, steps: int)
     return record
 
 
-def run(ensemble: Ensemble, tasks: list[Task], output: Path, steps: int, members: bool) -> None:
+def run(ensemble: Ensemble, tasks: list[Task], output: Path, steps: int, chosen: list[str] | None) -> None:
     output.mkdir(parents=True, exist_ok=True)
     path = output / "items.jsonl"
     done = {json.loads(line)["id"]: json.loads(line) for line in path.read_text().splitlines()} if path.exists() else {}
-    systems: dict[str, list[str] | None] = {"ensemble": None}
-    if members:
-        systems.update({name: [name] for name in ensemble.model_names})
+    everyone: dict[str, list[str] | None] = {"ensemble": None, **{name: [name] for name in ensemble.model_names}}
+    systems = {name: models for name, models in everyone.items() if chosen is None or name in chosen}
     with path.open("a", encoding="utf-8") as sink:
         for task in tasks:
             if task.id in done:
@@ -149,13 +149,16 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--output", required=True)
     parser.add_argument("--steps", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--ensemble-only", action="store_true")
+    parser.add_argument("--systems", help="comma-separated: ensemble and member names (default: all)")
+    parser.add_argument("--set", action="append", default=[], metavar="SETTING=VALUE", help="an [ensemble] setting")
     parser.add_argument("--config")
     parser.add_argument("--ensemble")
     args = parser.parse_args()
     tasks = load_tasks(Path(args.tasks))[: args.limit]
-    with Ensemble.from_config(config_from_args(args)) as ensemble:
-        run(ensemble, tasks, Path(args.output), args.steps, not args.ensemble_only)
+    overrides = dict(item.split("=", 1) for item in args.set)  # e.g. tool_turns=text
+    with Ensemble.from_config(config_from_args(args), **overrides) as ensemble:
+        chosen = args.systems.split(",") if args.systems else None
+        run(ensemble, tasks, Path(args.output), args.steps, chosen)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,12 @@ class EnsembleSettings:
         "after thinking, the format is asked in a new short user turn, or in the same assistant turn",
         choices=("new-turn", "same-turn"),
     )
+    tool_turns: str = setting(
+        "native",
+        "experimental",
+        "earlier tool calls and results in each family's own format where its template has one, or as text for all",
+        choices=("native", "text"),
+    )
 
     def __post_init__(self) -> None:
         checked(self, "[ensemble]")

@@ -98,9 +98,7 @@ class Drafting:
         sample_of = {column: sample for (_, sample), column in columns.items()}
 
         def drafts_of(model: int, first: int = 0) -> list[tuple[int, Draft]]:
-            return [
-                (columns[(model, k)], draft(model, self.sampler(model, k))) for k in range(first, counts[model])
-            ]
+            return [(columns[(model, k)], draft(model, self.sampler(model, k))) for k in range(first, counts[model])]
 
         done: dict[int, Draft] = {}
         confidence = None

@@ -7,21 +7,28 @@ assistant message is an answer to continue: the prompt is the conversation befor
 for the answer, followed by that message's text (as llama.cpp's server and Anthropic's API
 do with a trailing assistant message). Message text is always tokenized
 as text, never parsed for special tokens: a user typing ``<|im_end|>`` cannot end a turn.
+
+Earlier tool calls and their results (issue 47) are rendered in the family's own format where
+its template has one (Qwen's ``<tool_call>`` and ``<tool_response>``), found by rendering a probe
+conversation as llama.cpp's ``common/chat.cpp`` does; other templates and the plain format get
+them as text (``tool_turns``). The strings inside a call's arguments are message text too.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from functools import cached_property
+from typing import Any, Protocol
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specem_local.errors import SpecemError
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
 # The plain-text format for models without a chat template. The answer follows the final
 # "### Assistant:" line; a base model that goes on to write the next "### User:" turn has
@@ -38,9 +45,23 @@ _SENTINEL = re.compile("\ue000(\\d+)\ue001")
 
 
 @dataclass(frozen=True)
+class ToolUse:
+    """An earlier tool call as the conversation records it."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass(frozen=True)
 class Message:
+    """A turn: ``calls`` are an assistant's tool calls; a ``tool`` message is a result of the
+    function ``name``."""
+
     role: str
     content: str
+    calls: tuple[ToolUse, ...] = field(default=())
+    name: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -77,20 +98,42 @@ class PromptFormat:
         """Text that, appearing in this model's draft, means the model ended its answer."""
         return PLAIN_STOPS if self.is_plain else ()
 
-    def render(self, messages: list[Message]) -> list[tuple[str, bool]]:
+    @cached_property
+    def native_tools(self) -> bool:
+        """Whether the template renders an assistant's tool call and a tool's result itself
+        (found by rendering a probe conversation, as llama.cpp's ``common/chat.cpp`` does)."""
+        if self.template is None:
+            return False
+        probe = [
+            Message("user", "Hi"),
+            Message("assistant", "", (ToolUse("probe_function", {"probe": "argument"}, "call_probe"),)),
+            Message("tool", "probe result", name="probe_function"),
+        ]
+        try:
+            rendered = "".join(text for text, _ in _render_template(self.template, probe, self.bos_text, self.eos_text))
+        except SpecemError:
+            return False
+        return all(said in rendered for said in ("probe_function", "argument", "probe result"))
+
+    def render(self, messages: list[Message], native_tools: bool = True) -> list[tuple[str, bool]]:
         """The prompt as pieces ``(text, is_message_text)``, ready for the assistant's answer
-        (or, after a trailing assistant message, for the rest of it)."""
+        (or, after a trailing assistant message, for the rest of it). Tool calls and results
+        are in the template's own format if it has one and ``native_tools``, text turns if not."""
         asked, partial = split_partial_answer(messages)
+        if not (native_tools and self.native_tools) and any(m.calls or m.role == "tool" for m in asked):
+            asked = tool_turns(asked)
         if self.is_plain:
             pieces = _render_plain(asked)
         else:
             pieces = _render_template(self.template or "", asked, self.bos_text, self.eos_text)
         return [*pieces, (partial, True)] if partial else pieces
 
-    def tokens(self, messages: list[Message], tokenizer: Tokenizer, *, bos_token: int | None) -> list[int]:
+    def tokens(
+        self, messages: list[Message], tokenizer: Tokenizer, *, bos_token: int | None, native_tools: bool = True
+    ) -> list[int]:
         """Prompt tokens: scaffolding parsed for special tokens, message text as plain text."""
         tokens: list[int] = []
-        for text, is_message_text in self.render(messages):
+        for text, is_message_text in self.render(messages, native_tools):
             if text:
                 tokens += tokenizer.tokenize(text, parse_special=not is_message_text)
         if bos_token is not None and bos_token >= 0 and (not tokens or tokens[0] != bos_token):
@@ -108,16 +151,42 @@ def _render_plain(messages: list[Message]) -> list[tuple[str, bool]]:
 
 
 def _render_template(template: str, messages: list[Message], bos_text: str, eos_text: str) -> list[tuple[str, bool]]:
-    """Render with each message's content replaced by a sentinel, then split the output at
-    the sentinels so that message text and template scaffolding are tokenized differently."""
+    """Render with each message's content (and each string in a tool call's arguments)
+    replaced by a sentinel, then split the output at the sentinels so that message text and
+    template scaffolding are tokenized differently."""
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
     environment.globals["raise_exception"] = raise_exception
     environment.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    stand_ins = [{"role": m.role, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    texts: list[str] = []
+
+    def stand_in(text: str) -> str:
+        texts.append(text)
+        return f"\ue000{len(texts) - 1}\ue001"
+
+    def masked(value: Any) -> Any:  # a string inside JSON stands for its escaped text
+        if isinstance(value, str):
+            return stand_in(json.dumps(value, ensure_ascii=False)[1:-1])
+        if isinstance(value, dict):
+            return {masked(str(key)): masked(item) for key, item in value.items()}
+        return [masked(item) for item in value] if isinstance(value, list) else value
+
+    stand_ins = []
+    for message in messages:
+        entry: dict[str, Any] = {"role": message.role, "content": stand_in(message.content)}
+        if message.calls:
+            entry["content"] = stand_in(message.content) if message.content else ""
+            entry["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": masked(c.arguments)}}
+                for c in message.calls
+            ]
+        if message.role == "tool":
+            entry["name"] = message.name
+        stand_ins.append(entry)
     try:
         rendered = environment.from_string(template).render(
             messages=stand_ins, add_generation_prompt=True, bos_token=bos_text, eos_token=eos_text
@@ -128,10 +197,36 @@ def _render_template(template: str, messages: list[Message], bos_text: str, eos_
     position = 0
     for match in _SENTINEL.finditer(rendered):
         pieces.append((rendered[position : match.start()], False))
-        pieces.append((messages[int(match.group(1))].content, True))
+        pieces.append((texts[int(match.group(1))], True))
         position = match.end()
     pieces.append((rendered[position:], False))
     return pieces
+
+
+RESULTS_INTRO = "The functions returned:"
+RESULTS_ADVICE = "Answer my question with these results, or call another function if they are not enough."
+
+
+def tool_turns(messages: list[Message]) -> list[Message]:
+    """Tool calls and results as plain turns, for a template without its own tool format: an
+    assistant's calls as the envelope it answers in, consecutive results as one user turn that
+    says what each function returned and what to do with it."""
+    out: list[Message] = []
+    results: list[Message] = []
+    for message in [*messages, Message("user", "")]:
+        if message.role == "tool":
+            results.append(message)
+            continue
+        if results:
+            said = "\n".join(f"{r.name} returned: {r.content}" for r in results)
+            out.append(Message("user", f"{RESULTS_INTRO}\n{said}\n{RESULTS_ADVICE}"))
+            results = []
+        if message.calls:
+            calls = [{"name": c.name, "arguments": c.arguments} for c in message.calls]
+            out.append(Message("assistant", json.dumps({"tool_calls": calls}, ensure_ascii=False)))
+        else:
+            out.append(message)
+    return out[:-1]
 
 
 def split_partial_answer(messages: list[Message]) -> tuple[list[Message], str]:
@@ -150,9 +245,10 @@ def as_messages(prompt: str | list[Message] | list[dict[str, str]], system_promp
     else:
         messages = [m if isinstance(m, Message) else Message(m["role"], m["content"]) for m in prompt]
     asked, _ = split_partial_answer(messages)
-    if not asked or asked[-1].role != "user":
+    if not asked or asked[-1].role not in ("user", "tool"):
         raise SpecemError(
-            "a conversation must end with a user message (or with the start of an answer to continue after one)"
+            "a conversation must end with a user message or a tool's result (or with the start of an answer "
+            "to continue after one)"
         )
     if system_prompt and messages[0].role != "system":
         messages.insert(0, Message("system", system_prompt))

@@ -70,7 +70,10 @@ def prompt_tokens(member: Member, messages: list[Message] | tuple[Message, ...],
     """The prompt in this member's tokens, checked to leave room for one whole round: every
     drafter's segment in its KV memory at once."""
     model = member.model
-    tokens = member.prompt_format.tokens(list(messages), model, bos_token=model.bos_token if model.adds_bos else None)
+    bos = model.bos_token if model.adds_bos else None
+    tokens = member.prompt_format.tokens(
+        list(messages), model, bos_token=bos, native_tools=settings.tool_turns == "native"
+    )
     segment, drafters = settings.segment_tokens, max(drafters, settings.draft_budget, 1)
     needed = drafters * segment + 1
     if needed >= model.n_ctx:

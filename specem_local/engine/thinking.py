@@ -38,8 +38,8 @@ def plan(think: Any, max_tokens: int, default_budget: int, formatted: bool, fiel
     """The plan for ``think`` (None: the default; True / False; "low" / "medium" / "high" or
     "none"; a number of tokens), checked: a ``SettingError`` names ``field``. Without a format
     the value is checked and changes nothing. An explicit budget that leaves the answer less
-    than ``MIN_ANSWER`` tokens of ``max_tokens`` is an error naming the numbers; the default is
-    fitted into what ``max_tokens`` leaves instead (and is off if little is left)."""
+    than ``MIN_ANSWER`` tokens of ``max_tokens`` is an error naming the numbers; the default (and
+    ``True``) is fitted into what ``max_tokens`` leaves instead (and is off if little is left)."""
     budget, explicit = _budget(think, default_budget, field)
     if not formatted or budget == 0:
         return ThinkPlan(0)
@@ -61,8 +61,8 @@ def _budget(think: Any, default_budget: int, field: str) -> tuple[int, bool]:
     """(tokens, whether the caller named them) for a ``think`` value."""
     if think is None:
         return default_budget, False
-    if think is True:
-        return default_budget or LEVELS["medium"], True
+    if think is True:  # think, as much as fits
+        return default_budget or LEVELS["medium"], False
     if think is False:
         return 0, True
     if isinstance(think, str):

@@ -5,7 +5,8 @@ The tools are described in the same words in every member's prompt, each in its 
 template, and the answer is constrained (``formats.py``) to either calls,
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` with each function's arguments
 matching its parameter schema, or a message, ``{"response": "..."}``. Earlier calls and
-their results are rendered in the same envelope, so every family reads them the same way.
+their results are rendered in each family's own tool format where its chat template has one,
+and as text otherwise (``prompting``); the answer after them is the same envelope for all.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from specem_local.engine.prompting import RESULTS_INTRO, Message, ToolUse
 from specem_local.engine.schemas import told
 from specem_local.errors import SettingError
 
@@ -230,51 +232,53 @@ def reply_from_text(text: str) -> ToolReply | None:
         return None
 
 
-def render_messages(messages: list[dict[str, Any]], envelope: bool = True) -> list[dict[str, str]]:
-    """A conversation with earlier calls and their results as plain messages every member
-    reads the same way: an assistant's calls as its envelope, tool results as a user message
-    of ``{"tool_results": [...]}`` (consecutive results together). Without tools offered
-    (``envelope`` false) the answer is plain text, so they are told in words instead: a model
-    shown the envelope writes it back. A ``SettingError`` names the message that is wrong
-    (field ``messages``)."""
-    out: list[dict[str, str]] = []
+def render_messages(messages: list[dict[str, Any]], envelope: bool = True) -> list[Message]:
+    """A conversation with earlier calls and their results, checked: as structured turns each
+    member renders in its own tool format (``prompting``), or, without tools offered
+    (``envelope`` false, the answer is plain text), told in words: a model shown its calls
+    writes them back. A ``SettingError`` names the message that is wrong (field ``messages``)."""
+    out: list[Message] = []
     called: dict[str, str] = {}  # call id -> function name
-    results: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         role = message.get("role")
         if role == "tool":
-            results.append({"name": _answered(message, called, where), "content": _text(message.get("content"), where)})
+            name, content = _answered(message, called, where), _text(message.get("content"), where)
+            if envelope:
+                out.append(Message("tool", content, name=name))
+            elif index and messages[index - 1].get("role") == "tool":  # consecutive results: one turn
+                out[-1] = Message("user", f"{out[-1].content}\n{name} returned: {content}")
+            else:
+                out.append(Message("user", f"{RESULTS_INTRO}\n{name} returned: {content}"))
             continue
-        if results:
-            out.append({"role": "user", "content": _results_text(results, envelope)})
-            results = []
         calls = message.get("tool_calls")
         if role == "assistant" and calls:
             made = []
             for number, call in enumerate(calls if isinstance(calls, list) else [None]):
                 name, arguments, call_id = _call(call, f"{where}.tool_calls[{number}]")
                 called[call_id or f"{index}.{number}"] = name
-                made.append({"name": name, "arguments": arguments})
-            out.append({"role": "assistant", "content": _calls_text(made, envelope)})
+                made.append(ToolUse(name, arguments, call_id or ""))
+            said = _text(message.get("content"), where)
+            if envelope:
+                out.append(Message("assistant", said, tuple(made)))
+            else:
+                listed = "; ".join(f"{c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in made)
+                out.append(Message("assistant", f"{said}\n(I called {listed}.)".lstrip()))
             continue
-        out.append({"role": str(role), "content": _text(message.get("content"), where)})
-    if results:
-        out.append({"role": "user", "content": _results_text(results, envelope)})
+        if role not in ("system", "user", "assistant"):
+            raise SettingError(f"{where}.role must be system, user, assistant or tool", "messages")
+        out.append(Message(str(role), _text(message.get("content"), where)))
     return out
 
 
-def _calls_text(calls: list[dict[str, Any]], envelope: bool) -> str:
-    if envelope:
-        return json.dumps({"tool_calls": calls}, ensure_ascii=False)
-    said = "; ".join(f"{c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})" for c in calls)
-    return f"(I called {said}.)"
-
-
-def _results_text(results: list[dict[str, Any]], envelope: bool) -> str:
-    if envelope:
-        return json.dumps({"tool_results": results}, ensure_ascii=False)
-    return "\n".join(f"{r['name']} returned: {r['content']}" for r in results)
+def as_recorded(message: dict[str, Any]) -> str:
+    """A message's text as the history keeps it: an assistant's calls as the envelope the
+    ensemble answers in (so a loop reads back as calls, results and the answer)."""
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls:
+        return _text(message.get("content"), "message")
+    made = [dict(zip(("name", "arguments"), _call(call, "tool_calls")[:2])) for call in calls]
+    return json.dumps({"tool_calls": made}, ensure_ascii=False)
 
 
 def _answered(message: dict[str, Any], called: dict[str, str], where: str) -> str:
@@ -300,6 +304,8 @@ def _call(call: Any, where: str) -> tuple[str, dict[str, Any], str | None]:
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         raise SettingError(f"{where}.function.name is missing", "messages")
+    if not NAME.fullmatch(name):
+        raise SettingError(f"{where}.function.name {name[:40]!r} must be 1 to 64 letters, digits, _ or -", "messages")
     assert isinstance(function, dict)
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):

@@ -14,9 +14,11 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.engine.request import AnswerRequest
+from specem_local.engine.tools import as_recorded
 from specem_local.errors import ShuttingDown
 from specem_local.events import Event
 from specem_local.storage.chats import Turn
@@ -65,7 +67,7 @@ class AnswerQueue:
     async def events(
         self,
         prepared: AnswerRequest,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         place: QueuePlace,
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Event]:
@@ -138,13 +140,14 @@ class AnswerQueue:
         self.cancelled += finish == "cancelled"
         self._turn.release()
 
-    def _start_record(self, messages: list[dict[str, str]]) -> AnswerRecord | None:
+    def _start_record(self, messages: list[dict[str, Any]]) -> AnswerRecord | None:
         """The request's conversation and its answer in the history; a history that cannot be
         written costs the record, not the answer."""
         if self.history is None:
             return None
         try:
-            return self.history.start_new_chat("serve", [Turn(m["role"], m["content"]) for m in messages])
+            turns = [Turn(m["role"], as_recorded(m)) for m in messages]
+            return self.history.start_new_chat("serve", turns)
         except Exception as error:
             log.warning("specem serve: warning: not recorded in the history: %s", error)
             return None

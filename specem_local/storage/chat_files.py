@@ -159,6 +159,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
 
 def speaker(turn: Turn) -> str:
     """Who a message is from, as a heading says it."""
+    if turn.role == "tool":
+        return "Tool result"
     if turn.kind == GIVEN:
         return f"{turn.role.capitalize()} (sent with the request)"
     return "Ensemble" if turn.role == "assistant" else turn.role.capitalize()

@@ -6,10 +6,12 @@ history (``history.py``) stores them; ``chat_files.py`` reads and writes them as
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from specem_local.events import Event, FinalEvent, RoundEvent
 
@@ -22,8 +24,8 @@ GIVEN = "given"  # a turn's kind: a system or assistant message sent with a requ
 
 @dataclass
 class Turn:
-    role: str  # "user" or "assistant"
-    content: str
+    role: str  # "user", "assistant", "system" or "tool" (a function's result); an assistant's tool calls
+    content: str  # are its envelope, {"tool_calls": [...]}, as the ensemble writes them
     rounds: list[RoundEvent] = field(default_factory=list)
     final: FinalEvent | None = None
     error: str | None = None  # the answer failed after it began, or was interrupted; the text so far is kept
@@ -127,10 +129,37 @@ class Chat:
     turns: list[Turn] = field(default_factory=list)
     origin: str = "chat"  # which front end started it: chat, run, serve, api (a script), import
 
-    def messages(self, turns: int | None = None) -> list[dict[str, str]]:
+    def messages(self, turns: int | None = None) -> list[dict[str, Any]]:
         """The conversation as the engine takes it (stopped answers included as they stand; of
-        each message, the version shown); ``turns``: only the first so many."""
-        return [{"role": t.role, "content": t.content} for t in self.turns[:turns] if t.content or t.role == "user"]
+        each message, the version shown); ``turns``: only the first so many. An agent loop comes
+        back as OpenAI's messages: the calls with ids, each result answering the call in its place."""
+        out: list[dict[str, Any]] = []
+        waiting: list[str] = []  # ids of the calls not answered yet, in order
+        for turn in self.turns[:turns]:
+            if turn.role == "tool":
+                answers = {"tool_call_id": waiting.pop(0)} if waiting else {}
+                out.append({"role": "tool", "content": turn.content, **answers})
+                continue
+            calls = called(turn.content) if turn.role == "assistant" else []
+            if calls:
+                waiting = [f"call_{len(out)}_{number}" for number in range(len(calls))]
+                made = [{"id": i, "type": "function", "function": c} for i, c in zip(waiting, calls)]
+                out.append({"role": "assistant", "content": None, "tool_calls": made})
+            elif turn.content or turn.role == "user":
+                out.append({"role": turn.role, "content": turn.content})
+        return out
+
+
+def called(text: str) -> list[dict[str, Any]]:
+    """The calls an answer's envelope makes, as OpenAI's functions (arguments as JSON text); []
+    for any other text."""
+    if not text.startswith('{"tool_calls": '):
+        return []
+    try:
+        calls = json.loads(text)["tool_calls"]
+        return [{"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)} for c in calls]
+    except (ValueError, KeyError, TypeError):
+        return []
 
 
 def title_for(text: str) -> str:

@@ -45,9 +45,7 @@ def test_format_json_prints_a_json_object_alone(members, capsys):
     assert isinstance(json.loads(out), dict) and out.count("\n") == 1
 
 
-@pytest.mark.parametrize(
-    "grammar", ['start: "yes" | "no"\n', 'root ::= "yes" | "no"\n'], ids=["lark", "gbnf"]
-)
+@pytest.mark.parametrize("grammar", ['start: "yes" | "no"\n', 'root ::= "yes" | "no"\n'], ids=["lark", "gbnf"])
 def test_a_grammar_file_lark_or_gbnf_shapes_the_answer(members, capsys, tmp_path, grammar):
     members += [fake_member("a", PROSE), fake_member("b", "no, never")]
     path = tmp_path / "answer.grammar"

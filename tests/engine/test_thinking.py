@@ -119,6 +119,8 @@ def test_cancelled_while_thinking_keeps_the_reasoning_and_no_answer():
 def test_tools_are_told_while_thinking_and_called_after():
     weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
     with fake_ensemble(thinker("a"), thinker("b"), reasoning_budget=256) as ensemble:
-        request = ensemble.prepare(QUESTION, tools=[weather], max_tokens=300)
+        unasked = ensemble.prepare(QUESTION, tools=[weather], max_tokens=300)
+        request = ensemble.prepare(QUESTION, tools=[weather], max_tokens=300, think=True)
         told = b"".join(ensemble.members[0].model.pieces[t] for t in request.prompts["a"]).decode()
+    assert unasked.think.budget == 0  # thinking before tool calls is asked for, not the default
     assert "get_weather" in told and "First think it through in plain words" in told

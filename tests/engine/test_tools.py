@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from specem_local.engine.tools import ReplyStream, ToolCall, ToolReply, render_messages, tools_from
+from specem_local.engine.tools import ReplyStream, ToolCall, ToolReply, tools_from
 from specem_local.errors import SettingError
 from tests.engine.conftest import fake_ensemble, fake_member
 
@@ -105,29 +105,6 @@ def test_tool_choice_and_parallel_calls_shape_what_may_be_written():
         assert required.calls and required.content is None
         words = ensemble.chat(ASKED, tools=[WEATHER], tool_choice="none", max_tokens=80).parsed
         assert words.calls == () and words.content is not None
-
-
-def test_earlier_calls_and_results_read_the_same_for_every_family():
-    rendered = render_messages(
-        [
-            *ASKED,
-            {
-                "role": "assistant",
-                "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
-            },
-            {"role": "tool", "content": "sunny", "tool_name": "get_weather"},
-            {"role": "tool", "content": "warm", "tool_name": "get_weather"},
-        ]
-    )
-    assert rendered == [
-        *ASKED,
-        {"role": "assistant", "content": CALL},
-        {
-            "role": "user",
-            "content": '{"tool_results": [{"name": "get_weather", "content": "sunny"}, '
-            '{"name": "get_weather", "content": "warm"}]}',
-        },
-    ]
 
 
 def test_a_reply_streams_as_its_pieces():
