@@ -200,6 +200,13 @@ class LoadSettings:
     threads_per_model: int = setting(
         2, "load", "llama.cpp CPU threads per model (models decoding at once share the cores)", low=1, high=1024
     )
+    parallel: int = setting(
+        4,
+        "load",
+        "answers that may run at once (the server, specem run --batch): their decodes share llama.cpp batches",
+        low=1,
+        high=16,
+    )
     gpu_layers: int = setting(
         -1,
         "load",

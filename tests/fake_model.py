@@ -155,6 +155,8 @@ class FakeModel:
     # -- decoding and the KV memory ------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
         self._check_open("decode")
+        if self._decoding:
+            self.violations.append("two decodes at once")
         self.decodes += 1
         self._decoding = True
         try:
@@ -238,6 +240,8 @@ class FakeModel:
         return [c for c in self.cells if c.position >= low and (end < 0 or c.position < end)]
 
     def _check_open(self, what: str) -> None:
+        if self._decoding and what != "decode":
+            self.violations.append(f"{what} during a decode")
         if self.closed:
             self.violations.append(f"{what} after close")
             raise AssertionError(f"{what} after close")

@@ -10,7 +10,7 @@ ends: the CLI, the chat app, the server and scripts consume the same stream.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from specem_local.engine import feedback, thinking
@@ -18,6 +18,7 @@ from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.formats import FormatMatcher, OutputFormat, output_format_from, with_instruction
 from specem_local.engine.learned import key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
+from specem_local.engine.many import Answered, answer_many, start_for
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message, split_partial_answer
 from specem_local.engine.request import AnswerRequest, Prompt, checked_prefix, conversation, prompt_tokens
@@ -40,7 +41,9 @@ class Ensemble:
     ``Ensemble(members, settings)`` takes members that are ready (and closes their models when
     it is closed); ``Ensemble.from_config(config)`` loads them. ``weight_store`` keeps the
     weights learned from answer to answer (``Ensemble()`` and ``from_config`` use the one in the
-    user data dir; None: every answer starts from the prior).
+    user data dir; None: every answer starts from the prior). ``parallel``: answers that may
+    run at once, for members made by the caller with ``parallel`` times the sequences one answer
+    needs (``from_config`` reads the ``parallel`` load setting).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class Ensemble:
         *,
         loaded: Loaded | None = None,
         weight_store: WeightStore | None = None,
+        parallel: int = 1,
     ) -> None:
         if isinstance(members, Config):
             raise TypeError("Ensemble(config) takes ready members; use Ensemble.from_config(config)")
@@ -62,13 +66,14 @@ class Ensemble:
             raise SpecemError("an ensemble needs at least one model")
         if not can_draft_and_verify(list(members)):
             raise SpecemError("the models cannot both draft and verify; check the roles")
-        self.members = list(members)
         self.settings = settings or EnsembleSettings()
         self.load_failures = loaded.failures if loaded else []
         self.warnings = loaded.warnings if loaded else []
         self.threads_per_model = loaded.threads_per_model if loaded else None
         self.model_files = loaded.files if loaded else {}  # name -> GGUF path, for models loaded from files
-        self.runner = AnswerRunner(self.members, self.threads_per_model, weight_store, self.warnings)
+        places = loaded.parallel if loaded else parallel
+        self.runner = AnswerRunner(list(members), self.threads_per_model, weight_store, self.warnings, places)
+        self.members = self.runner.members  # the first place's (views of the models when there are several)
 
     @classmethod
     def from_config(
@@ -236,6 +241,15 @@ class Ensemble:
         """What ``prepare`` checks of the options alone, for a request that asks for no answer
         (Ollama's load request): a bad value is a ``SpecemError``."""
         self.prepare("?", **options)
+
+    def answers(self, items: Iterable[Any], *, ordered: bool = False, **options: Any) -> Iterator[Answered]:
+        """Answer many prompts, up to ``parallel`` at once (the load setting): yields an
+        ``Answered`` (``index``, ``final``, or ``error``) for each as it finishes (``ordered``: in
+        the order given). An item is a prompt, a conversation, a request from ``prepare``, or a
+        dict of ``prepare``'s keywords with its ``prompt`` (its own schema, tools, settings);
+        ``options`` apply to every item. A bad item is handed back with its error and the
+        others go on; leaving the loop early cancels the answers still running."""
+        return answer_many(items, start_for(self, options), self.runner.parallel, ordered)
 
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
         """Answer a prompt; return the final record."""

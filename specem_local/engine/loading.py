@@ -39,6 +39,7 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
     threads_per_model: int | None = None
+    parallel: int = 1  # answers that may run at once (places.py)
 
 
 # Ollama keeps its own template as a Go template, which neither llama.cpp nor specem can run.
@@ -68,7 +69,7 @@ def load_members(
     """Load every configured model. ``skip_failed`` goes on without the ones that fail (listed
     in ``failures``); ``n_seq_max`` reserves more sequences than one per model plus the
     committed one (the benchmark scores four candidates)."""
-    loaded = Loaded([], threads_per_model=config.load.threads_per_model)
+    loaded = Loaded([], threads_per_model=config.load.threads_per_model, parallel=config.load.parallel)
     for spec in config.models:
         try:
             loaded.files[spec.name] = source_for(spec, config).prepare()
@@ -79,7 +80,7 @@ def load_members(
     for warning in [*same_file_warnings(loaded.files), *memory_warnings(config, _sizes(loaded.files))]:
         _warn(loaded, warning)
     candidates = max(len(loaded.files), config.ensemble.draft_budget)  # a budget may draft more than one each
-    sequences = max(n_seq_max or 0, candidates + 1)  # sequence 0 + one per candidate
+    sequences = max(n_seq_max or 0, candidates + 1) * loaded.parallel  # sequence 0 + one per candidate, per place
     try:
         for spec in config.models:
             if spec.name not in loaded.files:

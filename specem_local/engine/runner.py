@@ -1,14 +1,16 @@
 """The one owner of running answers on a set of loaded members.
 
-``AnswerRunner`` holds what answers share: the places (one answer at a time), the worker
-threads and the CPU cores they share, the step lock (a model is never freed under a running
-decode), the cancel of whatever is open, and the weights an answer starts from and hands on.
-An ``AnswerStream`` asks it for a place, runs its steps through it and gives the place back;
-nothing else about a running answer lives anywhere else.
+``AnswerRunner`` holds what answers share: the places (``parallel`` answers at once, each with
+members of its own over the same models: ``places.py``), the worker threads and the CPU cores
+they share, the steps in flight (a model is never freed under a running decode), the cancel of
+whatever is open, and the weights an answer starts from and hands on. An ``AnswerStream`` asks
+it for a place, runs its steps through it and gives the place back; nothing else about a
+running answer lives anywhere else.
 
-Threads and lifetimes: a second answer while one is open is a ``SpecemError`` (never a hang);
-each answer has its own cancel (``AnswerStream.cancel``), so a cancel sent before its first
-step is not lost; ``close()`` waits for the step in flight before it frees the models.
+Threads and lifetimes: an answer while every place is open is a ``SpecemError`` (never a hang);
+an answer whose KV cells do not fit beside the running ones waits for one of them to end; each
+answer has its own cancel (``AnswerStream.cancel``), so a cancel sent before its first step is
+not lost; ``close()`` waits for the steps in flight before it frees the models.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Protocol, TypeVar
 
 from specem_local.engine.learned import StartingWeights, remember, starting_weights
 from specem_local.engine.member import Member
+from specem_local.engine.places import DecodeTurns, place_members
 from specem_local.errors import SpecemError
 from specem_local.events import Event, FinalEvent
 from specem_local.settings import EnsembleSettings
@@ -40,9 +43,11 @@ class Cancellable(Protocol):
 
 
 class AnswerRunner:
-    """Runs answers on ``members``: places, threads, the step lock, cancel, close, weights.
+    """Runs answers on ``members``: places, threads, steps, cancel, close, weights.
     ``threads_per_model``: the cores each model may use (None: models made by the caller keep
-    their own threads); ``warnings``: where what is said once goes (the ensemble's list)."""
+    their own threads); ``warnings``: where what is said once goes (the ensemble's list);
+    ``parallel``: answers that may run at once (their members' models hold that many times
+    the sequences one answer needs)."""
 
     def __init__(
         self,
@@ -50,78 +55,140 @@ class AnswerRunner:
         threads_per_model: int | None,
         weight_store: WeightStore | None,
         warnings: list[str],
+        parallel: int = 1,
     ) -> None:
-        self.members = list(members)
+        self.models = [member.model for member in members]  # what close() frees
+        self.turns = DecodeTurns()
+        self.places = [list(members)] if parallel == 1 else place_members(members, parallel, self.turns)
+        self.members = self.places[0]
         self.threads_per_model = threads_per_model
         self.weight_store = weight_store
         self.warnings = warnings
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=len(self.members), thread_name_prefix="specem"
         )
-        self._running = threading.Lock()  # held while engine code runs: a step of an answer
-        self._state = threading.Lock()  # guards _open and _closed
-        self._open: weakref.ref[Cancellable] | None = None  # a dropped stream frees its place
+        self._state = threading.Condition()  # guards _open, _steps and _closed
+        self._open: dict[int, tuple[weakref.ref[Cancellable], int]] = {}  # place -> (its answer, its cells)
+        self._steps = 0  # steps running now
         self._closed = False
         self._in_step = threading.local()  # .active: this thread runs a step (or a part of one)
+
+    @property
+    def parallel(self) -> int:
+        return len(self.places)
 
     # -- places ------------------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def begin(self, answer: Cancellable) -> None:
-        """Give ``answer`` the place (a ``SpecemError`` if another answer holds it, or if closed)."""
+    def begin(self, answer: Cancellable, cells: int = 0) -> int:
+        """Give ``answer`` a place (the one it holds, if any) and return it. A ``SpecemError``
+        when every place is open, or when closed; an answer whose ``cells`` (KV cells it may
+        hold) do not fit beside the running answers' waits until they do."""
         with self._state:
-            if self._closed:
-                raise SpecemError("this ensemble has been closed")
-            current = self._open() if self._open is not None else None
-            if current is not None and current is not answer:
-                raise SpecemError(
-                    "another answer is still open on this ensemble; read it to the end (or cancel it and "
-                    "read its last event) before starting the next one"
-                )
-            self._open = weakref.ref(answer)
+            while True:
+                if self._closed:
+                    raise SpecemError("this ensemble has been closed")
+                open_places = self._open_places()
+                held = next((p for p, a in open_places.items() if a is answer), None)
+                if held is not None:
+                    return held
+                free = [place for place in range(self.parallel) if place not in open_places]
+                if not free:
+                    raise SpecemError(self._all_open_message())
+                if not open_places or self._fits(cells, free):
+                    break
+                self._state.wait(timeout=0.5)
+            self._open[free[0]] = (weakref.ref(answer), cells)
+            return free[0]
+
+    def _all_open_message(self) -> str:
+        if self.parallel == 1:
+            return (
+                "another answer is still open on this ensemble; read it to the end (or cancel it and read its last "
+                "event) before starting the next one"
+            )
+        return (
+            f"all {self.parallel} places of this ensemble hold open answers; read one to the end (or cancel it) "
+            "first, or load with a larger parallel"
+        )
+
+    def _open_places(self) -> dict[int, Cancellable]:
+        """The open answers by place (a stream that was dropped has given its place back)."""
+        alive = {place: ref() for place, (ref, _) in self._open.items()}
+        for place in [p for p, answer in alive.items() if answer is None]:
+            del self._open[place]
+        return {place: answer for place, answer in alive.items() if answer is not None}
+
+    def _fits(self, cells: int, free: list[int]) -> bool:
+        """Whether ``cells`` fit in the KV memory beside the open answers; the cells idle places
+        still hold (their last prompt) are freed first if that makes room."""
+        capacity = min(model.n_ctx for model in self.models)
+        reserved = sum(cells for _, cells in self._open.values())
+        if reserved + cells > capacity:
+            return False
+        idle = sum(max(len(m.tokens) for m in self.places[place]) for place in free)
+        if reserved + cells + idle > capacity:
+            for place in free:
+                for member in self.places[place]:
+                    member.reset()
+        return True
+
+    def at_place(self, place: int, members: Sequence[Member]) -> list[Member]:
+        """``members`` (of any place) as the members of ``place``."""
+        chosen = {member.name for member in members}
+        return [member for member in self.places[place] if member.name in chosen]
 
     def end(self, answer: Cancellable) -> None:
         """``answer`` gives its place back (a no-op if it holds none)."""
         with self._state:
-            current = self._open() if self._open is not None else None
-            if current is None or current is answer:
-                self._open = None
+            for place, opened in self._open_places().items():
+                if opened is answer:
+                    del self._open[place]
+            self._state.notify_all()
 
     def cancel(self) -> None:
-        """Stop the open answer, if any (safe from any thread)."""
+        """Stop the open answers, if any (safe from any thread)."""
         with self._state:
-            answer = self._open() if self._open is not None else None
-        if answer is not None:
+            answers = list(self._open_places().values())
+        for answer in answers:
             answer.cancel()
 
     def close(self) -> None:
-        """Cancel the open answer, wait for its step in flight, then free the models."""
+        """Cancel the open answers, wait for their steps in flight, then free the models."""
         if getattr(self._in_step, "active", False):
             raise SpecemError("close() was called from inside an answer's step; close the ensemble after it")
         self.cancel()
-        with self._running, self._state:
+        with self._state:
             if self._closed:
                 return
             self._closed = True
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
-            for member in self.members:
-                member.model.close()
+            while self._steps:
+                self._state.wait()
+            self._state.notify_all()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        for model in self.models:
+            model.close()
 
     # -- steps -------------------------------------------------------------------------------------
     def step(self, steps: Iterator[Event]) -> Event:
-        """Run an answer to its next event, holding the models while it runs."""
-        with self._running:
+        """Run an answer to its next event; the models are not freed while it runs."""
+        with self._state:
             if self._closed:
                 raise SpecemError("this ensemble was closed during the answer")
-            self._in_step.active = True
-            try:
+            self._steps += 1
+        self._in_step.active = True
+        try:
+            with self.turns.step():
                 return next(steps)
-            finally:
-                self._in_step.active = False
+        finally:
+            self._in_step.active = False
+            with self._state:
+                self._steps -= 1
+                self._state.notify_all()
 
     def run_each(
         self, settings: EnsembleSettings, function: Callable[[Item], Result], items: list[Item]
@@ -129,7 +196,7 @@ class AnswerRunner:
         """``function`` over ``items`` (members, or work for them) within a step: in the worker
         threads when the drafting setting says so, else one after another; either way the
         models running at once share the cores."""
-        threaded = self._threaded(settings) and len(items) > 1 and self._executor is not None
+        threaded = self._threaded(settings) and len(items) > 1 and self._executor is not None and self.parallel == 1
         self._share_cores(len(items) if threaded else 1)
         if threaded:
             return self._in_workers(function, items)
@@ -139,7 +206,7 @@ class AnswerRunner:
         """Threads, or round-robin: ``auto`` takes threads when a model runs on a GPU or on
         another machine (RPC), where the host mostly waits and they were 1.1-1.8x round-robin;
         on 2 CPU cores they are level without model exit and within about 10% either way with it
-        (docs/performance.md)."""
+        (docs/performance.md). With several places the answers' decodes share batches instead."""
         if settings.drafting == "auto":
             return any(m.model.placement.startswith(("GPU", "RPC")) for m in self.members)
         return settings.drafting == "threads"

@@ -1,5 +1,5 @@
-"""The queue for the models: one answer at a time on the shared ensemble, a bounded number of
-requests waiting for it, and each answer recorded in the history.
+"""The queue for the models: as many answers at once as the ensemble has places (``parallel``),
+a bounded number of requests waiting for one, and each answer recorded in the history.
 
 The answer itself runs in a thread of its own (``AnswerStream.events``, the stream's async
 face); the event loop never waits on a model. Whatever an answer does (ends, fails, is
@@ -29,40 +29,39 @@ WAITING_CHECK = 0.25  # seconds between checks that a request waiting for the mo
 
 
 class AnswerQueue:
-    """The ensemble's answers, one at a time, with at most ``queue`` requests waiting."""
+    """The ensemble's answers, up to ``places`` at once, with at most ``queue`` requests waiting."""
 
     def __init__(self, ensemble: Ensemble, queue: int, record: bool) -> None:
         self.ensemble = ensemble
         self.queue = queue
+        self.places = ensemble.runner.parallel
         self.history = History() if record else None
-        self.answering = False
+        self.answering = 0  # answers running now
         self.waiting = 0  # requests in line for the models
         self.answered = 0
         self.cancelled = 0  # answers stopped early because their client went away
-        self._answer_started = 0.0
         self._answer_seconds = 5.0  # a moving average of answer times, for Retry-After
-        self._turn: asyncio.Lock | None = None
+        self._turns: asyncio.Semaphore | None = None
         self.closing = False
-        self._running: AnswerStream | None = None
+        self._running: dict[AnswerStream, float] = {}  # the answers running, and when each started
 
     def close(self) -> None:
-        """The server is stopping: the answer in flight is cancelled (its stream ends as usual,
-        with what it wrote) and no other starts (thread-safe: a signal handler calls it)."""
+        """The server is stopping: the answers in flight are cancelled (their streams end as
+        usual, with what they wrote) and no other starts (thread-safe: a signal handler calls it)."""
         self.closing = True
-        running = self._running
-        if running is not None:
+        for running in list(self._running):
             running.cancel()
 
     def place(self) -> QueuePlace | None:
         """A place in line, taken now (so requests arriving together are counted), or None
         when the line is full."""
-        if self.answering + self.waiting > self.queue:
+        if self.answering + self.waiting > self.queue + self.places - 1:
             return None
         return QueuePlace(self)
 
     def retry_after(self) -> int:
         """Seconds until a place in line is likely: the answers ahead at the recent pace."""
-        return max(1, math.ceil(self._answer_seconds * (self.waiting + 1)))
+        return max(1, math.ceil(self._answer_seconds * (self.waiting + 1) / self.places))
 
     async def events(
         self,
@@ -76,8 +75,8 @@ class AnswerQueue:
         ``messages``: the conversation as the client sent it, for the history.
         ``gone``: whether the client has hung up, asked while the request waits for its turn,
         so a request nobody waits for gives its place back at once and never starts."""
-        if self._turn is None:
-            self._turn = asyncio.Lock()
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.places)
         try:
             if not await self._take_turn(gone):
                 return
@@ -90,13 +89,11 @@ class AnswerQueue:
             record = self._start_record(messages)
             if record is not None:
                 stream.log_to(record, lambda said: log.warning("specem serve: warning: %s", said))
-            self.answering = True
-            self._running = stream
-            self._answer_started = time.monotonic()
-            events = stream.events(ended=self._answer_ended)
+            self.answering += 1
+            self._running[stream] = time.monotonic()
+            events = stream.events(ended=lambda finish: self._answer_ended(stream, finish))
         except BaseException:
-            self.answering = False
-            self._turn.release()
+            self._turns.release()
             raise
         async for event in events:
             yield event
@@ -104,8 +101,8 @@ class AnswerQueue:
     async def _take_turn(self, gone: Callable[[], Awaitable[bool]] | None) -> bool:
         """Wait for the models; False (and no turn taken) if the client hangs up first. A
         request cancelled while it waits (a stream whose client left) takes no turn either."""
-        assert self._turn is not None
-        waiting = asyncio.ensure_future(self._turn.acquire())
+        assert self._turns is not None
+        waiting = asyncio.ensure_future(self._turns.acquire())
         try:
             while True:
                 done, _ = await asyncio.wait({waiting}, timeout=WAITING_CHECK)
@@ -120,7 +117,7 @@ class AnswerQueue:
 
     def _let_go(self, waiting: asyncio.Future) -> None:
         """Stop waiting for the turn; a turn that came as it was let go is given back."""
-        turn = self._turn
+        turn = self._turns
         assert turn is not None
         if waiting.done() and not waiting.cancelled():
             turn.release()
@@ -128,17 +125,16 @@ class AnswerQueue:
             waiting.cancel()
             waiting.add_done_callback(lambda f: turn.release() if not f.cancelled() else None)
 
-    def _answer_ended(self, finish: str | None) -> None:
-        """The answer's thread has stopped (``finish``: its finish reason; None if it failed):
+    def _answer_ended(self, stream: AnswerStream, finish: str | None) -> None:
+        """An answer's thread has stopped (``finish``: its finish reason; None if it failed):
         the next request in line may start. Counted as cancelled only if it ended so."""
-        assert self._turn is not None
-        took = time.monotonic() - self._answer_started
+        assert self._turns is not None
+        took = time.monotonic() - self._running.pop(stream)
         self._answer_seconds = 0.7 * self._answer_seconds + 0.3 * took  # a moving average
-        self.answering = False
-        self._running = None
+        self.answering -= 1
         self.answered += 1
         self.cancelled += finish == "cancelled"
-        self._turn.release()
+        self._turns.release()
 
     def _start_record(self, messages: list[dict[str, Any]]) -> AnswerRecord | None:
         """The request's conversation and its answer in the history; a history that cannot be

@@ -96,6 +96,7 @@ class EnsembleServer:
                 "model": oa.MODEL_ID,
                 "members": self.ensemble.model_names,
                 "lost": {m.name: m.model.lost for m in self.ensemble.members if m.model.lost},  # back next answer
+                "places": line.places,
                 "answering": line.answering,
                 "waiting": line.waiting,
                 "answered": line.answered,

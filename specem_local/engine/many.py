@@ -1,0 +1,108 @@
+"""Many answers from one call (``Ensemble.answers``): up to ``parallel`` of them run at once,
+each in a thread of its own on a place of the runner, and each is handed back as it finishes
+(or in the order given). One that fails (a bad schema, a prompt too long) is handed back with its
+error; the others go on. Leaving early cancels the answers still running."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specem_local.engine.answer_stream import AnswerStream
+from specem_local.engine.request import AnswerRequest
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One of many answers: its index among the items given, its final record, or the error
+    that ended it (a ``SpecemError``: say it and go on)."""
+
+    index: int
+    final: FinalEvent | None = None
+    error: SpecemError | None = None
+
+
+Start = Callable[[Any], AnswerStream]  # an item -> its answer's stream (prepared: errors raised here)
+
+
+def answer_many(items: Iterable[Any], start: Start, parallel: int, ordered: bool = False) -> Iterator[Answered]:
+    """Run ``start(item).final()`` for each item, ``parallel`` at a time; yield as they end."""
+    results: queue.Queue[Answered | BaseException] = queue.Queue()
+    work = iter(enumerate(items))
+    taking = threading.Lock()
+    streams: dict[int, AnswerStream] = {}
+    stopping = threading.Event()
+
+    def worker() -> None:
+        while not stopping.is_set():
+            with taking:
+                try:
+                    index, item = next(work)
+                except StopIteration:
+                    return
+                except BaseException as error:  # the items' own iterator failed
+                    results.put(error)
+                    return
+            try:
+                stream = start(item)
+                streams[index] = stream
+                if stopping.is_set():
+                    stream.cancel()
+                results.put(Answered(index, stream.final()))
+            except SpecemError as error:
+                results.put(Answered(index, error=error))
+            except BaseException as error:  # a bug: said where the answers are read
+                results.put(error)
+                return
+            finally:
+                streams.pop(index, None)
+
+    threads = [threading.Thread(target=worker, name="specem-many", daemon=True) for _ in range(max(parallel, 1))]
+    for thread in threads:
+        thread.start()
+    waiting: dict[int, Answered] = {}
+    next_index = 0
+    try:
+        while any(thread.is_alive() for thread in threads) or not results.empty():
+            try:
+                got = results.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            if not ordered:
+                yield got
+                continue
+            waiting[got.index] = got
+            while next_index in waiting:
+                yield waiting.pop(next_index)
+                next_index += 1
+        yield from (waiting[index] for index in sorted(waiting))
+    finally:
+        stopping.set()
+        for stream in list(streams.values()):
+            stream.cancel()
+        for thread in threads:
+            thread.join()
+
+
+def start_for(ensemble: Any, options: dict[str, Any]) -> Start:
+    """How ``Ensemble.answers`` starts an item: a request as it is; a dict as ``prepare``'s
+    keywords (its ``prompt`` and its own options over ``options``); else a prompt."""
+
+    def start(item: Any) -> AnswerStream:
+        if isinstance(item, AnswerRequest):
+            return ensemble.stream(item)
+        if isinstance(item, dict):
+            if "prompt" not in item:
+                raise SpecemError('an item given as a dict needs a "prompt"')
+            own = {key: value for key, value in item.items() if key != "prompt"}
+            return ensemble.stream(item["prompt"], **{**options, **own})
+        return ensemble.stream(item, **options)
+
+    return start

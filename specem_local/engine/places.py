@@ -1,0 +1,250 @@
+"""Several answers at once on the same loaded models (``parallel`` places), as llama.cpp's server
+runs parallel slots over one unified KV memory.
+
+Each place has its own ``Member`` objects over a ``PlaceModel``: a view of the shared model with
+its own range of sequence ids, so an answer's KV operations never touch another's. Every decode
+goes through ``DecodeTurns``: one batch at a time over all models (two models decoding at once
+on the same cores slow each other far more than 2x), and a batch goes when every answer inside a
+step is waiting for a decode, so the rows of the answers that wait on the same model (one per
+answer while they draft, every answer's candidates while they verify, a new answer's prompt)
+go to llama.cpp in one batch. With one place nothing is wrapped: the models are used as loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel
+from specem_local.backend.scoring import RowScores
+from specem_local.engine.member import Member
+
+MAX_WAIT = 0.02  # seconds a decode waits for the other answers' rows before it goes without them
+
+
+@dataclass
+class Decode:
+    """One place's decode waiting for its turn: ``targets`` set for a scoring decode."""
+
+    model: SharedModel
+    rows: list[BatchRow]
+    targets: list[int] | None = None
+    normalise: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    done: bool = False
+    since: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> tuple[int, bool, bool]:
+        """Decodes that can share a batch: the same model, and the same kind of result."""
+        return id(self.model), self.targets is not None, self.normalise
+
+
+class DecodeTurns:
+    """Whose decode runs next when several answers run at once (see the module's docstring)."""
+
+    def __init__(self, max_wait: float = MAX_WAIT) -> None:
+        self.max_wait = max_wait
+        self._turn = threading.Condition()
+        self._pending: list[Decode] = []
+        self._busy = False
+        self.in_step = 0  # threads running an answer's step
+        self.batches = 0  # batches decoded, and the decodes they held (for the measurements)
+        self.decodes = 0
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """An answer's step runs: its decodes may wait for the other steps' decodes."""
+        with self._turn:
+            self.in_step += 1
+        try:
+            yield
+        finally:
+            with self._turn:
+                self.in_step -= 1
+                self._turn.notify_all()
+
+    def run(self, decode: Decode) -> Any:
+        """Wait for ``decode``'s batch to run (this thread may run it, with others'); its result."""
+        with self._turn:
+            self._pending.append(decode)
+            self._turn.notify_all()
+            while not decode.done:
+                oldest = min(d.since for d in self._pending) if self._pending else decode.since
+                waited = time.monotonic() - oldest
+                if self._pending and not self._busy and (len(self._pending) >= self.in_step or waited >= self.max_wait):
+                    self._run_next()
+                else:
+                    self._turn.wait(timeout=max(self.max_wait - waited, 0.001))
+        if decode.error is not None:
+            raise decode.error
+        return decode.result
+
+    def _run_next(self) -> None:
+        """Run the largest group of pending decodes that can share a batch (called holding the
+        condition; released while llama.cpp decodes)."""
+        groups: dict[tuple[int, bool, bool], list[Decode]] = {}
+        for pending in self._pending:
+            groups.setdefault(pending.key, []).append(pending)
+        group = max(groups.values(), key=lambda g: (len(g), -g[0].since))
+        for pending in group:
+            self._pending.remove(pending)
+        self._busy = True
+        self._turn.release()
+        try:
+            group[0].model.run(group)
+        finally:
+            self._turn.acquire()
+            self._busy = False
+            self.batches += 1
+            self.decodes += len(group)
+            for pending in group:
+                pending.done = True
+            self._turn.notify_all()
+
+
+class SharedModel:
+    """A loaded model that ``places`` answers use at once, ``per_place`` sequences each."""
+
+    def __init__(self, model: LanguageModel, places: int, turns: DecodeTurns) -> None:
+        self.model = model
+        self.places = places
+        self.per_place = model.n_seq_max // places
+        self.turns = turns
+        self.lock = threading.Lock()  # llama.cpp's context is used by one thread at a time
+
+    def view(self, place: int) -> PlaceModel:
+        return PlaceModel(self, place)
+
+    def run(self, group: list[Decode]) -> None:
+        """Decode a group in one batch and hand each its part. A batch with no room in the KV
+        memory is taken back and each decode runs alone, so only the one that does not fit fails."""
+        if len(group) > 1:
+            try:
+                self._decode_together(group)
+                return
+            except ContextFull:
+                self._take_back(group)
+        for decode in group:
+            try:
+                self._decode_together([decode])
+            except BaseException as error:  # handed to the answer it belongs to
+                decode.error = error
+
+    def _decode_together(self, group: list[Decode]) -> None:
+        rows = [row for decode in group for row in decode.rows]
+        try:
+            with self.lock:
+                if group[0].targets is None:
+                    logits = self.model.decode(rows)
+                else:
+                    targets = [t for decode in group for t in decode.targets or ()]
+                    scores = self.model.decode_scores(rows, targets, normalise=group[0].normalise)
+        except ContextFull:
+            raise
+        except BaseException as error:
+            for decode in group:
+                decode.error = error
+            return
+        start = 0
+        for decode in group:
+            wanted = sum(row.wants_logits for row in decode.rows)
+            if decode.targets is None:
+                decode.result = logits[start : start + wanted]
+            else:
+                decode.result = _part(scores, start, wanted)
+            start += wanted
+
+    def _take_back(self, group: list[Decode]) -> None:
+        """Remove the cells a failed batch may have written (its rows are new positions of their
+        sequences), so each decode can run again alone."""
+        with self.lock:
+            for decode in group:
+                for seq_id in {row.seq_id for row in decode.rows}:
+                    positions = [row.position for row in decode.rows if row.seq_id == seq_id]
+                    self.model.seq_remove(seq_id, min(positions), max(positions) + 1)
+
+
+def _part(scores: RowScores, start: int, count: int) -> RowScores:
+    kept = {index - start: row for index, row in scores.kept.items() if start <= index < start + count}
+    return RowScores(scores.chosen[start : start + count], scores.normalisers[start : start + count], kept)
+
+
+class PlaceModel:
+    """One place's view of a shared model: sequence ids ``0 .. per_place - 1`` of its own, the
+    whole KV memory (places share it: the runner admits an answer only when its cells fit),
+    decodes in turn with the other places'."""
+
+    def __init__(self, shared: SharedModel, place: int) -> None:
+        self.shared = shared
+        self.place = place
+        self.base = place * shared.per_place
+        self.n_seq_max = shared.per_place
+
+    def __getattr__(self, name: str) -> Any:  # the vocabulary, sizes, placement, lost, ...
+        return getattr(self.shared.model, name)
+
+    def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
+        moved = [BatchRow(r.token, r.position, r.seq_id + self.base, r.wants_logits) for r in rows]
+        return self.shared.turns.run(Decode(self.shared, moved))
+
+    def decode_scores(self, rows: Sequence[BatchRow], targets: Sequence[int], *, normalise: bool) -> RowScores:
+        moved = [BatchRow(r.token, r.position, r.seq_id + self.base, r.wants_logits) for r in rows]
+        return self.shared.turns.run(Decode(self.shared, moved, list(targets), normalise))
+
+    def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:
+        with self.shared.lock:
+            self.shared.model.seq_copy(source + self.base, target + self.base, start, end)
+
+    def seq_remove(self, seq_id: int, start: int = -1, end: int = -1) -> None:
+        with self.shared.lock:
+            for own in range(self.n_seq_max) if seq_id < 0 else (seq_id,):
+                self.shared.model.seq_remove(own + self.base, start, end)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Drop every cell of this place that ``seq_id`` does not use (the others' stay)."""
+        with self.shared.lock:
+            for own in range(self.n_seq_max):
+                if own != seq_id:
+                    self.shared.model.seq_remove(own + self.base, -1, -1)
+
+    def clear(self) -> None:
+        self.seq_remove(-1)
+
+    def grammar_tokenizer(self) -> Any:
+        with self.shared.lock:  # built once, by whichever place asks first
+            return self.shared.model.grammar_tokenizer()
+
+    def interrupt(self) -> None:
+        """Stop waiting for a step only when no other answer is in one (the step may hold their
+        rows too); otherwise the cancelled answer stops at its next check."""
+        if self.shared.turns.in_step <= 1:
+            self.shared.model.interrupt()
+
+    def restart(self) -> None:
+        with self.shared.lock:
+            self.shared.model.restart()
+
+    def close(self) -> None:
+        """The runner closes the shared model once, after every place."""
+
+
+def place_members(members: Sequence[Member], places: int, turns: DecodeTurns) -> list[list[Member]]:
+    """Each place's members over views of the same models (the first place's included)."""
+    shared = [SharedModel(member.model, places, turns) for member in members]
+    return [
+        [Member(member.spec, model.view(place), member.prompt_format) for member, model in zip(members, shared)]
+        for place in range(places)
+    ]
+
+
+def cells_needed(prompt_tokens: int, max_tokens: int, round_room: int) -> int:
+    """KV cells an answer may hold at most: its prompt, its answer, one round's candidates."""
+    return prompt_tokens + max_tokens + round_room
