@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specem_local.commands.batch import check_batch_arguments, read_lines, run_batch
 from specem_local.commands.functions import call_function, load_functions
 from specem_local.commands.terminal import (
     add_settings_flags,
@@ -75,13 +76,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.engine.thinking import plan
     from specem_local.settings import with_overrides
 
-    prompt = read_prompt(args.prompt)
+    check_batch_arguments(args.prompt, args.batch, args.output)
+    prompt = read_prompt(args.prompt) if args.batch is None else ""
     functions = load_functions(args.functions) if args.functions else []
     constraint = constraint_arguments(args, functions)  # a bad schema is said before any model loads
     config = config_from_args(args)
     think = think_argument(args)
     settings = with_overrides(config.ensemble, **settings_overrides(args))
     plan(think, settings.max_tokens, settings.reasoning_budget, constraint is not None)  # and a bad --think
+    if args.batch is not None:
+        if functions:
+            raise SettingError("--functions runs one agent loop; give each batch line its own tools instead", "tools")
+        defaults = {"output_format": constraint, "think": think} if constraint is not None else {}
+        lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
+        with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
+            return run_batch(ensemble, lines, Path(args.output), args.in_order)
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
@@ -296,12 +305,16 @@ def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origi
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", parents=[common], help="answer one prompt with the ensemble")
-    run.add_argument("prompt", help="the prompt, or - to read it from stdin")
+    run.add_argument("prompt", nargs="?", help="the prompt, or - to read it from stdin")
     run.add_argument("--authors", action="store_true", help="colour each segment by the model that wrote it")
     run.add_argument("--json", action="store_true", help="write the events as JSON lines")
     run.add_argument(
         "--no-log", action="store_true", help="do not record this answer in the history (or set SPECEM_NO_LOG=1)"
     )
+    many = run.add_argument_group("many requests (docs/api.md#many-answers-at-once)")
+    many.add_argument("--batch", metavar="IN.jsonl", help="one request per line, up to --parallel answered at once")
+    many.add_argument("-o", "--output", metavar="OUT.jsonl", help="with --batch: the results, one per line (resumable)")
+    many.add_argument("--in-order", action="store_true", help="with --batch: write the results in the order of IN")
     shape = run.add_argument_group("an answer a program can parse (printed alone, once whole)")
     shape.add_argument("--schema", metavar="FILE", help="a JSON Schema the answer must match")
     shape.add_argument("--format", choices=("json",), help="json: any JSON object")
