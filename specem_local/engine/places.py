@@ -40,6 +40,7 @@ class Decode:
     error: BaseException | None = None
     done: bool = False
     since: float = field(default_factory=time.monotonic)
+    passed: int = 0  # batches that went without it
 
     @property
     def key(self) -> tuple[int, bool, bool]:
@@ -55,6 +56,7 @@ class DecodeTurns:
         self._turn = threading.Condition()
         self._pending: list[Decode] = []
         self._busy = False
+        self._idle_since = time.monotonic()  # when the last batch ended
         self.in_step = 0  # threads running an answer's step
         self.batches = 0  # batches decoded, and the decodes they held (for the measurements)
         self.decodes = 0
@@ -72,28 +74,37 @@ class DecodeTurns:
                 self._turn.notify_all()
 
     def run(self, decode: Decode) -> Any:
-        """Wait for ``decode``'s batch to run (this thread may run it, with others'); its result."""
+        """Wait for ``decode``'s batch to run (this thread may run it, with others'); its result.
+        A batch goes when every thread in a step waits for a decode, or when the oldest decode
+        has waited ``max_wait`` since the last batch ended."""
         with self._turn:
             self._pending.append(decode)
             self._turn.notify_all()
             while not decode.done:
-                oldest = min(d.since for d in self._pending) if self._pending else decode.since
-                waited = time.monotonic() - oldest
-                if self._pending and not self._busy and (len(self._pending) >= self.in_step or waited >= self.max_wait):
+                if self._busy:
+                    self._turn.wait()
+                    continue
+                oldest = min(d.since for d in self._pending)
+                waited = time.monotonic() - max(oldest, self._idle_since)
+                if len(self._pending) >= self.in_step or waited >= self.max_wait:
                     self._run_next()
                 else:
-                    self._turn.wait(timeout=max(self.max_wait - waited, 0.001))
+                    self._turn.wait(timeout=self.max_wait - waited)
         if decode.error is not None:
             raise decode.error
         return decode.result
 
     def _run_next(self) -> None:
-        """Run the largest group of pending decodes that can share a batch (called holding the
-        condition; released while llama.cpp decodes)."""
+        """Run a group of pending decodes that can share a batch (called holding the condition;
+        released while llama.cpp decodes): the largest, unless the oldest decode was passed over
+        twice already (then its own)."""
         groups: dict[tuple[int, bool, bool], list[Decode]] = {}
         for pending in self._pending:
             groups.setdefault(pending.key, []).append(pending)
-        group = max(groups.values(), key=lambda g: (len(g), -g[0].since))
+        oldest = min(self._pending, key=lambda d: d.since)
+        group = groups[oldest.key] if oldest.passed >= 2 else max(groups.values(), key=len)
+        for pending in self._pending:
+            pending.passed += pending not in group
         for pending in group:
             self._pending.remove(pending)
         self._busy = True
@@ -103,6 +114,7 @@ class DecodeTurns:
         finally:
             self._turn.acquire()
             self._busy = False
+            self._idle_since = time.monotonic()
             self.batches += 1
             self.decodes += len(group)
             for pending in group:
@@ -124,19 +136,25 @@ class SharedModel:
         return PlaceModel(self, place)
 
     def run(self, group: list[Decode]) -> None:
-        """Decode a group in one batch and hand each its part. A batch with no room in the KV
-        memory is taken back and each decode runs alone, so only the one that does not fit fails."""
-        if len(group) > 1:
-            try:
-                self._decode_together(group)
-                return
-            except ContextFull:
-                self._take_back(group)
-        for decode in group:
-            try:
-                self._decode_together([decode])
-            except BaseException as error:  # handed to the answer it belongs to
-                decode.error = error
+        """Decode a group in one batch and hand each its part (never raises: each decode gets its
+        result or its error). A batch with no room in the KV memory is taken back and each
+        decode runs alone, so only the one that does not fit fails."""
+        try:
+            if len(group) > 1:
+                try:
+                    self._decode_together(group)
+                    return
+                except ContextFull:
+                    self._take_back(group)
+            for decode in group:
+                try:
+                    self._decode_together([decode])
+                except BaseException as error:  # handed to the answer it belongs to
+                    decode.error = error
+        except BaseException as error:  # taking the batch back failed (the model was lost)
+            for decode in group:
+                if decode.result is None and decode.error is None:
+                    decode.error = error
 
     def _decode_together(self, group: list[Decode]) -> None:
         rows = [row for decode in group for row in decode.rows]

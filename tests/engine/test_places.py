@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from specem_local.engine import Ensemble
+from specem_local.engine.places import SharedModel
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import fake_member
@@ -110,3 +111,20 @@ def test_every_place_open_is_an_error_and_an_answer_that_does_not_fit_waits():
         answered = list(small.answers(WORDS[:3]))
         assert all(a.final is not None and a.final.text.startswith("You said") for a in answered)
         assert max(seen) == 1  # each waited for the one before
+
+
+def test_a_shared_batch_with_no_room_is_taken_back_and_each_decode_runs_alone(monkeypatch):
+    taken_back = []
+    original = SharedModel._take_back
+    monkeypatch.setattr(
+        SharedModel, "_take_back", lambda self, group: (taken_back.append(len(group)), original(self, group))
+    )
+    with ensemble(1) as alone:
+        solo = [alone.generate(word).text for word in WORDS[:4]]
+    members = [echo("a", 4, n_params=3000, max_batch=40), echo("b", 4, max_batch=40)]  # one prompt fits, two do not
+    settings = EnsembleSettings(greedy=True, reasoning_budget=0, max_tokens=40)
+    with Ensemble(members, settings, parallel=4) as together:
+        answered = {a.index: a.final.text for a in together.answers(WORDS[:4])}
+        assert together.runner.models[0].violations == []
+    assert [answered[i] for i in range(4)] == solo
+    assert taken_back  # the path was taken
