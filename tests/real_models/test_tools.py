@@ -1,7 +1,8 @@
-"""Agents against a real ``specem serve`` with the demo trio (issue 38): the ``openai`` client
-in a full loop (question, call, tool result, answer), streamed and not; the ``ollama`` client
-with a Python function as its tool; LangChain's ``ChatOpenAI`` with ``bind_tools``; and
-``specem run --tools``."""
+"""Agents against a real ``specem serve`` with the demo trio (issues 38 and 47): the ``openai``
+client in a full loop (question, call, tool result, answer), streamed and not; the ``ollama``
+client with a Python function as its tool; LangChain's ``ChatOpenAI`` with ``bind_tools``; the
+Python API; ``specem run --tools`` and ``--functions``. Every loop must end with an answer in
+words that uses the tool's result, after one call: a loop that calls again fails."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def get_weather(city: str) -> str:
     return f"It is 18 degrees and sunny in {city}."
 
 
+def uses_the_result(answer: str | None) -> bool:
+    return bool(answer) and "18" in str(answer)
+
+
 WEATHER = {
     "type": "function",
     "function": {
@@ -54,14 +59,11 @@ def server(tmp_path_factory):
 
 def run_agent(client: openai.OpenAI, stream: bool) -> tuple[list[dict], str]:
     """The loop docs/api.md shows: call the tools the model asks for, send the results back,
-    until it answers in words (three turns at most; the first must call)."""
+    until it answers in words (three turns at most, ``tool_choice`` left to the models)."""
     messages: list[dict] = [{"role": "user", "content": QUESTION}]
     called = []
-    for turn in range(3):
-        choice = "required" if turn == 0 else "auto" if turn == 1 else "none"
-        request = dict(
-            model="specem", messages=messages, tools=[WEATHER], tool_choice=choice, temperature=0, max_tokens=120
-        )
+    for _ in range(3):
+        request = dict(model="specem", messages=messages, tools=[WEATHER], temperature=0, max_tokens=120)
         content, calls = complete(client, request) if not stream else stream_completion(client, request)
         if not calls:
             return called, content
@@ -100,8 +102,8 @@ def stream_completion(client: openai.OpenAI, request: dict) -> tuple[str | None,
 def test_an_openai_agent_loop_calls_the_tool_and_answers(server, stream):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=600)
     called, answer = run_agent(client, stream)
-    assert called and all(set(arguments) == {"city"} and arguments["city"] for arguments in called)
-    assert answer and answer.strip()
+    assert called == [{"city": "Paris"}]  # one call, then the answer: never the same call again
+    assert uses_the_result(answer), answer
 
 
 def test_the_ollama_client_with_a_python_function_as_its_tool(server):
@@ -114,7 +116,7 @@ def test_the_ollama_client_with_a_python_function_as_its_tool(server):
     for call in calls:
         messages.append({"role": "tool", "content": get_weather(**call.function.arguments), "tool_name": "get_weather"})
     final = client.chat(model="specem", messages=messages, tools=[get_weather], options={"temperature": 0})
-    assert final.message.content or final.message.tool_calls  # it answered, or asked again
+    assert not final.message.tool_calls and uses_the_result(final.message.content), final.message
 
 
 def test_langchain_chat_openai_with_bind_tools_completes_the_task(server):
@@ -124,8 +126,39 @@ def test_langchain_chat_openai_with_bind_tools_completes_the_task(server):
     [call] = first.tool_calls
     assert call["name"] == "get_weather" and call["args"]["city"]
     result = ToolMessage(get_weather(**call["args"]), tool_call_id=call["id"])
-    final = model.bind_tools([get_weather], tool_choice="none").invoke([*asked, first, result])
-    assert isinstance(final.content, str) and final.content.strip() and not final.tool_calls
+    final = model.bind_tools([get_weather]).invoke([*asked, first, result])
+    assert not final.tool_calls and uses_the_result(final.content), final
+
+
+def test_a_python_api_loop_ends_with_the_result(server):
+    """The same loop through ``Ensemble.chat`` (its own models, not the server's)."""
+    from specem_local import Ensemble
+    from tests.conftest import demo_config
+
+    with Ensemble.from_config(demo_config(greedy=True, max_tokens=120, fresh_weights=False)) as ensemble:
+        messages: list = [{"role": "user", "content": QUESTION}]
+        first = ensemble.chat(messages, tools=[get_weather]).parsed
+        assert [c.arguments for c in first.calls] == [{"city": "Paris"}]
+        called = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                  for c in first.calls]  # fmt: skip
+        messages += [{"role": "assistant", "content": None, "tool_calls": called}]
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": get_weather("Paris")} for c in called]
+        final = ensemble.chat(messages, tools=[get_weather]).parsed
+        assert not final.calls and uses_the_result(final.content), final
+
+
+def test_specem_run_functions_goes_through_the_loop(tmp_path):
+    functions = tmp_path / "weather.py"
+    functions.write_text(
+        "def get_weather(city: str) -> str:\n"
+        '    """Get the current weather in a city."""\n'
+        '    return f"It is 18 degrees and sunny in {city}."\n'
+    )
+    command = [sys.executable, "-m", "specem_local", "run", "--no-log", "--greedy", "--functions", str(functions),
+               "--max-tokens", "120", QUESTION]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("get_weather(") == 1 and uses_the_result(result.stdout), result
 
 
 def test_specem_run_tools_prints_the_calls(tmp_path):
