@@ -5,7 +5,7 @@ per minute, answer tokens per second, the first token's latency (streamed reques
 server's memory, and how many answers differ from the ones given one at a time (llama.cpp's
 batched arithmetic can turn a near-tie). Run it with nothing else running.
 
-    python -m specem_research.throughput [--ensemble NAME] [--requests 16] [--output FILE]
+    python -m specem_research.throughput [--ensemble NAME | --config FILE] [--requests 16] [--output FILE]
 """
 
 from __future__ import annotations
@@ -68,11 +68,17 @@ def ask(base: str, question: str) -> dict[str, Any]:
     return {"text": text, "tokens": tokens, "first_token": first, "seconds": time.perf_counter() - started}
 
 
-def serve_rounds(asked: list[str], ensemble: str | None) -> tuple[list[dict[str, Any]], int]:
+def chosen(args: argparse.Namespace) -> list[str]:
+    """The ensemble's flags for the commands run here."""
+    named = ["--ensemble", args.ensemble] if args.ensemble else []
+    return [*named, *(["--config", args.config] if args.config else [])]
+
+
+def serve_rounds(asked: list[str], models: list[str]) -> tuple[list[dict[str, Any]], int]:
     """The requests sent ``at_once`` at a time to one server; its memory (RSS, MiB) at the end."""
     port = free_port()
     command = [sys.executable, "-m", "specem_local", "serve", "--port", str(port), "--parallel", str(max(AT_ONCE)),
-               "--no-log", "--log-level", "warning", *(["--ensemble", ensemble] if ensemble else [])]  # fmt: skip
+               "--no-log", "--log-level", "warning", *models]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -98,7 +104,7 @@ def serve_rounds(asked: list[str], ensemble: str | None) -> tuple[list[dict[str,
     return rounds, memory
 
 
-def batch_rounds(asked: list[str], ensemble: str | None) -> list[dict[str, Any]]:
+def batch_rounds(asked: list[str], models: list[str]) -> list[dict[str, Any]]:
     """The same requests through ``specem run --batch`` at each ``--parallel``."""
     rounds = []
     with tempfile.TemporaryDirectory() as folder:
@@ -108,7 +114,7 @@ def batch_rounds(asked: list[str], ensemble: str | None) -> list[dict[str, Any]]
             target = Path(folder) / f"out-{at_once}.jsonl"
             command = [sys.executable, "-m", "specem_local", "run", "--batch", str(source), "-o", str(target),
                        "--parallel", str(at_once), "--max-tokens", str(MAX_TOKENS), "--greedy", "--no-log",
-                       *(["--ensemble", ensemble] if ensemble else [])]  # fmt: skip
+                       *models]  # fmt: skip
             started = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)
             took = time.perf_counter() - started  # loading included: said beside it
@@ -153,14 +159,15 @@ def compared(rounds: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m specem_research.throughput", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ensemble")
+    parser.add_argument("--config")
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--output", default="research/results/issue48-throughput.json")
     parser.add_argument("--skip-batch", action="store_true")
     args = parser.parse_args()
     asked = questions(args.requests)
-    rounds, memory = serve_rounds(asked, args.ensemble)
+    rounds, memory = serve_rounds(asked, chosen(args))
     if not args.skip_batch:
-        rounds += batch_rounds(asked, args.ensemble)
+        rounds += batch_rounds(asked, chosen(args))
     compared(rounds)
     report = {"requests": len(asked), "max_tokens": MAX_TOKENS, "server_rss_mib": memory, "cores": os.cpu_count(),
               "rounds": rounds}  # fmt: skip
