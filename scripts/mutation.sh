@@ -24,11 +24,19 @@ for module in "$@"; do
     engine/formats.py|engine/format_compiler.py|engine/schemas.py)
       selection='["tests/engine/test_formats.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py"]' ;;
     engine/tools.py)
-      selection='["tests/engine/test_tools.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_tool_routes.py", "tests/server/test_hostile_formats.py"]' ;;
+      selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_tool_routes.py", "tests/server/test_hostile_formats.py"]' ;;
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
     engine/rounds.py)
       selection='["tests/engine"]' ;;
+    engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
+      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
+    engine/prompting.py)
+      selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py"]' ;;
+    engine/thinking.py)
+      selection='["tests/engine/test_thinking.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+    commands/batch.py|commands/run.py|commands/functions.py)
+      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_agent_loops.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     server/*)
       selection='["tests/server"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
