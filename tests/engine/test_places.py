@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
+from specem_local.backend.protocol import BatchRow, ContextFull
 from specem_local.engine import Ensemble
-from specem_local.engine.places import SharedModel
+from specem_local.engine.places import Decode, DecodeTurns, SharedModel
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import fake_member
@@ -46,10 +47,11 @@ def test_answers_run_together_are_the_answers_run_alone_and_share_batches():
         solo = [alone.generate(word).text for word in WORDS]
         solo_decodes = alone.members[0].model.decodes
     with ensemble(4) as together:
+        turns, model = together.runner.turns, together.runner.models[0]
+        turns.max_wait = 5.0  # a batch goes only when every answer in a step waits for a decode: shared, always
         answered = {a.index: a.final.text for a in together.answers(WORDS)}
-        model = together.runner.models[0]
         assert model.violations == []
-        assert together.runner.turns.decodes > together.runner.turns.batches  # rows of several answers per batch
+        assert turns.decodes > turns.batches  # rows of several answers per batch
         assert model.decodes < solo_decodes
     assert [answered[i] for i in range(len(WORDS))] == solo
     assert all(f"You said {word}" in text for word, text in zip(WORDS, solo))
@@ -113,18 +115,19 @@ def test_every_place_open_is_an_error_and_an_answer_that_does_not_fit_waits():
         assert max(seen) == 1  # each waited for the one before
 
 
-def test_a_shared_batch_with_no_room_is_taken_back_and_each_decode_runs_alone(monkeypatch):
-    taken_back = []
-    original = SharedModel._take_back
-    monkeypatch.setattr(
-        SharedModel, "_take_back", lambda self, group: (taken_back.append(len(group)), original(self, group))
-    )
-    with ensemble(1) as alone:
-        solo = [alone.generate(word).text for word in WORDS[:4]]
-    members = [echo("a", 4, n_params=3000, max_batch=40), echo("b", 4, max_batch=40)]  # one prompt fits, two do not
-    settings = EnsembleSettings(greedy=True, reasoning_budget=0, max_tokens=40)
-    with Ensemble(members, settings, parallel=4) as together:
-        answered = {a.index: a.final.text for a in together.answers(WORDS[:4])}
-        assert together.runner.models[0].violations == []
-    assert [answered[i] for i in range(4)] == solo
-    assert taken_back  # the path was taken
+def test_a_shared_batch_with_no_room_is_taken_back_and_each_decode_runs_alone():
+    """Two places' prompts that fit one at a time but not together (a fragmented cache): the
+    batch is taken back, each runs alone, and each gets its own rows."""
+    model = FakeModel("abc", n_seq_max=8, max_batch=5)
+    shared = SharedModel(model, 2, DecodeTurns())
+    first, second = shared.view(0), shared.view(1)
+    rows = [BatchRow(token, position, 0, position == 3) for position, token in enumerate(model.tokenize("wxyz"))]
+    alone = [Decode(shared, [BatchRow(r.token, r.position, r.seq_id + v.base, r.wants_logits) for r in rows])
+             for v in (first, second)]  # fmt: skip
+    shared.run(alone)
+    assert all(d.error is None and d.result.shape == (1, model.n_vocab) for d in alone)
+    assert model.sequence(0) == model.sequence(4) == model.tokenize("wxyz")  # each sequence once, no leftovers
+    assert len(model.cells) == 8
+    too_long = Decode(shared, [BatchRow(t, p, 1, False) for p, t in enumerate(model.tokenize("abcdefgh"))])
+    shared.run([too_long])
+    assert isinstance(too_long.error, ContextFull)  # alone it does not fit: its own error, nobody else's

@@ -5,6 +5,7 @@ the one it gets alone, and a client that hangs up mid-answer stops only its own 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -26,6 +27,8 @@ def test_four_requests_at_once_run_together_and_each_is_its_answer_alone():
     with ensemble(1) as alone:
         solo = {word: alone.generate(word).text for word in WORDS[:4]}
     together = ensemble(4)
+    for model in together.runner.models:  # answers long enough to be seen running together
+        model.on_decode = lambda _model, _rows: time.sleep(0.005)
     seen: list[int] = []
     with serving(EnsembleServer(together, ServerOptions(queue=4, record=False))) as base:
         assert health(base)["places"] == 4
