@@ -87,12 +87,12 @@ class EnsembleSettings:
     greedy: bool = setting(False, "sampling", "always take the most likely token")
 
     segment_tokens: int = setting(10, "answer", "L: tokens per drafted segment", low=1, high=4096)
-    max_tokens: int = setting(256, "answer", "answer length limit, in the authors' tokens", low=1, high=1_000_000)
+    max_tokens: int = setting(512, "answer", "answer length limit, in the authors' tokens", low=1, high=1_000_000)
     stop: tuple[str, ...] = setting((), "answer", "stop strings (the answer ends before them)")
     ignore_eos: bool = setting(False, "answer", "go on past end-of-generation (fixed-length benchmarks)")
     system_prompt: str = setting("", "answer", "a system message put before the conversation")
     reasoning_budget: int = setting(
-        256,
+        320,
         "answer",
         "an answer with a format (schema, JSON, grammar, regex, tools) is first thought through freely for up to "
         "this many tokens, then written in the format (0 = no thinking)",

@@ -31,11 +31,11 @@ def _helper():
 
 
 class Agent(FakeModel):
-    """Calls get_weather until "18 C" is in what it reads; then says the result."""
+    """Calls get_weather until " 18 " is in what it reads (the tool's result); then says it."""
 
     def next_logits(self, history):
         text = b"".join(self.pieces[t] for t in history)
-        self.target = ('{"response": "It is 18 C and sunny."}' if b"18 C" in text else CALL).encode()
+        self.target = ('{"response": "It is 18 C and sunny."}' if b" 18 " in text else CALL).encode()
         return super().next_logits(history)
 
 

@@ -175,19 +175,21 @@ def test_an_empty_list_is_no_tools():
 
 
 def test_the_agent_loop_in_docs_api_md_runs():
-    """docs/api.md's loop, as written, on fake models: it calls the tool, sends the result
-    back and prints the answer in words."""
+    """docs/api.md's loop, as written, on fake models that call the tool until they read its
+    result: it calls once, sends the result back and prints the answer in words."""
     import contextlib
     import io
     import re
 
     from tests.conftest import ROOT
+    from tests.engine.test_agent_loops import agent
 
     text = (ROOT / "docs" / "api.md").read_text("utf-8")
     section = text[text.index("### Tool calls") :]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     printed = io.StringIO()
-    namespace = {"Ensemble": lambda: caller(max_tokens=120)}
+    namespace = {"Ensemble": lambda: fake_ensemble(agent("a", n_params=3000), agent("b"), max_tokens=120)}
     with contextlib.redirect_stdout(printed):
         exec(code.replace("from specem_local import Ensemble\n", ""), namespace)
-    assert printed.getvalue().strip() and namespace["messages"][-1]["role"] == "tool"
+    assert printed.getvalue() == "It is 18 C and sunny.\n"
+    assert [m["role"] for m in namespace["messages"]] == ["user", "assistant", "tool"]
