@@ -6,10 +6,11 @@ once. The fakes answer from the prompt, so an answer that read another place's c
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from specem_local.backend.protocol import BatchRow, ContextFull
+from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost
 from specem_local.engine import Ensemble
 from specem_local.engine.places import Decode, DecodeTurns, SharedModel
 from specem_local.errors import SpecemError
@@ -21,18 +22,25 @@ WORDS = ["apple", "river", "stone", "cloud", "ember", "frost", "grove", "harbor"
 
 
 class Echo(FakeModel):
-    """Answers "You said WORD." for the last word of the prompt."""
+    """Answers "You said WORD, twice WORD." for the first word of the prompt (the lighter fake
+    says it its own way, so the members disagree and every round is verified)."""
+
+    said = "said"
 
     def next_logits(self, history):
         text = b"".join(self.pieces[t] for t in history).decode(errors="replace")
         asked = text.split("### User:\n")[-1].split()[0] if "### User:" in text else "nothing"
-        self.target = f"You said {asked}, twice {asked}.".encode()
+        self.target = f"You {self.said} {asked}, twice {asked}.".encode()
         return super().next_logits(history)
+
+
+class Echoes(Echo):
+    said = "told me"
 
 
 def echo(name: str, places: int, **options):
     member = fake_member(name, "", n_ctx=4096, n_seq_max=4 * places, **options)
-    member.model.__class__ = Echo
+    member.model.__class__ = Echo if options.get("n_params", 1000) > 1000 else Echoes
     return member
 
 
@@ -55,6 +63,7 @@ def test_answers_run_together_are_the_answers_run_alone_and_share_batches():
         assert model.decodes < solo_decodes
     assert [answered[i] for i in range(len(WORDS))] == solo
     assert all(f"You said {word}" in text for word, text in zip(WORDS, solo))
+    assert together.runner.turns.batches  # (the closed runner keeps its counts)
 
 
 def test_answers_come_in_order_when_asked_and_a_bad_item_is_handed_back_with_its_error():
@@ -131,3 +140,87 @@ def test_a_shared_batch_with_no_room_is_taken_back_and_each_decode_runs_alone():
     too_long = Decode(shared, [BatchRow(t, p, 1, False) for p, t in enumerate(model.tokenize("abcdefgh"))])
     shared.run([too_long])
     assert isinstance(too_long.error, ContextFull)  # alone it does not fit: its own error, nobody else's
+
+
+class Recorded:
+    """A stand-in for a shared model: records the groups it is asked to decode."""
+
+    def __init__(self, runs: list) -> None:
+        self.runs = runs
+
+    def run(self, group: list) -> None:
+        self.runs.append([d.rows for d in group])
+
+
+def test_the_largest_group_goes_first_and_a_decode_passed_over_twice_goes_next():
+    runs: list = []
+    turns = DecodeTurns()
+    a, b = Recorded(runs), Recorded(runs)
+    waiting = Decode(b, ["b"], since=0.0)  # the oldest, of its own kind
+    turns._pending = [waiting, Decode(a, ["a1"], since=1.0), Decode(a, ["a2"], since=2.0)]
+    with turns._turn:
+        turns._run_next()
+        assert runs == [[["a1"], ["a2"]]] and waiting.passed == 1 and not waiting.done
+        turns._pending += [Decode(a, ["a3"]), Decode(a, ["a4"])]
+        turns._run_next()
+        assert runs[-1] == [["a3"], ["a4"]] and waiting.passed == 2
+        turns._pending += [Decode(a, ["a5"]), Decode(a, ["a6"])]
+        turns._run_next()
+        assert runs[-1] == [["b"]] and waiting.done  # passed over twice: its turn, though its group is smaller
+    assert turns.batches == 3 and turns.decodes == 5
+
+
+def test_a_decode_waits_for_the_other_steps_at_most_max_wait():
+    turns = DecodeTurns(max_wait=0.3)
+    runs: list = []
+    with turns.step(), turns.step():  # two answers in a step; the other sends nothing
+        started = time.monotonic()
+        turns.run(Decode(Recorded(runs), ["x"]))
+        waited = time.monotonic() - started
+    assert 0.25 <= waited < 3 and runs == [[["x"]]]
+    started = time.monotonic()
+    turns.run(Decode(Recorded(runs), ["y"]))  # no answer in a step: it goes at once
+    assert time.monotonic() - started < 0.25
+
+
+def test_every_decode_of_a_failed_batch_gets_its_error():
+    model = FakeModel("abc", n_seq_max=8)
+    shared = SharedModel(model, 2, DecodeTurns())
+    model.lose("the machine stopped answering")
+    group = [Decode(shared, [BatchRow(66, 0, seq, True)]) for seq in (0, 4)]
+    shared.run(group)
+    assert all(isinstance(d.error, MemberLost) and d.result is None for d in group)
+
+
+def test_a_place_moves_only_its_own_sequences():
+    model = FakeModel("abc", n_seq_max=8)
+    shared = SharedModel(model, 2, DecodeTurns())
+    mine, other = shared.view(1), shared.view(0)
+    assert (mine.base, mine.n_seq_max, other.base) == (4, 4, 0)
+    for view in (mine, other):
+        view.decode([BatchRow(t, p, 0, p == 2) for p, t in enumerate(model.tokenize("xyz"))])
+    mine.seq_copy(0, 2, 0, 2)
+    assert model.sequence(6) == model.tokenize("xy") and model.sequence(2) == []
+    mine.seq_keep(2)  # as llama.cpp's: only sequence 2 is left of this place; the other place keeps its own
+    assert model.sequence(4) == [] and model.sequence(6) == model.tokenize("xy")
+    assert model.sequence(0) == model.tokenize("xyz")
+    mine.seq_remove(-1, 1, -1)
+    assert model.sequence(6) == model.tokenize("x") and len(model.sequence(0)) == 3
+    mine.clear()
+    assert model.sequence(6) == [] and model.sequence(0) == model.tokenize("xyz")
+    scores = mine.decode_scores([BatchRow(t, p, 1, True) for p, t in enumerate(model.tokenize("ab"))], [0, 1],
+                                normalise=True)  # fmt: skip
+    assert len(scores.chosen) == 2 and model.sequence(5) == model.tokenize("ab")
+
+
+def test_a_cancel_interrupts_a_shared_step_only_when_no_other_answer_is_in_one():
+    model = FakeModel("abc", n_seq_max=8)
+    interrupted = []
+    model.interrupt = lambda: interrupted.append(1)
+    turns = DecodeTurns()
+    view = SharedModel(model, 2, turns).view(0)
+    with turns.step():
+        view.interrupt()
+        with turns.step():
+            view.interrupt()
+    assert interrupted == [1]
