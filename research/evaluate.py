@@ -225,6 +225,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not any(task.tools for task in tasks):
             raise SpecemError("--one-call: these items offer no tools; it is for tool-call items")
         base["parallel_tool_calls"] = False
+    if args.think is not None:  # think first (issue 46): tool calls do only when asked
+        base["think"] = {"true": True, "false": False}.get(
+            args.think, int(args.think) if args.think.isdigit() else args.think
+        )
     variants = dict(parse_variant(v) for v in args.variant or [])
     if args.weights and not Path(args.weights).is_file():
         raise SpecemError(f"--weights {args.weights}: no such file; make one with specem calibrate")
@@ -393,6 +397,13 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
     parser.add_argument(
         "--schema", metavar="FILE", help="every system answers as JSON matching this schema, graded by its answer field"
+    )
+    parser.add_argument(
+        "--think",
+        nargs="?",
+        const="true",
+        metavar="LEVEL",
+        help="every system thinks first (true, false, low, medium, high or tokens); tool calls only think when asked",
     )
     parser.add_argument(
         "--one-call",
