@@ -3,7 +3,7 @@ folders, JSON-Schema-Test-Suite draft 2020-12; research/data/schemas/): refused 
 the reason), or answered by the ensemble and checked with ``jsonschema`` (formats included).
 Resumable: schemas already in the output are skipped.
 
-    python -m specem_research.schema_validity [--sets a,b] [--limit N] [--max-tokens 256] [--output FOLDER]
+    python -m specem_research.schema_validity [--sets a,b] [--limit N] [--max-tokens N] [--think false] [--output DIR]
     python -m specem_research.schema_validity vendor JSONSCHEMABENCH_DATA   # write the JSONSchemaBench sets
 """
 
@@ -85,7 +85,10 @@ def _float_multiple(error: jsonschema.ValidationError) -> bool:
     return decimal.Decimal(repr(error.instance)) % decimal.Decimal(repr(error.validator_value)) == 0
 
 
-def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output: Path, max_tokens: int) -> None:
+def run(
+    ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output: Path, options: dict[str, Any]
+) -> None:
+    """Answer each schema not answered yet (``options``: ``max_tokens``, ``think``, as given)."""
     output.mkdir(parents=True, exist_ok=True)
     done_path = output / "items.jsonl"
     lines = done_path.read_text().splitlines() if done_path.exists() else []
@@ -97,7 +100,7 @@ def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output
             started = time.perf_counter()
             record: dict[str, Any] = {"set": set_name, "id": item_id}
             try:
-                request = ensemble.prepare(PROMPT, schema=schema, max_tokens=max_tokens, greedy=True)
+                request = ensemble.prepare(PROMPT, schema=schema, greedy=True, **options)
                 final = ensemble.stream(request).final()
             except SettingError as error:
                 record.update(outcome="refused", why=str(error))
@@ -107,6 +110,7 @@ def run(ensemble: Ensemble, items: list[tuple[str, str, dict[str, Any]]], output
                 record["notes"] = list(request.notes)  # what was served only approximately
                 outcome = check(schema, final.text) if final.finish_reason == "eos" else f"cut ({final.finish_reason})"
                 record.update(outcome=outcome, text=final.text, tokens=final.tokens)
+                record.update(reasoning_tokens=final.reasoning_tokens, switched=final.switched)
             record["seconds"] = round(time.perf_counter() - started, 2)
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             out.flush()
@@ -178,7 +182,8 @@ def main() -> None:
         prog="python -m specem_research.schema_validity", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--limit", type=int, help="the first N schemas of each set")
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, help="default: the ensemble's (512)")
+    parser.add_argument("--think", choices=("true", "false"), help="default: the ensemble's (think first)")
     parser.add_argument("--output", default="research/results/schema-validity", help="folder (resumable)")
     parser.add_argument("--config", help="models.toml (default: the usual lookup)")
     parser.add_argument("--ensemble", help="a built-in ensemble")
@@ -189,7 +194,10 @@ def main() -> None:
     args = parser.parse_args()
     sets = tuple(args.sets.split(","))
     with Ensemble.from_config(config_from_args(args)) as ensemble:
-        run(ensemble, schemas(args.limit, sets), Path(args.output), args.max_tokens)
+        options = {"max_tokens": args.max_tokens} if args.max_tokens else {}
+        if args.think:
+            options["think"] = args.think == "true"
+        run(ensemble, schemas(args.limit, sets), Path(args.output), options)
 
 
 if __name__ == "__main__":

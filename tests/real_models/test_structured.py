@@ -129,7 +129,7 @@ def test_a_slice_of_the_vendored_schemas_is_refused_up_front_or_answered_validly
     from specem_research import schema_validity
 
     with Ensemble.from_config(demo_config(max_tokens=200, greedy=True)) as ensemble:
-        schema_validity.run(ensemble, schema_validity.schemas(2), tmp_path, max_tokens=200)
+        schema_validity.run(ensemble, schema_validity.schemas(2), tmp_path, {"max_tokens": 200})
     outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert len(outcomes) == 6 and all(o == "valid" or o.startswith(("refused", "cut")) for o in outcomes), outcomes
     assert outcomes.count("valid") >= 4
