@@ -131,12 +131,12 @@ def round_time_by_length(ensemble, prompt: str, plan: BenchPlan) -> dict[str, An
     answer goes on past end-of-generation tokens so every length is reached."""
     stream = ensemble.stream(prompt, max_tokens=plan.round_length_tokens, temperature=0.8, seed=1, ignore_eos=True)
     events = [e for e in stream if isinstance(e, RoundEvent)]
-    marks = [m for m in (50, 200, 400) if m <= plan.round_length_tokens]
+    marks = [m for m in (50, 200, 400) if m <= plan.round_length_tokens] or [plan.round_length_tokens]
     by_mark = {}
     for mark in marks:
         near = [e.seconds for e in events if abs(e.answer_tokens - mark) <= 30]
         by_mark[str(mark)] = statistics.mean(near) if near else None
-    first = by_mark.get("50")
+    first = by_mark.get(str(marks[0]))
     last = by_mark.get(str(marks[-1]))
     return {
         "rounds": len(events),

@@ -133,7 +133,7 @@ def report(records: list[dict[str, Any]]) -> dict[str, Any]:
             "seconds": round(sum(x["seconds"] for x in results), 1),
         }
     paired = {}
-    for name in names:
+    for name in names if "ensemble" in names else ():
         if name == "ensemble":
             continue
         ahead = sum(r["systems"]["ensemble"]["correct"] and not r["systems"][name]["correct"] for r in records)

@@ -55,6 +55,11 @@ pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x",
 pytest_add_cli_args_test_selection = $selection
 EOF
   (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" >"$work/run.log" 2>&1 || true)
+  if ! grep -q "mutations/second" "$work/run.log"; then  # the clean run failed: say why, score nothing
+    echo "mutmut did not run on $module (its selected tests must pass first):" >&2
+    tr '\r' '\n' < "$work/run.log" | grep -v "^⠋\|Generating\|Running" | tail -n 15 >&2
+    rm -rf "$work"; trap - EXIT; continue
+  fi
   (cd "$work" && "$ROOT/.venv/bin/mutmut" results --all true 2>/dev/null) > "$work/results.txt" || true
   name="$(echo "$module" | tr / .)"
   "$ROOT/.venv/bin/python" scripts/mutation_score.py "$module" "$work/results.txt" scripts/mutation-equivalents.txt \

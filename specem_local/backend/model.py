@@ -128,12 +128,12 @@ class LlamaModel(LlamaVocabulary):
 
     def close(self) -> None:
         """Free the batch, then the context, then the model (llama.cpp's required order)."""
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
+        batch, self._batch = self._batch, None  # forgotten first: an interrupt between never frees twice
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+        ctx, self._ctx = self._ctx, None
+        if ctx:
+            llama_cpp.llama_free(ctx)
         super().close()
 
     def interrupt(self) -> None:

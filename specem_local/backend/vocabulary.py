@@ -114,9 +114,9 @@ class LlamaVocabulary:
     def close(self) -> None:
         """Free the model; the grammar tokenizer, which points into its vocabulary, goes first."""
         self._grammar_tokenizer = None
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
+        model, self._model = self._model, None  # forgotten first: an interrupt between never frees twice
+        if model:
+            llama_cpp.llama_model_free(model)
 
     def __del__(self) -> None:
         self.close()

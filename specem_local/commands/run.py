@@ -20,10 +20,12 @@ from specem_local.commands.functions import call_function, load_functions
 from specem_local.commands.terminal import (
     add_settings_flags,
     config_from_args,
+    ignore_stop_signals,
     interrupted_code,
     printable,
     recording_off,
     settings_overrides,
+    stopping_cleanly,
     whole_number,
 )
 from specem_local.dirs import read_text
@@ -89,9 +91,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SettingError("--functions runs one agent loop; give each batch line its own tools instead", "tools")
         defaults = {"output_format": constraint, "think": think} if constraint is not None else {}
         lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
-        with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
+        with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
             return run_batch(ensemble, lines, Path(args.output), args.in_order)
-    with Ensemble.from_config(config, **settings_overrides(args)) as ensemble:
+    with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
         advice = ensemble.mix_advice()
@@ -180,6 +182,7 @@ class AnswerPrinter:
                 if isinstance(event, FinalEvent):
                     final = event
         except KeyboardInterrupt as stopped:  # Ctrl-C, or SIGTERM / SIGHUP (Terminated)
+            ignore_stop_signals()
             stream.cancel()
             stream.final()  # what it wrote, recorded as stopped
             print("\n[stopped]", file=sys.stderr)

@@ -8,11 +8,12 @@ help and limits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from specem_local.errors import SpecemError
@@ -137,6 +138,27 @@ def stop_on_termination() -> None:
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), terminated)
+
+
+def ignore_stop_signals() -> None:
+    """The command is stopping: a second Ctrl-C (or SIGTERM / SIGHUP) is ignored, so the stop runs
+    to its end (the answer recorded, the models freed; a model freed halfway crashes at exit)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def stopping_cleanly() -> Iterator[None]:
+    """Inside an ``Ensemble``'s ``with`` (listed after it): a stop signal ignores the next ones
+    before the ensemble closes."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        ignore_stop_signals()
+        raise
 
 
 def interrupted_code(error: KeyboardInterrupt) -> int:

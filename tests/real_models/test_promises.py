@@ -56,9 +56,9 @@ def test_the_system_prompt_and_template_overrides_reach_each_members_prompt():
         for member in ensemble.members:
             start = member.start
 
-            def capture(tokens, member=member, start=start):
+            def capture(tokens, *rest, member=member, start=start):
                 prompts[member.name] = b"".join(member.model.token_bytes(t) for t in tokens).decode()
-                return start(tokens)
+                return start(tokens, *rest)
 
             member.start = capture
         final = ensemble.generate("Name a colour.", system_prompt="You are Zorblax, a terse pirate.")

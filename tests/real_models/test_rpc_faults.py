@@ -78,7 +78,7 @@ def test_serve_goes_on_without_a_lost_member_and_brings_it_back(tmp_path):
             os.kill(rpc.pid, signal.SIGCONT)
             rpc.kill()
         if serve is not None:
-            serve.send_signal(signal.SIGINT)
+            serve.send_signal(signal.SIGTERM)  # what systemd and docker stop send: a clean stop
             assert serve.wait(60) == 0
 
 

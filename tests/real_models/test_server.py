@@ -24,8 +24,9 @@ KEY = "test-key-123"
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve-data")
     process, base = start_server(
-        "--api-key", KEY, "--queue", "1", "--max-body-bytes", "20000", env={"SPECEM_DATA_DIR": str(data)}
-    )
+        "--api-key", KEY, "--queue", "1", "--parallel", "1", "--max-body-bytes", "20000",
+        env={"SPECEM_DATA_DIR": str(data)},
+    )  # fmt: skip
     yield {"base": base, "data": data, "process": process}
     stop_process(process, 30)
 

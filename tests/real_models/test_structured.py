@@ -46,7 +46,7 @@ def test_three_tokenizers_draft_one_valid_json_answer_together():
     member, each in its own tokens, is a valid continuation, and the answer validates."""
     config = demo_config(max_tokens=120, greedy=True, model_exit=False)
     with Ensemble.from_config(config) as ensemble:
-        events = list(ensemble.stream(QUESTION, schema=City))
+        events = list(ensemble.stream(QUESTION, schema=City, think=False))  # every round under the format
     final = events[-1]
     assert final.finish_reason == "eos" and isinstance(final.parsed, City), final.text
     jsonschema.validate(json.loads(final.text), SCHEMA)

@@ -51,6 +51,8 @@ def test_four_requests_at_once_run_together_and_each_is_its_answer_alone():
 
 def test_a_client_that_hangs_up_stops_only_its_own_answer():
     together = ensemble(2, max_tokens=400, ignore_eos=True)
+    for model in together.runner.models:  # the unread stream still runs when the other arrives
+        model.on_decode = lambda _model, _rows: time.sleep(0.005)
     with serving(EnsembleServer(together, ServerOptions(queue=4, record=False))) as base:
         body = {"model": "specem", "messages": [{"role": "user", "content": "apple"}], "stream": True}
         kept: list[str] = []
