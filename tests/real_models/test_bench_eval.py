@@ -28,7 +28,7 @@ def test_bench_quick_writes_every_field(tmp_path):
     assert set(speed["members_tokens_per_second"]) == set(report["models"])
     assert {"round-robin", "threads", "round-robin, model exit", "threads, model exit"} == set(speed["ensemble"])
     assert {"peak_rss_bytes", "gguf_total_bytes", "overhead_bytes"} <= set(report["memory"])
-    assert report["first_segment"]["seconds"] > 0
+    assert report["first_segment"]["seconds"] > 0 and report["first_segment"]["shipped"]["seconds"] > 0
     assert "Verification" in result.stdout and "Peak RSS" in result.stdout
 
 
