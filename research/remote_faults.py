@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.models import CONNECTION_CAPS, PROTOCOL
+from specem_research.faults import AT_A_TERMINAL
 from specem_research.rpc_cost import start_rpc_server
 
-SPECEM = [sys.executable, "-m", "specem_local"]
+SPECEM = [sys.executable, "-c", AT_A_TERMINAL]  # Ctrl-C as at a terminal, even from a background job
 QUESTION = "Write a short story about a lighthouse keeper."
 
 

@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from specem_research.faults import AT_A_TERMINAL
 from specem_research.load import start_server
 from tests.conftest import ROOT, poll_until, stop_process
 
@@ -95,7 +96,7 @@ def test_a_batch_with_a_bad_line_stopped_and_run_again_answers_every_good_line(t
     source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     lines = [json.dumps({"id": f"q{i}", "prompt": q}) for i, q in enumerate(QUESTIONS)]
     source.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
-    command = [sys.executable, "-m", "specem_local", "run", "--batch", str(source), "-o", str(target), "--greedy",
+    command = [sys.executable, "-c", AT_A_TERMINAL, "run", "--batch", str(source), "-o", str(target), "--greedy",
                "--max-tokens", "32", "--parallel", "2", "--no-log"]  # fmt: skip
     first = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
     poll_until(lambda: target.exists() and len(target.read_text().splitlines()) >= 2, 600, "no result came")
