@@ -50,3 +50,15 @@ async def ask(pilot, app, text: str) -> None:
 def answered(app) -> bool:
     screen = app.screen
     return isinstance(screen, ChatScreen) and screen.inflight is None and bool(screen.chat.turns)
+
+
+async def open_recorded(pilot, app, chat_id: int, answers: int) -> None:
+    """Open a chat recorded elsewhere (the server, ``specem run``) once the app is ready, and wait
+    until its ``answers`` answers are drawn."""
+    from specem_local.storage.history import History
+    from specem_tui.widgets.answer import AnswerView
+
+    await wait_until(pilot, lambda: chat_ready(app))
+    app.screen.show_chat(History().load(chat_id))
+    await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == answers)
+    await pilot.pause()

@@ -26,7 +26,7 @@ from specem_tui.widgets.answer import AnswerView
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
 from tests.engine.conftest import fake_ensemble, fake_member
-from tests.tui.pilot import answered, ask, chat_ready, data_dir, wait_until
+from tests.tui.pilot import answered, ask, chat_ready, data_dir, open_recorded, wait_until
 from tests.tui.test_chat import app_with, pair
 
 __all__ = ["data_dir"]  # the autouse fixture
@@ -383,10 +383,7 @@ async def test_a_tool_reply_from_the_server_shows_as_its_calls_and_its_forced_te
     served.close()
     app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: chat_ready(app))
-        app.screen.show_chat(History().load(record.chat_id))
-        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 1)
-        await pilot.pause()
+        await open_recorded(pilot, app, record.chat_id, 1)
         shown = app.export_screenshot()
         assert "Calls" in shown and "get_weather" in shown and "tool_calls" not in shown
         turn = app.screen.chat.turns[-1]

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from specem_local.storage.chats import Turn
 from specem_local.storage.history import History
-from specem_tui.widgets.answer import AnswerView
 from tests.engine.conftest import fake_ensemble, fake_member
-from tests.tui.pilot import chat_ready, data_dir, wait_until
+from tests.tui.pilot import data_dir, open_recorded
 from tests.tui.test_chat import app_with
 
 __all__ = ["data_dir"]  # the autouse fixture
@@ -32,10 +31,7 @@ async def test_a_recorded_loop_shows_the_call_the_result_and_the_answer():
     served.close()
     app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
     async with app.run_test(size=(100, 40)) as pilot:
-        await wait_until(pilot, lambda: chat_ready(app))
-        app.screen.show_chat(History().load(record.chat_id))
-        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 3)
-        await pilot.pause()
+        await open_recorded(pilot, app, record.chat_id, 3)
         shown = app.export_screenshot().replace("&#160;", " ")
         for said in ("Calls a tool", "get_weather", "Tool result", "K7Q-2231", "It is 18 C and sunny in Paris."):
             assert said in shown, said

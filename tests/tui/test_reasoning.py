@@ -12,7 +12,7 @@ from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.widgets.answer import AnswerView
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_thinking import REPLY, SCHEMA, WORKING, thinker
-from tests.tui.pilot import chat_ready, data_dir, wait_until
+from tests.tui.pilot import data_dir, open_recorded, wait_until
 from tests.tui.test_chat import app_with
 
 __all__ = ["data_dir"]  # the autouse fixture
@@ -44,10 +44,7 @@ async def test_a_recorded_answer_shows_its_reasoning_folded_and_the_inspector_wo
     served.close()
     app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
     async with app.run_test(size=(100, 40)) as pilot:
-        await wait_until(pilot, lambda: chat_ready(app))
-        app.screen.show_chat(History().load(record.chat_id))
-        await wait_until(pilot, lambda: len(app.screen.query(AnswerView)) == 1)
-        await pilot.pause()
+        await open_recorded(pilot, app, record.chat_id, 1)
         view = app.screen.query_one(AnswerView)
         folded = view.query_one(Collapsible)
         assert folded.display and folded.collapsed and "Reasoning" in screen_text(app)
