@@ -8,11 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost
+from specem_local.backend.scoring import RowScores
 from specem_local.engine import Ensemble
-from specem_local.engine.places import Decode, DecodeTurns, SharedModel
+from specem_local.engine.places import Decode, DecodeTurns, SharedModel, _part
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import fake_member
@@ -224,3 +226,12 @@ def test_a_cancel_interrupts_a_shared_step_only_when_no_other_answer_is_in_one()
         with turns.step():
             view.interrupt()
     assert interrupted == [1]
+
+
+def test_a_shared_scoring_batch_hands_each_decode_exactly_its_kept_rows():
+    """The rows kept whole are split at each decode's first and last row, no further."""
+    kept = {index: np.full(2, float(index)) for index in (1, 2, 3, 4)}
+    scores = RowScores(np.arange(5.0), np.zeros(5), kept)
+    middle = _part(scores, 2, 2)  # rows 2 and 3
+    assert sorted(middle.kept) == [0, 1] and middle.kept[0][0] == 2.0 and middle.kept[1][0] == 3.0
+    assert list(middle.chosen) == [2.0, 3.0]
