@@ -8,12 +8,14 @@ the client's: its depth is not ours to trust).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Iterator
 from typing import Any
 
+from specem_local.engine.conditions import rewrite_conditions
 from specem_local.errors import SettingError
 
 MAX_DEPTH = 64  # nesting of a JSON Schema as written
@@ -30,6 +32,7 @@ ANNOTATIONS = frozenset(
 )  # fmt: skip
 KEPT = frozenset({"$id", "id", "$anchor", "definitions", "$defs"})  # a reference is resolved by them
 INLINE_LIMIT = 16_384  # characters of a definition an allOf may take in place of its reference
+INLINE_TOTAL = 1 << 20  # characters inlined in one schema (a definition can inline itself again)
 OLD_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")  # a $ref's siblings are ignored there
 
 
@@ -150,17 +153,19 @@ def rewritten(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     a match-all ``patternProperties`` applied to the keys not named only (a note)."""
     old = any(draft in str(schema.get("$schema", "")) for draft in OLD_DRAFTS)
     copy = json.loads(json.dumps(schema))  # ours to change (the value is plain JSON: checked)
+    inlined = [0]  # characters inlined so far
     notes: list[str] = []
     stack: list[Any] = [copy]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
+            rewrite_conditions(node, functools.partial(_followed, copy))
             if isinstance(node.get("$ref"), str) and len(node) > 1:
                 drop = ANNOTATIONS | ({"$schema"} if node is not copy else set())  # a draft named inside says nothing
                 for key in [k for k in node if k not in KEPT and k != "$ref" and (k in drop or old)]:
                     del node[key]
             if isinstance(node.get("allOf"), list):
-                node["allOf"] = [_inlined(copy, part) for part in node["allOf"]]
+                node["allOf"] = [_inlined(copy, part, inlined) for part in node["allOf"]]
             if "type" in node and _branches_say_type(copy, node):
                 del node["type"]  # said by every branch already: llguidance would intersect it with each
             _pattern_as_additional(node, notes)
@@ -171,6 +176,13 @@ def rewritten(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         elif isinstance(node, list):
             stack.extend(node)
     return copy, tuple(dict.fromkeys(notes))
+
+
+def _followed(root: dict[str, Any], schema: Any) -> Any:
+    """``schema``, or what its local ``$ref`` points at when that is all it says."""
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and set(schema) - ANNOTATIONS == {"$ref"}:
+        return resolve(root, schema["$ref"])
+    return schema
 
 
 def _branches_say_type(root: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -218,17 +230,20 @@ def _pattern_as_additional(node: dict[str, Any], notes: list[str]) -> None:
         notes.append(f'patternProperties "{pattern}" is applied to the keys not named in properties only')
 
 
-def _inlined(root: dict[str, Any], part: Any) -> Any:
+def _inlined(root: dict[str, Any], part: Any, inlined: list[int]) -> Any:
     """A part of an ``allOf`` that is only a local ``$ref``, replaced by what it points at (the
     same schema): llguidance cannot intersect a reference that recurses (WashingtonPost's
     ``allOf: [{"$ref": reference}, {narrowing}]``), but can intersect its content, whose own
-    references stay references. Larger targets stay references (a copy per use would grow)."""
+    references stay references. Larger targets stay references (a copy per use would grow), as do
+all once ``INLINE_TOTAL`` characters are inlined (a definition may inline itself again)."""
     if not (isinstance(part, dict) and set(part) == {"$ref"} and isinstance(part["$ref"], str)):
         return part
     target = resolve(root, part["$ref"])
-    if not isinstance(target, dict) or len(json.dumps(target)) > INLINE_LIMIT:
+    text = json.dumps(target)
+    if not isinstance(target, dict) or len(text) > INLINE_LIMIT or inlined[0] + len(text) > INLINE_TOTAL:
         return part
-    return json.loads(json.dumps(target))
+    inlined[0] += len(text)
+    return json.loads(text)
 
 
 OUTLINE_AFTER = 2000  # characters of schema past which members are told an outline instead
