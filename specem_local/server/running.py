@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -33,10 +34,16 @@ class StoppingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def uvicorn_config(server: EnsembleServer, host: str, port: int, log_level: str, **more: Any) -> uvicorn.Config:
+    """uvicorn's settings for the server: the app is ASGI 3, said rather than guessed from how
+    its ``__call__`` looks (a wrapped one looks like ASGI 2)."""
+    return uvicorn.Config(server.app, host=host, port=port, log_level=log_level, interface="asgi3", **more)
+
+
 def run_until_stopped(server: EnsembleServer, host: str, port: int, log_level: str) -> None:
     """Serve until SIGINT (``KeyboardInterrupt`` afterwards), SIGTERM or SIGHUP
     (``SystemExit(0)`` afterwards)."""
-    config = uvicorn.Config(server.app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=SHUTDOWN)
+    config = uvicorn_config(server, host, port, log_level, timeout_graceful_shutdown=SHUTDOWN)
     stopping = StoppingServer(config, server.shut_down)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     if hasattr(signal, "SIGHUP"):

@@ -13,6 +13,7 @@ import httpx
 import uvicorn
 
 from specem_local.server import EnsembleServer
+from specem_local.server.running import uvicorn_config
 
 
 @contextlib.contextmanager
@@ -21,7 +22,7 @@ def serving(server: EnsembleServer) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    config = uvicorn_config(server, "127.0.0.1", port, "warning", lifespan="off")
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)
     thread.start()
