@@ -1,6 +1,7 @@
 """The vote (pure): normalisation, pooling, merged drafts, the winner."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -185,3 +186,146 @@ def test_explain_says_whether_the_others_drafted_nothing_or_did_not_draft():
     assert "a was the only draft: no other model drafted this round (no vote needed)" in vote.explain(alone)
     empty = dataclasses.replace(alone, drafters=("a", "b"))
     assert "a was the only non-empty draft (no vote needed)" in vote.explain(empty)
+
+
+# -- each rule of the vote, to the number (mutation testing: these fail when a rule is gone) --------
+def test_explain_in_full_for_each_kind_of_round():
+    forced = dataclasses.replace(round_event("", []), decision="forced")
+    assert vote.explain(forced) == (
+        "Round 3: 'text' was forced by the answer's format (a key, punctuation): no model drafted it."
+    )
+    unknown = dataclasses.replace(round_event("a", [candidate("a", 0.5)]), decision="mystery")
+    assert vote.explain(unknown) == "Round 3: a mystery\nWeights after this round: a 0.60, b 0.40."
+    zero = Candidate("c", "other", False, {}, {}, 0.0)
+    contrast = dataclasses.replace(
+        round_event("a", [candidate("a", 0.6), candidate("b", 0.3), zero], ranked_first_by=("a", "b")),
+        decision="contrast",
+    )
+    assert vote.explain(contrast) == (
+        "Round 3: a won the contrastive vote (the heaviest verifier against the others) with 0.600 against 0.300"
+        " (b). Ranked first by: a, b.\nWeights after this round: a 0.60, b 0.40."
+    )
+    picked = dataclasses.replace(round_event("b", [candidate("a", 0.6), candidate("b", 0.3)]), decision="picked")
+    assert vote.explain(picked) == (
+        "Round 3: b was picked by you over the vote's winner (the answer went on from it)\n"
+        "Weights after this round: a 0.60, b 0.40."
+    )
+
+
+def test_explain_a_contrasted_draft_in_full_after_a_sentence_with_or_without_its_full_stop():
+    one = dataclasses.replace(candidate("a", 0.7), contrasted_with=("b", "c"), contrast_changed=1)
+    alone = dataclasses.replace(round_event("a", [one]), decision="only-candidate", drafters=("a",))
+    assert vote.explain(alone) == (
+        "Round 3: a was the only draft: no other model drafted this round (no vote needed). Drafted against b, c"
+        " token by token (contrast): its top choice changed on 1 token.\nWeights after this round: a 0.60, b 0.40."
+    )
+    two = dataclasses.replace(one, contrast_changed=2)
+    voted = round_event("a", [two, candidate("b", 0.3)], confidence=0.5)
+    assert vote.explain(voted) == (
+        "Round 3: a won the weighted vote with 0.700 against 0.300 (b). Drafted against b, c token by token"
+        " (contrast): its top choice changed on 2 tokens. Its leading draft's least likely token had p = 0.50."
+        "\nWeights after this round: a 0.60, b 0.40."
+    )
+
+
+def test_the_winning_candidate_is_the_authors_draft_with_the_answers_text_then_the_best_vote():
+    unvoted = Candidate("a", "text", False, {}, {}, None)
+    voted = Candidate("a", "text", False, {}, {}, 0.4, sample=1)
+    event = round_event("a", [unvoted, voted, Candidate("a", "else", False, {}, {}, 0.9, sample=2)])
+    assert vote.winning_candidate(event) is voted
+
+
+def test_softmax_is_exact_for_one_value_and_does_not_overflow():
+    np.testing.assert_array_equal(vote.softmax(np.array([3.0])), [1.0])
+    np.testing.assert_allclose(vote.softmax(np.array([800.0, 800.0 - np.log(3)])), [0.75, 0.25])
+
+
+def test_logit_rows_to_the_number():
+    np.testing.assert_allclose(vote.normalise_logit_row(np.array([0.5, 1.5])), [0.25, 0.75])  # positive: s / sum
+    np.testing.assert_allclose(vote.normalise_logit_row(np.array([-2.0, 0.0, 4.0])), [1 / 7, 2 / 7, 4 / 7])  # gap 2
+    np.testing.assert_allclose(vote.normalise_logit_row(np.array([-0.5, 0.0])), [0.25, 0.75])  # gap 0.25
+    np.testing.assert_array_equal(vote.normalise_logit_row(np.array([5.0])), [1.0])
+    single = np.array([2.0, 6.0], dtype=np.float32)
+    assert vote.normalise_logit_row(single).dtype == np.float64 == vote.normalise_logprob_row(single).dtype
+
+
+def test_normalise_compares_tokens_one_at_a_time_unless_told_the_length():
+    scores = np.array([[-1.0, -2.0]])
+    np.testing.assert_allclose(vote.normalise(scores, "logprob"), [vote.softmax(np.array([-1.0, -2.0]))])
+
+
+def test_pooling_without_warnings_where_no_verifier_scored_a_candidate():
+    shares = np.array([[0.5, 0.5, np.nan], [np.nan, 1.0, np.nan]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        linear = vote.combine(shares, np.array([0.5, 0.5]))
+        log = vote.combine_log(shares, np.array([0.5, 0.5]))
+    np.testing.assert_allclose(linear[:2], [0.5, 0.75])
+    assert np.isnan(linear[2])
+    # each candidate pooled over its own verifiers: 0 by v0 alone (log 0.5), 1 by both (0.5 log 0.5)
+    expected = vote.softmax(np.array([np.log(0.5), 0.5 * np.log(0.5)]))
+    np.testing.assert_allclose(log[:2], expected)
+    assert np.isnan(log[2])
+
+
+def test_log_pooling_keeps_a_zero_share_just_above_zero():
+    out = vote.combine_log(np.array([[1.0, 0.0]]), np.array([1.0]))
+    assert 0 < out[1] < 1e-11
+
+
+def test_contrast_to_the_number():
+    shares = np.array([[0.3, 0.6, 0.1], [0.5, 0.05, 0.45]])
+    weights = np.array([0.2, 0.8])  # the expert is verifier 1
+    beta = 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = vote.combine_contrast(shares, weights, beta)
+    # candidate 1 at exactly PLAUSIBLE of the expert's favourite is plausible
+    logits = (1 + beta) * np.log(shares[1]) - beta * np.log(vote.combine_log(shares[:1], weights[:1]))
+    np.testing.assert_allclose(out, vote.softmax(logits))
+
+
+def test_contrast_with_the_expert_alone_and_with_a_candidate_no_amateur_scored():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alone = vote.combine_contrast(np.array([[0.25, 0.75]]), np.array([1.0]), 0.5)
+        unscored = vote.combine_contrast(
+            np.array([[0.5, 0.5, np.nan], [np.nan, 1.0, np.nan]]), np.array([1.0, 0.5]), 1.0
+        )
+    np.testing.assert_allclose(alone, [0.25, 0.75])  # no amateur: the expert's own shares
+    # candidate 0 judged by the expert alone (as if the amateurs agreed): log 0.5; candidate 1: 2 log 0.5 - log 1
+    np.testing.assert_allclose(unscored[:2], vote.softmax(np.array([np.log(0.5), 2 * np.log(0.5)])))
+    assert np.isnan(unscored[2])
+
+
+def test_identical_drafts_are_kept_under_the_heaviest_author():
+    assert vote.merge_identical({0: "x", 1: "x", 2: "y"}, np.array([0.2, 0.8, 0.5])) == {1: [1, 0], 2: [2]}
+
+
+def test_fast_finish_goes_to_the_heaviest_ender():
+    result = vote.shortcut({0: [0], 1: [1], 2: [2]}, [0, 2], np.array([0.9, 0.1, 0.3]), True, 3)
+    assert result is not None and result.winner == 0 and result.decision == "fast-finish"
+
+
+def test_tally_masks_self_votes_by_author_and_pools_as_told():
+    # every verifier likes its own drafts best; model 0 drafted candidates 0 and 2
+    scores = np.log(np.array([[0.5, 0.1, 0.4], [0.1, 0.8, 0.1], [0.2, 0.3, 0.5]]))
+    weights = np.array([0.5, 0.3, 0.2])
+    groups, author = {0: [0], 1: [1], 2: [2]}, np.array([0, 1, 0])
+    token = vote.VoteRule(normalise="token", self_vote=False)
+    result = vote.tally(scores, weights, groups, token, author=author)
+    shares = vote.normalise(scores, "logprob")
+    masked = shares.copy()
+    masked[0, [0, 2]] = np.nan
+    masked[1, 1] = np.nan
+    np.testing.assert_allclose(result.shares, shares)
+    np.testing.assert_allclose(result.combined, vote.combine(masked, weights))
+    segment = vote.tally(scores, weights, groups, vote.VoteRule(segment_tokens=4, pooling="log"), author=author)
+    np.testing.assert_allclose(segment.combined, vote.combine_log(vote.normalise(scores, "logprob", 4), weights))
+    copied = np.array([0.0, 0.5, 0.0])
+    assert vote.tally(scores, weights, groups, token, copied=copied, author=author).copied is copied
+
+
+def test_tally_of_one_candidate_has_no_runner_up():
+    result = vote.tally(np.array([[-1.0], [-2.0]]), np.array([0.5, 0.5]), {0: [0, 1]}, vote.VoteRule())
+    assert result.winner == 0 and result.runner_up is None
