@@ -21,8 +21,8 @@ mkdir -p "$OUT"
 for module in "$@"; do
   [ -f "specem_local/$module" ] || { echo "no module specem_local/$module" >&2; exit 2; }
   case "$module" in  # the fast tests that claim each module's behaviour (mutmut runs those covering a change)
-    engine/formats.py|engine/format_compiler.py|engine/schemas.py)
-      selection='["tests/engine/test_formats.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py"]' ;;
+    engine/formats.py|engine/format_compiler.py|engine/schemas.py|engine/conditions.py)
+      selection='["tests/engine/test_formats.py", "tests/engine/test_conditions.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py"]' ;;
     engine/tools.py)
       selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_tool_routes.py", "tests/server/test_hostile_formats.py"]' ;;
     engine/vote.py)
@@ -45,13 +45,14 @@ for module in "$@"; do
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
+  # each selected test takes under 2 s: one past 20 s is a mutant that hangs (caught, at that cost)
   cat >> "$work/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["specem_local"]
 only_mutate = ["specem_local/$module"]
 also_copy = ["tui", "research", "scripts", "docs", "README.md", "models.toml", ".ci"]
-pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "60"]
+pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "20"]
 pytest_add_cli_args_test_selection = $selection
 EOF
   (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" >"$work/run.log" 2>&1 || true)
