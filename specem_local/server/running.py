@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from specem_local.server.app import EnsembleServer
 
@@ -35,9 +36,15 @@ class StoppingServer(uvicorn.Server):
 
 
 def uvicorn_config(server: EnsembleServer, host: str, port: int, log_level: str, **more: Any) -> uvicorn.Config:
-    """uvicorn's settings for the server: the app is ASGI 3, said rather than guessed from how
-    its ``__call__`` looks (a wrapped one looks like ASGI 2)."""
-    return uvicorn.Config(server.app, host=host, port=port, log_level=log_level, interface="asgi3", **more)
+    """uvicorn's settings for the server. uvicorn guesses what an app is by calling it with no
+    arguments (a factory answers) and by how its ``__call__`` looks (ASGI 2 or 3): it is given a
+    plain ASGI 3 function, which refuses the call, and told the interface."""
+    app = server.app
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope, receive, send)
+
+    return uvicorn.Config(asgi, host=host, port=port, log_level=log_level, interface="asgi3", **more)
 
 
 def run_until_stopped(server: EnsembleServer, host: str, port: int, log_level: str) -> None:

@@ -8,6 +8,7 @@ its own cancel token, made when the message is sent, so Esc works from the first
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from pathlib import Path
@@ -39,6 +40,9 @@ from specem_tui.screens.settings import ChatSettings, SettingsScreen, remember_s
 from specem_tui.widgets.answer import AnswerView, UserMessage
 from specem_tui.widgets.prompt import PromptInput
 from specem_tui.widgets.weights import WeightsPanel
+
+SETTLE_FRAMES = 30  # a finished answer's end followed while its height settles: at most this many frames
+FRAME_SECONDS = 1 / 30
 
 CONFIRM_SECONDS = 5.0  # a second Ctrl+R within this confirms the reset
 
@@ -278,9 +282,18 @@ class ChatScreen(AnswerVersions, Screen[None]):
     @work(group="scroll")
     async def keep_end_in_sight(self, drawn: AwaitComplete) -> None:
         """A finished answer's Markdown view is taller than its segments: once it is drawn,
-        scroll to its end, as the segments were while they streamed."""
+        scroll to its end, as the segments were while they streamed. Its height can settle over
+        more than one refresh (its blocks are laid out after they mount): follow it until it
+        stays put for a frame, for at most ``SETTLE_FRAMES``."""
         await drawn
-        self.call_after_refresh(self.query_one("#conversation", VerticalScroll).scroll_end, animate=False)
+        conversation = self.query_one("#conversation", VerticalScroll)
+        end = -1.0
+        for _ in range(SETTLE_FRAMES):
+            if conversation.max_scroll_y == end:
+                break
+            end = conversation.max_scroll_y
+            conversation.scroll_end(animate=False, immediate=True)
+            await asyncio.sleep(FRAME_SECONDS)
 
     def say_new_warnings(self) -> None:
         """The ensemble's warnings not shown yet: each is said once."""
