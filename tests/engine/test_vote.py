@@ -194,6 +194,7 @@ def test_explain_in_full_for_each_kind_of_round():
     assert vote.explain(forced) == (
         "Round 3: 'text' was forced by the answer's format (a key, punctuation): no model drafted it."
     )
+    assert vote.explain(dataclasses.replace(forced, decision="mystery")) == "Round 3: 'text' mystery."
     unknown = dataclasses.replace(round_event("a", [candidate("a", 0.5)]), decision="mystery")
     assert vote.explain(unknown) == "Round 3: a mystery\nWeights after this round: a 0.60, b 0.40."
     zero = Candidate("c", "other", False, {}, {}, 0.0)
@@ -241,7 +242,7 @@ def test_softmax_is_exact_for_one_value_and_does_not_overflow():
 
 
 def test_logit_rows_to_the_number():
-    np.testing.assert_allclose(vote.normalise_logit_row(np.array([0.5, 1.5])), [0.25, 0.75])  # positive: s / sum
+    np.testing.assert_allclose(vote.normalise_logit_row(np.array([0.5, 2.5])), [1 / 6, 5 / 6])  # positive: s / sum
     np.testing.assert_allclose(vote.normalise_logit_row(np.array([-2.0, 0.0, 4.0])), [1 / 7, 2 / 7, 4 / 7])  # gap 2
     np.testing.assert_allclose(vote.normalise_logit_row(np.array([-0.5, 0.0])), [0.25, 0.75])  # gap 0.25
     np.testing.assert_array_equal(vote.normalise_logit_row(np.array([5.0])), [1.0])
@@ -324,6 +325,12 @@ def test_tally_masks_self_votes_by_author_and_pools_as_told():
     np.testing.assert_allclose(segment.combined, vote.combine_log(vote.normalise(scores, "logprob", 4), weights))
     copied = np.array([0.0, 0.5, 0.0])
     assert vote.tally(scores, weights, groups, token, copied=copied, author=author).copied is copied
+
+
+def test_tally_reads_logit_rows_as_logits():
+    scores = np.array([[2.0, 6.0], [1.0, 3.0]])
+    result = vote.tally(scores, np.array([0.5, 0.5]), {0: [0], 1: [1]}, vote.VoteRule(scoring="logit"))
+    np.testing.assert_allclose(result.shares, [[0.25, 0.75], [0.25, 0.75]])
 
 
 def test_tally_of_one_candidate_has_no_runner_up():
