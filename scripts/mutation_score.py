@@ -12,10 +12,22 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import subprocess
 from pathlib import Path
 
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
+NOT_RUN = "not checked"  # outside a sample (MUTATION_SAMPLE): not counted
+
+
+def interval(killed: int, counted: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval for a score measured on a sample."""
+    if not counted:
+        return 0.0, 1.0
+    share = killed / counted
+    centre = (share + z * z / (2 * counted)) / (1 + z * z / counted)
+    half = z * math.sqrt(share * (1 - share) / counted + z * z / (4 * counted * counted)) / (1 + z * z / counted)
+    return centre - half, centre + half
 
 
 def equivalents(path: Path) -> dict[str, str]:
@@ -38,11 +50,13 @@ def main() -> None:
     parser.add_argument("--report", required=True)
     args = parser.parse_args()
     prefix = "specem_local." + args.module.removesuffix(".py").replace("/", ".") + "."
-    statuses = {}
+    statuses, generated = {}, 0
     for line in Path(args.results).read_text("utf-8").splitlines():
         name, _, status = line.strip().partition(": ")
         if name.startswith(prefix):
-            statuses[name] = status
+            generated += 1
+            if status != NOT_RUN:
+                statuses[name] = status
     marked = {name: why for name, why in equivalents(Path(args.equivalents)).items() if name in statuses}
     counted = {name: status for name, status in statuses.items() if name not in marked}
     killed = sum(status in CAUGHT for status in counted.values())
@@ -53,6 +67,9 @@ def main() -> None:
         f"{args.module}: {len(statuses)} mutants, {killed} killed, {len(survivors)} survived, "
         f"{len(marked)} equivalent (left out): {score:.1%} killed"
     )
+    if len(statuses) < generated:
+        low, high = interval(killed, len(counted))
+        summary += f" (a random sample of {len(statuses)} of {generated}: 95% interval {low:.1%}-{high:.1%})"
     print(summary, flush=True)
     lines = [summary, f"by status: {dict(by_status)}", ""]
     lines += [f"equivalent: {name}  # {why}" for name, why in sorted(marked.items())]
