@@ -54,9 +54,8 @@ def call(
     """The messages the gate sends for one request (``headers``: name with _ for -)."""
     inner = inner or Inner()
     sent: list[dict[str, Any]] = []
-    raw = [
-        (k.replace("_", "-").encode(), v.encode("latin-1")) for k, v in {"host": "127.0.0.1:8080", **headers}.items()
-    ]
+    given = {"host": "127.0.0.1:8080", **headers}
+    raw = [(k.replace("_", "-").encode(), v.encode("latin-1")) for k, v in given.items() if v is not None]
     scope: dict[str, Any] = {"type": "http", "method": method, "headers": raw}
     if path is not None:
         scope["path"] = path
