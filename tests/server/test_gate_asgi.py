@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -53,7 +54,7 @@ def call(
 ) -> tuple[list[dict[str, Any]], Inner]:
     """The messages the gate sends for one request (``headers``: name with _ for -)."""
     inner = inner or Inner()
-    sent: list[dict[str, Any]] = []
+    sent: list[Any] = []
     given = {"host": "127.0.0.1:8080", **headers}
     raw = [(k.replace("_", "-").encode(), v.encode("latin-1")) for k, v in given.items() if v is not None]
     scope: dict[str, Any] = {"type": "http", "method": method, "headers": raw}
@@ -63,7 +64,7 @@ def call(
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     asyncio.run(Gate(inner, rules)(scope, receive, send))
