@@ -42,7 +42,7 @@ for module in "$@"; do
     commands/batch.py|commands/run.py|commands/functions.py)
       selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_agent_loops.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     server/gate.py)
-      selection='["tests/server/test_gate.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
+      selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
       selection='["tests/server/test_openai_format.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py", "tests/server/test_thinking_routes.py"]' ;;
     server/*)
