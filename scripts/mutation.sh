@@ -25,14 +25,16 @@ mkdir -p "$OUT"
 for module in "$@"; do
   [ -f "specem_local/$module" ] || { echo "no module specem_local/$module" >&2; exit 2; }
   case "$module" in  # the fast tests that claim each module's behaviour (mutmut runs those covering a change)
-    engine/formats.py|engine/format_compiler.py|engine/schemas.py|engine/conditions.py)
-      selection='["tests/engine/test_formats.py", "tests/engine/test_conditions.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py"]' ;;
+    engine/conditions.py)
+      selection='["tests/engine/test_conditions.py", "tests/engine/test_schemas.py"]' ;;
+    engine/formats.py|engine/format_compiler.py|engine/schemas.py)
+      selection='["tests/engine/test_formats.py", "tests/engine/test_conditions.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py"]' ;;
     engine/tools.py)
-      selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_tool_routes.py", "tests/server/test_hostile_formats.py"]' ;;
+      selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py"]' ;;
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
     engine/rounds.py)
-      selection='["tests/engine"]' ;;
+      selection='["tests/engine/test_round.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
       selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
@@ -44,7 +46,7 @@ for module in "$@"; do
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_hostile_formats.py", "tests/server/test_thinking_routes.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py"]' ;;
     server/*)
       selection='["tests/server"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
