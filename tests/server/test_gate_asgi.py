@@ -39,7 +39,8 @@ class Inner:
             return
         if self.fail == "before":
             raise RuntimeError("boom")
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]})
+        start = {"type": "http.response.start", "status": 200}
+        await send(start if self.fail == "bare" else {**start, "headers": [(b"x-app", b"1")]})
         if self.fail == "after":
             raise RuntimeError("boom mid-answer")
         await send({"type": "http.response.body", "body": b"ok"})
@@ -166,9 +167,9 @@ def test_a_missing_key_is_401_with_cors_so_the_page_can_read_why():
     [("application/json", True), ("Application/JSON; charset=utf-8", True), ("application/vnd.api+json", True),
      (" application/merge-patch+json ;x=1;y=2", True), ("text/plain", False), ("", False),
      ("application/jsonx", False), ("text/x+json", False), ("application/json+xml", False),
-     ("multipart/form-data; a=+json", False)],
+     ("multipart/form-data; a=+json", False), (None, False)],
 )  # fmt: skip
-def test_a_post_must_be_json(content_type, json_body):
+def test_a_post_must_be_json(content_type: str | None, json_body):
     sent, inner = call(method="POST", content_type=content_type, origin="http://localhost:3000")
     if json_body:
         assert sent[0]["status"] == 200 and inner.scopes
@@ -183,6 +184,8 @@ def test_what_the_app_sends_gets_cors_after_its_own_headers():
     assert sent[1] == {"type": "http.response.body", "body": b"ok"}
     plain, _ = call()
     assert plain[0]["headers"] == [(b"x-app", b"1")]
+    bare, _ = call(origin="http://localhost:3000", inner=Inner("bare"))  # a start without headers
+    assert bare[0]["headers"] == CORS
 
 
 def test_a_fault_before_the_answer_starts_is_a_500_in_the_routes_shape_and_after_it_nothing_more():
