@@ -163,6 +163,7 @@ def test_a_branch_that_contradicts_its_node_is_dropped_not_served():
         {"type": "object", "if": {"properties": {"a": {"const": "x"}, "b": {"const": "y"}}},
          "then": {"required": ["c"]}},
         {"type": "integer", "not": {"minimum": 3}},
+        {"type": "object", "if": {"properties": {"k": {"type": "string", "const": 3}}}, "then": {"required": ["m"]}},
         {"type": "number", "not": {"enum": [1.5]}},
     ],
 )  # fmt: skip
