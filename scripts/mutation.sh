@@ -55,14 +55,14 @@ for module in "$@"; do
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
-  # each selected test takes under 2 s: one past 20 s is a mutant that hangs (caught, at that cost)
+  # each selected test takes under 2 s: one past 8 s is a mutant that hangs (caught, at that cost)
   cat >> "$work/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["specem_local"]
 only_mutate = ["specem_local/$module"]
 also_copy = ["tui", "research", "scripts", "docs", "README.md", "models.toml", ".ci"]
-pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "20"]
+pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "8"]
 pytest_add_cli_args_test_selection = $selection
 EOF
   names=()
