@@ -199,3 +199,10 @@ def test_ignore_eos_is_taken_as_llama_cpps_server_takes_it():
     with pytest.raises(SettingError) as caught:
         with_overrides(EnsembleSettings(), **settings)
     assert caught.value.field == "ignore_eos"
+
+
+def test_the_models_list_is_openais_shape_with_the_members_and_where_they_run():
+    listed = oa.models_list(["qwen", "smol"], 1700000000, {"qwen": "CPU"})
+    entry = {"id": oa.MODEL_ID, "object": "model", "created": 1700000000, "owned_by": "specem-local"}
+    assert listed == {"object": "list", "data": [{**entry, "members": ["qwen", "smol"], "runs_on": {"qwen": "CPU"}}]}
+    assert oa.models_list([], 1)["data"][0]["runs_on"] == {}
