@@ -193,3 +193,24 @@ def test_the_agent_loop_in_docs_api_md_runs():
         exec(code.replace("from specem_local import Ensemble\n", ""), namespace)
     assert printed.getvalue() == "It is 18 C and sunny.\n"
     assert [m["role"] for m in namespace["messages"]] == ["user", "assistant", "tool"]
+
+
+def test_an_assistants_calls_are_recorded_as_the_envelope_the_ensemble_answers_in():
+    from specem_local.engine.tools import as_recorded
+
+    weather = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    openai_call = {"id": "c1", "type": "function", "function": weather}
+    ollama_call = {"function": {"name": "add", "arguments": {"a": 1}}}
+    message = {"role": "assistant", "content": None, "tool_calls": [openai_call, ollama_call]}
+    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1}}]
+    assert json.loads(as_recorded(message)) == {"tool_calls": calls}
+    assert as_recorded({"role": "user", "content": "hi"}) == "hi"
+
+
+def test_a_cut_envelope_hands_on_its_whole_calls_only():
+    from specem_local.engine.tools import whole_part
+
+    whole = '{"name": "f", "arguments": {"s": "a \\"}\\" b", "n": {"m": [1]}}}'
+    cut = '{"tool_calls": [' + whole + ', {"name": "g", "arguments": {"x": "'
+    assert [(c.name, c.arguments) for c in whole_part(cut).calls] == [("f", {"s": 'a "}" b', "n": {"m": [1]}})]
+    assert whole_part('{"response": "Half a sen') == ToolReply(content="Half a sen")
