@@ -1,0 +1,41 @@
+"""Ollama's shapes as pure functions: what a client reads from /api/show and from a streamed
+round's line, key by key (the routes' own tests cover them over HTTP)."""
+
+from __future__ import annotations
+
+from specem_local.events import Candidate, RoundEvent
+from specem_local.server import ollama_format as ol
+
+
+def test_show_describes_the_ensemble_in_ollamas_keys():
+    shown = ol.show(["qwen", "smol"], "2026-11-26T10:00:00Z")
+    assert shown == {
+        "modelfile": "# specem ensemble of qwen, smol\n",
+        "parameters": "",
+        "template": "",
+        "details": {
+            "parent_model": "",
+            "format": "gguf",
+            "family": "specem",
+            "families": ["specem"],
+            "parameter_size": "2 models",
+            "quantization_level": "",
+        },
+        "model_info": {"general.architecture": "specem", "specem.members": ["qwen", "smol"]},
+        "capabilities": ["completion"],
+        "modified_at": "2026-11-26T10:00:00Z",
+    }
+
+
+def test_a_rounds_line_says_who_wrote_it_among_how_many_and_who_was_lost():
+    candidates = tuple(Candidate(m, "Paris", False, {}, {}, 0.5) for m in ("a", "b"))
+    event = RoundEvent(2, "Paris", "a", "vote", candidates, {"a": 0.6}, (), {}, {}, {}, 0.1, 4, lost={"c": "crashed"})
+    line = ol.round_line(True, event)
+    assert line["message"] == {"role": "assistant", "content": "Paris"} and line["done"] is False
+    assert line["x_specem"] == {"round": 2, "author": "a", "candidates": 2, "lost": {"c": "crashed"}}
+    thought = ol.round_line(False, RoundEvent(1, "Hmm", "a", "vote", (), {}, (), {}, {}, {}, 0.1, 1, phase="reasoning"))
+    assert (thought["response"], thought["thinking"], thought["x_specem"]) == (
+        "",
+        "Hmm",
+        {"round": 1, "author": "a", "candidates": 0},
+    )
