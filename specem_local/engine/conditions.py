@@ -17,7 +17,11 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-IGNORED = frozenset({"$comment", "title", "description", "examples", "default", "markdownDescription"})
+# Keywords that say something about a value without constraining it (schemas.py drops them too).
+ANNOTATIONS = frozenset(
+    {"$comment", "title", "description", "examples", "default", "deprecated", "readOnly", "writeOnly",
+     "markdownDescription"}
+)  # fmt: skip
 MAX_WRITTEN = 262_144  # characters the branches for one node may take (an ``else`` is copied per value)
 NOT_OBJECTS = ["null", "boolean", "number", "string", "array"]
 NOT_STRINGS = ["null", "boolean", "number", "object", "array"]
@@ -34,7 +38,7 @@ def rewrite_conditions(node: dict[str, Any], resolve: Resolve = lambda schema: s
 
 
 def _plain(node: dict[str, Any], allowed: set[str]) -> bool:
-    return all(key in allowed or key in IGNORED for key in node)
+    return all(key in allowed or key in ANNOTATIONS for key in node)
 
 
 def _field(node: dict[str, Any], key: str, kind: type) -> Any:
@@ -130,6 +134,7 @@ def _if_then_else(node: dict[str, Any], resolve: Resolve) -> None:
     key = tests[0].key
     schema = resolve(_field(node, "properties", dict).get(key))
     allowed = _listed({k: v for k, v in schema.items() if k != "type"}) if isinstance(schema, dict) else None
+    allowed_keys = None if allowed is None else {_key(value) for value in allowed}
     tested = {_key(value): value for test in tests for value in test.values}
     others = _others(schema, list(tested.values()))
     if others is None:
@@ -142,7 +147,7 @@ def _if_then_else(node: dict[str, Any], resolve: Resolve) -> None:
     objects = {"type": "object"} if node.get("type") != "object" else {}
     branches = []
     for value in tested.values():
-        if allowed is None or _key(value) in {_key(a) for a in allowed}:
+        if allowed_keys is None or _key(value) in allowed_keys:
             test = {**objects, "properties": {key: {"const": value}}, "required": [key]}
             branches.append(_branch(test, holding([t.passes(value) for t in tests])))
     if others is not False:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from specem_local.engine.conditions import rewrite_conditions
+from specem_local.engine.conditions import ANNOTATIONS, rewrite_conditions
 from specem_local.errors import SettingError
 
 MAX_DEPTH = 64  # nesting of a JSON Schema as written
@@ -26,10 +26,6 @@ MAX_DEPTH_FOLLOWED = 320
 MAX_REFERENCES = 10_000  # $refs in one schema
 MAX_INTEGER = 1 << 64  # llguidance reads integers as 64-bit: from -2^63 up to 2^64 - 1
 MIN_INTEGER = -(1 << 63)
-ANNOTATIONS = frozenset(
-    {"$comment", "title", "description", "examples", "default", "deprecated", "readOnly", "writeOnly",
-     "markdownDescription"}
-)  # fmt: skip
 KEPT = frozenset({"$id", "id", "$anchor", "definitions", "$defs"})  # a reference is resolved by them
 INLINE_LIMIT = 16_384  # characters of a definition an allOf may take in place of its reference
 INLINE_TOTAL = 1 << 20  # characters inlined in one schema (a definition can inline itself again)
@@ -154,12 +150,13 @@ def rewritten(schema: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     old = any(draft in str(schema.get("$schema", "")) for draft in OLD_DRAFTS)
     copy = json.loads(json.dumps(schema))  # ours to change (the value is plain JSON: checked)
     inlined = [0]  # characters inlined so far
+    follow = functools.partial(_followed, copy)
     notes: list[str] = []
     stack: list[Any] = [copy]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            rewrite_conditions(node, functools.partial(_followed, copy))
+            rewrite_conditions(node, follow)
             if isinstance(node.get("$ref"), str) and len(node) > 1:
                 drop = ANNOTATIONS | ({"$schema"} if node is not copy else set())  # a draft named inside says nothing
                 for key in [k for k in node if k not in KEPT and k != "$ref" and (k in drop or old)]:
@@ -235,7 +232,7 @@ def _inlined(root: dict[str, Any], part: Any, inlined: list[int]) -> Any:
     same schema): llguidance cannot intersect a reference that recurses (WashingtonPost's
     ``allOf: [{"$ref": reference}, {narrowing}]``), but can intersect its content, whose own
     references stay references. Larger targets stay references (a copy per use would grow), as do
-all once ``INLINE_TOTAL`` characters are inlined (a definition may inline itself again)."""
+    all once ``INLINE_TOTAL`` characters are inlined (a definition may inline itself again)."""
     if not (isinstance(part, dict) and set(part) == {"$ref"} and isinstance(part["$ref"], str)):
         return part
     target = resolve(root, part["$ref"])
