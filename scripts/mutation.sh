@@ -47,6 +47,8 @@ for module in "$@"; do
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
       selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py"]' ;;
+    server/running.py)
+      selection='["tests/server/test_running.py"]' ;;
     server/*)
       selection='["tests/server"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
