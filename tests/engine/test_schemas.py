@@ -86,3 +86,36 @@ def test_a_long_schema_is_told_as_an_outline_within_its_budget():
     keys = {f"key{i}": {"type": "integer", "description": "y" * 50} for i in range(200)}
     many = {"type": "object", "properties": keys}
     assert "more)" in schemas.told(many) and len(schemas.told(many)) <= schemas.OUTLINE_BUDGET
+
+
+def test_the_outline_of_each_kind_of_schema_word_for_word():
+    root = {
+        "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+        "type": "object",
+        "properties": {
+            "at": {"$ref": "#/$defs/pt"},
+            "me": {"$ref": "#"},
+            "gone": {"$ref": "#/$defs/nothing"},
+            "mode": {"const": "fast"},
+            "size": {"enum": [1, 2]},
+            "any": {"type": "object"},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "one": {"oneOf": [{"type": "boolean"}, {"type": "null"}]},
+            "both": {"allOf": [{"type": "string"}, {"format": "date"}]},
+            "when": {"type": "string", "format": "date-time"},
+            "list": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+            "loose": {"properties": {"y": {"type": "string"}}},
+        },
+    }
+    inner = (  # the root again, one level less deep, its own reference then named
+        '{"at"?: {…}, "me"?: #, "gone"?: nothing, "mode"?: "fast", "size"?: 1 | 2, "any"?: object, '
+        '"either"?: (string | integer), "one"?: (boolean | null), "both"?: string & any, "when"?: s'
+        'tring (date-time), "list"?: […], "loose"?: {…}}'
+    )
+    expected = (
+        '{"at"?: {"x": number}, "me"?: ' + inner + ', "gone"?: nothing, "mode"?: "fast", "size"?: 1 | 2, '
+        '"any"?: object, "either"?: (string | integer), "one"?: (boolean | null), "both"?: string & any, '
+        '"when"?: string (date-time), "list"?: [[…]], "loose"?: {"y"?: string}}'
+    )
+    assert schemas._outline(root, root, 3, frozenset()) == expected
+    assert schemas._outline(root, {"$ref": "#/"}, 3, frozenset()) == "root"
