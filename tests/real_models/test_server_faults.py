@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ import uvicorn
 
 from specem_local.server import EnsembleServer, ServerOptions
 from tests.conftest import poll_until
+from tests.server.live import free_port
 
 ASK = [{"role": "user", "content": "Name three colours."}]
 
@@ -44,9 +44,7 @@ def served(trio):
     member = trio.members[0]
     fault = Fault(member.model.decode)
     member.model.decode = fault
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     app = EnsembleServer(trio, ServerOptions(queue=2, record=False)).app
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

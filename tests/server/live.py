@@ -16,12 +16,17 @@ from specem_local.server import EnsembleServer
 from specem_local.server.running import uvicorn_config
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextlib.contextmanager
 def serving(server: EnsembleServer) -> Iterator[str]:
     """``server`` on a free loopback port; yields its base URL, stops it after."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = uvicorn_config(server, "127.0.0.1", port, "warning", lifespan="off")
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 from specem_local.server import EnsembleServer, ServerOptions
 from specem_local.server.running import uvicorn_config
 from tests.engine.conftest import fake_ensemble, fake_member
+from tests.server.live import free_port
 
 CHILD = textwrap.dedent(
     """
@@ -37,12 +37,6 @@ CHILD = textwrap.dedent(
         print("told", len(stops), flush=True)
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_uvicorn_is_given_a_plain_asgi_3_function_and_the_settings():
