@@ -4,15 +4,18 @@ above it (dim when unfolded), and the inspector opens on a round of either phase
 
 from __future__ import annotations
 
-from textual.widgets import Collapsible
+import asyncio
 
+from textual.widgets import Collapsible, Markdown
+
+from specem_local.events import FinalEvent
 from specem_local.storage.chats import Turn
 from specem_local.storage.history import History
 from specem_tui.screens.inspector import InspectorScreen
 from specem_tui.widgets.answer import AnswerView
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_thinking import REPLY, SCHEMA, WORKING, thinker
-from tests.tui.pilot import data_dir, open_recorded, wait_until
+from tests.tui.pilot import chat_ready, data_dir, open_recorded, wait_until
 from tests.tui.test_chat import app_with
 
 __all__ = ["data_dir"]  # the autouse fixture
@@ -59,3 +62,28 @@ async def test_a_recorded_answer_shows_its_reasoning_folded_and_the_inspector_wo
             shown = await inspect_round(app, pilot, view, index)
             written = rounds[index].text.strip()[:8]
             assert written and written in shown.replace("&quot;", '"'), (index, written)
+
+
+async def test_an_answer_that_ends_before_its_reasoning_fold_has_mounted_is_drawn_whole():
+    """A Collapsible mounts its contents a frame after itself: an answer that ends in that frame
+    (fast members on a loaded machine; CI once failed here) still shows its JSON and reasoning."""
+    served = fake_ensemble(thinker("a", n_params=3000), thinker("b"), reasoning_budget=256)
+    events = list(served.stream(QUESTION, schema=SCHEMA, max_tokens=300))
+    served.close()
+    app = app_with(fake_member("big", "Fine.", n_params=3000), fake_member("small", "Fine."))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: chat_ready(app))
+        view = AnswerView(Turn("assistant", ""), {})
+        app.screen.query_one("#conversation").mount(view)
+        while not view.query(Markdown):  # the view's own children are there, the fold's are not
+            await asyncio.sleep(0)
+        assert not view.query(".reasoning-text")
+        for event in events:
+            view.turn.add(event)
+        assert isinstance(events[-1], FinalEvent) and view.turn.done
+        view.finish()
+        await wait_until(pilot, lambda: bool(view.query(".reasoning-text")))
+        view.query_one(Collapsible).collapsed = False
+        await pilot.pause()
+        assert WORKING.split(":")[0] in screen_text(app)
+        assert REPLY.replace('"', "") in screen_text(app).replace("&quot;", "").replace('"', "")

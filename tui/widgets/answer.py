@@ -121,6 +121,9 @@ class AnswerView(Vertical, can_focus=True):
         self.shown = turn  # the version in the conversation (its alternatives are the others)
         self.turn = turn  # the version on screen
         self.colours = colours
+        # Kept, not queried: a Collapsible mounts its contents a frame after itself, and an
+        # answer can end (finish() writes here) before that frame.
+        self.reasoning_text = Static("", classes="reasoning-text")
         self.border_title = self.title_text()
 
     def title_text(self) -> str:
@@ -144,7 +147,7 @@ class AnswerView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield SegmentText(self.segments_content(), classes="segments")
         with Collapsible(title="Reasoning", collapsed=True, classes="reasoning"):  # thought before the format
-            yield Static("", classes="reasoning-text")
+            yield self.reasoning_text
         yield Markdown(classes="markdown")
 
     def on_mount(self) -> None:
@@ -193,7 +196,7 @@ class AnswerView(Vertical, can_focus=True):
         said = "".join(f"\n\n*({note})*" for note in notes if note)
         drawn = self.query_one(Markdown).update(printable(readable(self.turn.content) + said))
         reasoning = self.turn.reasoning
-        self.query_one(".reasoning-text", Static).update(Content(printable(reasoning)))
+        self.reasoning_text.update(Content(printable(reasoning)))
         self.refresh_segments()
         self.show_markdown = True
         return drawn
