@@ -170,6 +170,7 @@ class AnswerRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        self.turns.close()
         for model in self.models:
             model.close()
 

@@ -5,6 +5,8 @@ once. The fakes answer from the prompt, so an answer that read another place's c
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -66,6 +68,27 @@ def test_answers_run_together_are_the_answers_run_alone_and_share_batches():
     assert [answered[i] for i in range(len(WORDS))] == solo
     assert all(f"You said {word}" in text for word, text in zip(WORDS, solo))
     assert together.runner.turns.batches  # (the closed runner keeps its counts)
+
+
+def test_every_shared_batch_is_decoded_on_one_thread():
+    """llama.cpp's CPU backend decodes on an OpenMP team of the calling thread: answers taking
+    turns to call it woke a sleeping team for each decode (docs/performance.md)."""
+    decoding: set[int] = set()
+
+    def recorded(call):
+        def decode(*args, **kwargs):
+            decoding.add(threading.get_ident())
+            return call(*args, **kwargs)
+
+        return decode
+
+    with ensemble(4) as together:
+        for model in together.runner.models:
+            model.decode, model.decode_scores = recorded(model.decode), recorded(model.decode_scores)
+        for answered in together.answers(WORDS, ordered=True):
+            assert answered.final.text.startswith(f"You said {WORDS[answered.index]}")
+        assert together.runner.turns.decodes > together.runner.turns.batches  # batches were shared
+    assert len(decoding) == 1 and threading.get_ident() not in decoding
 
 
 def test_answers_come_in_order_when_asked_and_a_bad_item_is_handed_back_with_its_error():
@@ -183,6 +206,31 @@ def test_a_decode_waits_for_the_other_steps_at_most_max_wait():
     started = time.monotonic()
     turns.run(Decode(Recorded(runs), ["y"]))  # no answer in a step: it goes at once
     assert time.monotonic() - started < 0.25
+
+
+def test_ctrl_c_while_a_batch_decodes_raises_once_the_batch_has_ended():
+    """The batch runs on the decoding thread: Ctrl-C in the waiting one must not hand its rows
+    back half done, nor let the next batch start beside it."""
+
+    class Slow:
+        def __init__(self) -> None:
+            self.ended: list[float] = []
+
+        def run(self, group: list) -> None:
+            time.sleep(0.5)
+            self.ended.append(time.monotonic())
+            for decode in group:
+                decode.result = "decoded"
+
+    turns, slow = DecodeTurns(), Slow()
+    decode = Decode(slow, ["x"])
+    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal wakes a wait
+    with pytest.raises(KeyboardInterrupt):
+        turns.run(decode)
+    interrupted = time.monotonic()
+    assert slow.ended and slow.ended[0] <= interrupted and decode.done and decode.result == "decoded"
+    assert not turns._busy and turns.run(Decode(slow, ["y"])) == "decoded"  # the next batch runs
+    turns.close()
 
 
 def test_every_decode_of_a_failed_batch_gets_its_error():
