@@ -1,0 +1,120 @@
+"""Why several answers at once decode on one thread (issue 48), and the ceiling on their gain.
+
+1. The rows ceiling: the best member decodes B single rows (B sequences of ``--context``
+   tokens, one row each per step) in one batch; milliseconds a step and the tokens per second
+   against one row.
+2. The thread: 16 GSM8K dev answers, 4 at once in one process, with every shared batch decoded
+   on the turn-taker's own thread (as shipped) and on whichever answer's thread comes last (as
+   before): milliseconds of a 4-row batch (median), this process's voluntary context switches
+   and its share of the cores. llama.cpp's CPU backend decodes on an OpenMP team that belongs
+   to the calling thread.
+
+    python -m specem_research.decode_thread [--ensemble NAME] [--context 150] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from specem_local import Ensemble
+from specem_local.backend import BatchRow
+from specem_local.commands import config_from_args
+from specem_local.engine import places
+from specem_research.throughput import MAX_TOKENS, questions
+
+STEPS = 20
+REPEATS = 6
+
+
+def rows_ceiling(model: Any, context: int, sizes: tuple[int, ...] = (1, 2, 4, 8)) -> dict[int, float]:
+    """Median milliseconds of a step of B rows (the sizes alternate, so drift moves all)."""
+    model.clear()
+    for seq in range(max(sizes)):
+        model.decode([BatchRow(100 + i % 50, i, seq, i == context - 1) for i in range(context)])
+    steps: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(REPEATS):
+        for size in sizes:
+            times = []
+            for step in range(STEPS):
+                started = time.perf_counter()
+                model.decode([BatchRow(200, context + step, seq, True) for seq in range(size)])
+                times.append(time.perf_counter() - started)
+            for seq in range(size):
+                model.seq_remove(seq, context, -1)
+            steps[size].append(statistics.median(times))
+    return {size: round(statistics.median(times) * 1000, 1) for size, times in steps.items()}
+
+
+class Inline:
+    """Runs a batch where it is handed over, on the answer's thread (as before the decoding thread)."""
+
+    def submit(self, function: Any, *args: Any) -> Future:
+        done: Future = Future()
+        done.set_result(function(*args))
+        return done
+
+
+def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict[str, Any]:
+    """The answers 4 at once, each batch decoded on the decoding thread or (``one_thread``
+    False) on the thread that hands it over."""
+    batches: list[float] = []
+    decode_together, turns = places.SharedModel._decode_together, ensemble.runner.turns
+    decoder = turns._decoder
+
+    def timed(self: places.SharedModel, group: list[places.Decode]) -> None:
+        started = time.perf_counter()
+        decode_together(self, group)
+        if sum(len(decode.rows) for decode in group) == 4:
+            batches.append(time.perf_counter() - started)
+
+    places.SharedModel._decode_together = timed  # type: ignore[method-assign]
+    if not one_thread:
+        turns._decoder = Inline()  # type: ignore[assignment]
+    try:
+        before, cpu_before, started = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            finals = list(pool.map(ensemble.generate, asked))
+        seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        places.SharedModel._decode_together = decode_together  # type: ignore[method-assign]
+        turns._decoder = decoder
+    return {
+        "tokens_per_second": round(sum(final.tokens for final in finals) / seconds, 1),
+        "four_row_batch_ms": round(statistics.median(batches) * 1000, 1),
+        "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw,
+        "cores_used": round((time.process_time() - cpu_before) / seconds, 2),
+    }
+
+
+def main() -> None:
+    summary = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m specem_research.decode_thread", description=summary)
+    parser.add_argument("--ensemble")
+    parser.add_argument("--config")
+    parser.add_argument("--context", type=int, default=150)
+    parser.add_argument("--output", default="research/results/issue48-decode-thread-cpu.json")
+    args = parser.parse_args()
+    asked = questions(16)
+    with Ensemble.from_config(config_from_args(args), parallel=4, greedy=True, max_tokens=MAX_TOKENS) as ensemble:
+        best = max(ensemble.runner.members, key=lambda member: member.model.n_params).model.shared.model
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(ensemble.generate, asked[:4]))  # warm
+        ways = (("one thread", True), ("answers' threads", False))
+        runs = {f"{label} {index}": four_at_once(ensemble, asked, one_thread)
+                for index in (1, 2) for label, one_thread in ways}  # fmt: skip
+        ceiling = rows_ceiling(best, args.context)
+    report = {"context": args.context, "rows_ms": ceiling, "runs": runs,
+              "rows_gain": {size: round(size * ceiling[1] / ms, 2) for size, ms in ceiling.items()}}  # fmt: skip
+    Path(args.output).write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
