@@ -8,6 +8,7 @@
    before): milliseconds of a 4-row batch (median), this process's voluntary context switches
    and its share of the cores. llama.cpp's CPU backend decodes on an OpenMP team that belongs
    to the calling thread.
+3. What handing each batch to that thread costs (microseconds a call).
 
     python -m specem_research.decode_thread [--ensemble NAME] [--context 150] [--output FILE]
 """
@@ -50,6 +51,16 @@ def rows_ceiling(model: Any, context: int, sizes: tuple[int, ...] = (1, 2, 4, 8)
                 model.seq_remove(seq, context, -1)
             steps[size].append(statistics.median(times))
     return {size: round(statistics.median(times) * 1000, 1) for size, times in steps.items()}
+
+
+def hand_over_us(count: int = 20000) -> float:
+    """Microseconds to hand a call to a waiting thread and get its result back."""
+    with ThreadPoolExecutor(1) as decoder:
+        decoder.submit(int).result()
+        started = time.perf_counter()
+        for _ in range(count):
+            decoder.submit(int).result()
+        return round((time.perf_counter() - started) / count * 1e6, 1)
 
 
 class Inline:
@@ -110,7 +121,7 @@ def main() -> None:
         runs = {f"{label} {index}": four_at_once(ensemble, asked, one_thread)
                 for index in (1, 2) for label, one_thread in ways}  # fmt: skip
         ceiling = rows_ceiling(best, args.context)
-    report = {"context": args.context, "rows_ms": ceiling, "runs": runs,
+    report = {"context": args.context, "rows_ms": ceiling, "runs": runs, "hand_over_us": hand_over_us(),
               "rows_gain": {size: round(size * ceiling[1] / ms, 2) for size, ms in ceiling.items()}}  # fmt: skip
     Path(args.output).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

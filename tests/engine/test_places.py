@@ -224,9 +224,13 @@ def test_ctrl_c_while_a_batch_decodes_raises_once_the_batch_has_ended():
 
     turns, slow = DecodeTurns(), Slow()
     decode = Decode(slow, ["x"])
-    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal wakes a wait
-    with pytest.raises(KeyboardInterrupt):
-        turns.run(decode)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python's own
+    try:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal wakes a wait
+        with pytest.raises(KeyboardInterrupt):
+            turns.run(decode)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     interrupted = time.monotonic()
     assert slow.ended and slow.ended[0] <= interrupted and decode.done and decode.result == "decoded"
     assert not turns._busy and turns.run(Decode(slow, ["y"])) == "decoded"  # the next batch runs
