@@ -89,6 +89,7 @@ def test_every_shared_batch_is_decoded_on_one_thread():
             assert answered.final.text.startswith(f"You said {WORDS[answered.index]}")
         assert together.runner.turns.decodes > together.runner.turns.batches  # batches were shared
     assert len(decoding) == 1 and threading.get_ident() not in decoding
+    assert not [t for t in threading.enumerate() if t.ident in decoding]  # closing the ensemble ended it
 
 
 def test_answers_come_in_order_when_asked_and_a_bad_item_is_handed_back_with_its_error():
