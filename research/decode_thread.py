@@ -27,7 +27,6 @@ from typing import Any
 from specem_local import Ensemble
 from specem_local.backend import BatchRow
 from specem_local.commands import config_from_args
-from specem_local.engine import places
 from specem_research.throughput import MAX_TOKENS, questions
 
 STEPS = 20
@@ -76,16 +75,17 @@ def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict
     """The answers 4 at once, each batch decoded on the decoding thread or (``one_thread``
     False) on the thread that hands it over."""
     batches: list[float] = []
-    decode_together, turns = places.SharedModel._decode_together, ensemble.runner.turns
-    decoder = turns._decoder
+    turns = ensemble.runner.turns
+    shared = type(ensemble.runner.members[0].model.shared)  # the places' shared model
+    decode_together, decoder = shared._decode_together, turns._decoder
 
-    def timed(self: places.SharedModel, group: list[places.Decode]) -> None:
+    def timed(self: Any, group: list[Any]) -> None:
         started = time.perf_counter()
         decode_together(self, group)
         if sum(len(decode.rows) for decode in group) == 4:
             batches.append(time.perf_counter() - started)
 
-    places.SharedModel._decode_together = timed  # type: ignore[method-assign]
+    shared._decode_together = timed
     if not one_thread:
         turns._decoder = Inline()  # type: ignore[assignment]
     try:
@@ -94,7 +94,7 @@ def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict
             finals = list(pool.map(ensemble.generate, asked))
         seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
     finally:
-        places.SharedModel._decode_together = decode_together  # type: ignore[method-assign]
+        shared._decode_together = decode_together
         turns._decoder = decoder
     return {
         "tokens_per_second": round(sum(final.tokens for final in finals) / seconds, 1),

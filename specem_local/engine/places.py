@@ -125,7 +125,8 @@ class DecodeTurns:
             decoded = self._decoder.submit(group[0].model.run, group)  # never raises
             try:
                 decoded.result()
-            except BaseException:  # Ctrl-C: the batch's decodes get their results first
+            except BaseException:  # Ctrl-C: a batch stuck on another machine is given up, and
+                group[0].model.interrupt()  # its decodes get their results (or errors) first
                 concurrent.futures.wait([decoded])
                 raise
         finally:
@@ -152,6 +153,10 @@ class SharedModel:
         self.per_place = model.n_seq_max // places
         self.turns = turns
         self.lock = threading.Lock()  # llama.cpp's context is used by one thread at a time
+
+    def interrupt(self) -> None:
+        """Stop waiting for a batch on another machine (it raises ``StepAbandoned``)."""
+        self.model.interrupt()
 
     def view(self, place: int) -> PlaceModel:
         return PlaceModel(self, place)
