@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost
+from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost, StepAbandoned
 from specem_local.backend.scoring import RowScores
 from specem_local.engine import Ensemble
 from specem_local.engine.places import Decode, DecodeTurns, SharedModel, _part
@@ -209,27 +209,35 @@ def test_a_decode_waits_for_the_other_steps_at_most_max_wait():
     assert time.monotonic() - started < 0.25
 
 
+class Stuck(FakeModel):
+    """A model on a machine that went silent: a decode waits until it is interrupted, then is
+    given up (as ``RemoteModel`` does)."""
+
+    def __init__(self) -> None:
+        super().__init__("abc", n_seq_max=8)
+        self.given_up = threading.Event()
+        self.ended: list[float] = []
+        self.silent = True
+
+    def interrupt(self) -> None:
+        self.given_up.set()
+
+    def decode(self, rows):
+        if self.silent:
+            stopped = self.given_up.wait(10)
+            self.ended.append(time.monotonic())
+            if stopped:
+                raise StepAbandoned("stopped waiting for abc on a silent machine")
+        return super().decode(rows)
+
+
 def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended():
     """The batch runs on the decoding thread: Ctrl-C in the waiting one stops a batch stuck on
     another machine at once, never hands its rows back half done, and never lets the next
     batch start beside it."""
-
-    class Stuck:  # a shared model whose batch waits on a silent machine until interrupted
-        def __init__(self) -> None:
-            self.given_up = threading.Event()
-            self.ended: list[float] = []
-
-        def interrupt(self) -> None:
-            self.given_up.set()
-
-        def run(self, group: list) -> None:
-            stopped = self.given_up.wait(10)
-            self.ended.append(time.monotonic())
-            for decode in group:
-                decode.result = "given up" if stopped else "decoded"
-
     turns, stuck = DecodeTurns(), Stuck()
-    decode = Decode(stuck, ["x"])
+    shared = SharedModel(stuck, 2, turns)
+    decode = Decode(shared, [BatchRow(66, 0, 0, True)])
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python's own
     started = time.monotonic()
     try:
@@ -240,10 +248,9 @@ def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended()
         signal.signal(signal.SIGINT, previous)
     interrupted = time.monotonic()
     assert interrupted - started < 5 and stuck.ended and stuck.ended[0] <= interrupted
-    assert decode.done and decode.result == "given up"
-    stuck.given_up = threading.Event()
-    threading.Timer(0.1, stuck.interrupt).start()
-    assert not turns._busy and turns.run(Decode(stuck, ["y"])) == "given up"  # the next batch runs
+    assert decode.done and isinstance(decode.error, StepAbandoned)
+    stuck.silent = False  # it answers again: the next batch runs
+    assert not turns._busy and len(turns.run(Decode(shared, [BatchRow(66, 0, 4, True)]))) == 1
     turns.close()
 
 
