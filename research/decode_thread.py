@@ -10,7 +10,11 @@
    to the calling thread.
 3. What handing each batch to that thread costs (microseconds a call).
 
+With ``--waits`` it measures instead how long a decode should wait for the other answers' rows
+(``MAX_WAIT``): the 16 answers one at a time, then 4 at once under each wait given.
+
     python -m specem_research.decode_thread [--ensemble NAME] [--context 150] [--output FILE]
+    python -m specem_research.decode_thread --waits 0.005,0.02,0.05,0.1 --output FILE
 """
 
 from __future__ import annotations
@@ -104,6 +108,24 @@ def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict
     }
 
 
+def answer_rate(ensemble: Ensemble, asked: list[str], at_once: int) -> float:
+    """Answer tokens a second, ``at_once`` answers at a time."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(at_once) as pool:
+        finals = list(pool.map(ensemble.generate, asked))
+    return sum(final.tokens for final in finals) / (time.perf_counter() - started)
+
+
+def wait_gains(ensemble: Ensemble, asked: list[str], waits: list[float]) -> dict[str, Any]:
+    """4 at once against one at a time under each longest wait for the other answers' rows."""
+    alone = answer_rate(ensemble, asked, 1)
+    gains = {}
+    for wait in waits:
+        ensemble.runner.turns.max_wait = wait
+        gains[str(wait)] = round(answer_rate(ensemble, asked, 4) / alone, 2)
+    return {"one_at_a_time_tokens_per_second": round(alone, 1), "gain_at_4_by_wait": gains}
+
+
 def main() -> None:
     summary = __doc__.split("\n\n")[0]
     parser = argparse.ArgumentParser(prog="python -m specem_research.decode_thread", description=summary)
@@ -111,12 +133,18 @@ def main() -> None:
     parser.add_argument("--config")
     parser.add_argument("--context", type=int, default=150)
     parser.add_argument("--output", default="research/results/issue48-decode-thread-cpu.json")
+    parser.add_argument("--waits", help="comma-separated seconds: measure the wait before a batch instead")
     args = parser.parse_args()
     asked = questions(16)
     with Ensemble.from_config(config_from_args(args), parallel=4, greedy=True, max_tokens=MAX_TOKENS) as ensemble:
         best = max(ensemble.runner.members, key=lambda member: member.model.n_params).model.shared.model
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(ensemble.generate, asked[:4]))  # warm
+        if args.waits:
+            report = wait_gains(ensemble, asked, [float(wait) for wait in args.waits.split(",")])
+            Path(args.output).write_text(json.dumps(report, indent=2))
+            print(json.dumps(report, indent=2))
+            return
         ways = (("one thread", True), ("answers' threads", False))
         runs = {f"{label} {index}": four_at_once(ensemble, asked, one_thread)
                 for index in (1, 2) for label, one_thread in ways}  # fmt: skip

@@ -30,8 +30,8 @@ from specem_local.engine.member import Member
 # Seconds a decode waits for the other answers' rows before it goes without them. Four answers
 # at once on 2 cores (docs/performance.md#several-answers-at-once): 0 s 0.99x one at a time,
 # 0.005 s 1.33x, 0.02 s 1.28x, 0.05 s 1.29-1.45x, 0.1 s 1.28x, 0.2 s 1.31x; through the server
-# 0.02 s 1.23x, 0.05 s 1.31x. Since every batch is decoded on one thread, any wait does as well:
-# 0.005 s 1.46x, 0.02 s 1.52x, 0.05 s 1.44-1.53x, 0.1 s 1.44x.
+# 0.02 s 1.23x, 0.05 s 1.31x. Since every batch is decoded on one thread, the wait matters little:
+# 0.005 s 1.46-1.49x, 0.02 s 1.44-1.52x, 0.05 s 1.40-1.53x, 0.1 s 1.37-1.44x.
 MAX_WAIT = 0.05
 
 
