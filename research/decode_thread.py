@@ -75,6 +75,14 @@ class Inline:
         return done
 
 
+def answered(ensemble: Ensemble, asked: list[str], at_once: int) -> tuple[int, float]:
+    """The answer tokens and seconds of ``asked``, ``at_once`` answers at a time."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(at_once) as pool:
+        finals = list(pool.map(ensemble.generate, asked))
+    return sum(final.tokens for final in finals), time.perf_counter() - started
+
+
 def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict[str, Any]:
     """The answers 4 at once, each batch decoded on the decoding thread or (``one_thread``
     False) on the thread that hands it over."""
@@ -93,36 +101,29 @@ def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict
     if not one_thread:
         turns._decoder = Inline()  # type: ignore[assignment]
     try:
-        before, cpu_before, started = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
-        with ThreadPoolExecutor(4) as pool:
-            finals = list(pool.map(ensemble.generate, asked))
-        seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+        before, cpu_before = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
+        tokens, seconds = answered(ensemble, asked, 4)
+        after = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         shared._decode_together = decode_together
         turns._decoder = decoder
     return {
-        "tokens_per_second": round(sum(final.tokens for final in finals) / seconds, 1),
+        "tokens_per_second": round(tokens / seconds, 1),
         "four_row_batch_ms": round(statistics.median(batches) * 1000, 1),
         "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw,
         "cores_used": round((time.process_time() - cpu_before) / seconds, 2),
     }
 
 
-def answer_rate(ensemble: Ensemble, asked: list[str], at_once: int) -> float:
-    """Answer tokens a second, ``at_once`` answers at a time."""
-    started = time.perf_counter()
-    with ThreadPoolExecutor(at_once) as pool:
-        finals = list(pool.map(ensemble.generate, asked))
-    return sum(final.tokens for final in finals) / (time.perf_counter() - started)
-
-
 def wait_gains(ensemble: Ensemble, asked: list[str], waits: list[float]) -> dict[str, Any]:
     """4 at once against one at a time under each longest wait for the other answers' rows."""
-    alone = answer_rate(ensemble, asked, 1)
+    tokens, seconds = answered(ensemble, asked, 1)
+    alone = tokens / seconds
     gains = {}
     for wait in waits:
         ensemble.runner.turns.max_wait = wait
-        gains[str(wait)] = round(answer_rate(ensemble, asked, 4) / alone, 2)
+        tokens, seconds = answered(ensemble, asked, 4)
+        gains[str(wait)] = round(tokens / seconds / alone, 2)
     return {"one_at_a_time_tokens_per_second": round(alone, 1), "gain_at_4_by_wait": gains}
 
 
@@ -138,19 +139,17 @@ def main() -> None:
     asked = questions(16)
     with Ensemble.from_config(config_from_args(args), parallel=4, greedy=True, max_tokens=MAX_TOKENS) as ensemble:
         best = max(ensemble.runner.members, key=lambda member: member.model.n_params).model.shared.model
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(ensemble.generate, asked[:4]))  # warm
+        answered(ensemble, asked[:4], 4)  # warm
         if args.waits:
             report = wait_gains(ensemble, asked, [float(wait) for wait in args.waits.split(",")])
-            Path(args.output).write_text(json.dumps(report, indent=2))
-            print(json.dumps(report, indent=2))
-            return
-        ways = (("one thread", True), ("answers' threads", False))
-        runs = {f"{label} {index}": four_at_once(ensemble, asked, one_thread)
-                for index in (1, 2) for label, one_thread in ways}  # fmt: skip
-        ceiling = rows_ceiling(best, args.context)
-    report = {"context": args.context, "rows_ms": ceiling, "runs": runs, "hand_over_us": hand_over_us(),
-              "rows_gain": {size: round(size * ceiling[1] / ms, 2) for size, ms in ceiling.items()}}  # fmt: skip
+        else:
+            ways = (("one thread", True), ("answers' threads", False))
+            runs = {f"{label} {index}": four_at_once(ensemble, asked, one_thread)
+                    for index in (1, 2) for label, one_thread in ways}  # fmt: skip
+            ceiling = rows_ceiling(best, args.context)
+            gain = {size: round(size * ceiling[1] / ms, 2) for size, ms in ceiling.items()}
+            report = {"context": args.context, "rows_ms": ceiling, "runs": runs, "hand_over_us": hand_over_us(),
+                      "rows_gain": gain}  # fmt: skip
     Path(args.output).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
 
