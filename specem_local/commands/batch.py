@@ -2,20 +2,27 @@
 once, one result per line of OUT as each finishes (``--in-order``: in the order of IN).
 
 A line of IN is a JSON object: ``prompt`` (text) or ``messages`` (a conversation), an optional
-``id`` (else its line number), and optionally its own ``schema``, ``json``, ``grammar``,
-``regex``, ``tools``, ``tool_choice``, ``think`` and ``[ensemble]`` settings (``max_tokens``,
-``temperature``, ...) over the command's. A line of OUT is ``{"id", "text", "parsed",
-"finish_reason", "tokens", "seconds"}`` (``reasoning`` when it thought first), or ``{"id",
-"error"}``. A rerun skips the ids OUT already holds, so an interrupted batch goes on where it
-stopped; OUT only ever holds whole lines. A bad line is said with its number, and the others run.
+``id``, and optionally its own ``schema``, ``json``, ``grammar``, ``regex``, ``tools``,
+``tool_choice``, ``think`` and ``[ensemble]`` settings (``max_tokens``, ``temperature``, ...)
+over the command's. A line of OUT is ``{"id", "line", "text", "parsed", "finish_reason",
+"tokens", "seconds"}`` (``reasoning`` when it thought first), or ``{"id", "line", "error"}``.
+
+Resuming keys on the id: a line's own ``id``, else one made from its content (``#`` and 12 hex
+digits of its SHA-256; a repeat of the same line gets ``-2``, ``-3``...), so editing IN never
+moves an answer to another line. A rerun skips the ids OUT holds an answer for; the error
+records of IN's ids are dropped from OUT and those lines run again (a fixed line is answered).
+OUT only ever holds whole lines. A bad line is said with its number, and the others run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,6 +34,7 @@ from specem_local.settings import EnsembleSettings, describe
 
 FORMAT_KEYS = ("schema", "json", "grammar", "regex", "tools", "tool_choice", "parallel_tool_calls", "think", "models")
 SETTING_KEYS = frozenset(item.name for item in describe(EnsembleSettings))
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -40,16 +48,22 @@ class BatchLine:
 
 
 def read_lines(path: Path, defaults: dict[str, Any]) -> list[BatchLine]:
-    """Every line of IN, checked for what can be checked without the models."""
+    """Every line of IN, checked for what can be checked without the models. Lines end at
+    ``\\n`` only: JSON strings may hold U+2028 or U+0085, which ``str.splitlines`` would split at."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as error:
         raise SettingError(f"--batch {path}: {error.strerror or error}", "batch") from None
     lines, seen = [], set()
-    for number, raw in enumerate(text.splitlines(), start=1):
+    repeats: dict[str, int] = {}
+    for number, raw in enumerate(text.removeprefix(BOM).split("\n"), start=1):
         if not raw.strip():
             continue
         line = parse_line(raw, number, defaults)
+        if line.id.startswith("#") and line.request is not None:  # an id made from the content
+            repeats[line.id] = repeats.get(line.id, 0) + 1
+            if repeats[line.id] > 1:
+                line = BatchLine(f"{line.id}-{repeats[line.id]}", number, line.request)
         if line.id in seen:
             line = BatchLine(line.id, number, None, f"the id {line.id!r} is used by an earlier line")
         seen.add(line.id)
@@ -61,13 +75,16 @@ def parse_line(raw: str, number: int, defaults: dict[str, Any]) -> BatchLine:
     try:
         item = json.loads(raw)
     except (ValueError, RecursionError) as error:
-        return BatchLine(str(number), number, None, f"not JSON ({str(error)[:80]})")
+        return BatchLine(f"line {number}", number, None, f"not JSON ({str(error)[:80]})")
     if not isinstance(item, dict):
-        return BatchLine(str(number), number, None, 'a line must be a JSON object with a "prompt" or "messages"')
-    given_id = item.pop("id", number)
-    if not isinstance(given_id, (str, int)) or isinstance(given_id, bool):
-        return BatchLine(str(number), number, None, '"id" must be text or a whole number')
-    line_id = str(given_id)
+        return BatchLine(f"line {number}", number, None, 'a line must be a JSON object with a "prompt" or "messages"')
+    given_id = item.pop("id", None)
+    if given_id is None:
+        line_id = "#" + hashlib.sha256(json.dumps(item, sort_keys=True).encode("utf-8", "replace")).hexdigest()[:12]
+    elif not isinstance(given_id, (str, int)) or isinstance(given_id, bool) or not _unicode(str(given_id)):
+        return BatchLine(f"line {number}", number, None, '"id" must be text (valid Unicode) or a whole number')
+    else:
+        line_id = str(given_id)
     prompt = item.pop("prompt", None) if "prompt" in item else item.pop("messages", None)
     if "messages" in item:
         return BatchLine(line_id, number, None, 'give "prompt" or "messages", not both')
@@ -81,28 +98,56 @@ def parse_line(raw: str, number: int, defaults: dict[str, Any]) -> BatchLine:
     return BatchLine(line_id, number, {**base, **item, "prompt": prompt})
 
 
-def done_ids(path: Path) -> set[str]:
-    """The ids OUT already holds (a last line cut short by a crash is dropped from the file)."""
-    if not path.exists():
-        return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        whole = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(whole)
-        data = whole
-    ids = set()
-    for raw in data.decode("utf-8", errors="replace").splitlines():
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON can hold one, no file can
+        return False
+    return True
+
+
+def check_output(path: Path) -> None:
+    """OUT, checked before any model loads: a regular file (or none yet) that can be written.
+    A folder, a device or a pipe (``/dev/stdout``, ``/dev/full``) is refused: OUT is read back
+    to resume, and written whole lines at a time."""
+    if path.exists() and not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise SettingError(f"-o {path}: {what}; give the path of a file for the results", "output")
+    if not path.parent.is_dir():
+        raise SettingError(f"-o {path}: the folder {path.parent} does not exist", "output")
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise SettingError(f"-o {path}: cannot be written ({error.strerror or error})", "output") from None
+
+
+def answered_ids(path: Path, asked: set[str]) -> set[str]:
+    """The ids OUT holds an answer for. OUT is made whole first: a last line cut short by a
+    crash is dropped (kept, with its newline, if it is a whole record), and the error records of
+    ``asked`` ids are dropped, so those lines run again."""
+    data = path.read_bytes() if path.exists() else b""
+    records = []
+    for raw in data.decode("utf-8", errors="replace").split("\n"):
         try:
-            ids.add(str(json.loads(raw)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return ids
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue  # a blank line, or one a crash cut short
+        if isinstance(record, dict) and "id" in record:
+            records.append((raw, record))
+    kept = [(raw, r) for raw, r in records if not ("error" in r and str(r["id"]) in asked)]
+    whole = "".join(raw + "\n" for raw, _ in kept).encode("utf-8")
+    if whole != data:
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_bytes(whole)
+        os.replace(partial, path)
+    return {str(r["id"]) for _, r in kept if "error" not in r}
 
 
 def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> dict[str, Any]:
     if final is None:
         return {"id": line.id, "line": line.number, "error": error}
-    record: dict[str, Any] = {"id": line.id, "text": final.text, "parsed": plain(final.parsed)}
+    record: dict[str, Any] = {"id": line.id, "line": line.number, "text": final.text, "parsed": plain(final.parsed)}
     if final.reasoning:
         record["reasoning"] = final.reasoning
     return {**record, "finish_reason": final.finish_reason, "tokens": final.tokens, "seconds": round(final.seconds, 3)}
@@ -143,39 +188,82 @@ class Progress:
             self.stream.write("\n")
 
 
-def run_batch(ensemble: Any, lines: list[BatchLine], target: Path, in_order: bool) -> int:
-    """Answer every line (``read_lines``) not in ``target`` yet; 0 when every line was answered."""
-    skipped = done_ids(target)
-    todo = [line for line in lines if line.id not in skipped]
+Recorder = Callable[[BatchLine, Any], None]  # (line, its answer's stream): records it in the history
+
+
+class Results:
+    """OUT, appended a whole line at a time: a write that fails (a full disk) is taken back to
+    the last whole line and said in one line; the lines before it stand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path.open("ab", buffering=0)
+
+    def add(self, record: dict[str, Any]) -> None:
+        text = json.dumps(record, ensure_ascii=False)
+        if not _unicode(text):  # text a user sent, quoted in an error (a lone surrogate): escaped, still JSON
+            text = json.dumps(record)
+        data, end = (text + "\n").encode("utf-8"), self.file.tell()
+        try:
+            written = 0
+            while written < len(data):
+                written += self.file.write(data[written:]) or 0
+        except OSError as failure:
+            with contextlib.suppress(OSError):
+                self.file.truncate(end)
+            raise SpecemError(f"-o {self.path}: the results cannot be written ({failure.strerror or failure}); "
+                              "the lines before are whole, and a rerun goes on from them") from None  # fmt: skip
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def run_batch(
+    ensemble: Any, lines: list[BatchLine], target: Path, in_order: bool, record: Recorder | None = None
+) -> int:
+    """Answer every line (``read_lines``) OUT holds no answer for; 0 when every line was
+    answered. ``record``: called with each answer's stream as it starts (the history)."""
+    done = answered_ids(target, {line.id for line in lines})
+    todo = [line for line in lines if line.id not in done]
     progress = Progress(len(todo), sys.stderr)
     failed = 0
-    with target.open("a", encoding="utf-8") as sink:
+    sink = Results(target)
+    try:
         for line in [line for line in todo if line.request is None]:
             failed += _write(sink, line, None, line.error, progress)
         ready = [line for line in todo if line.request is not None]
-        answered: Generator[Any, None, None] = ensemble.answers([line.request for line in ready], ordered=in_order)
+        started = (lambda index, stream: record(ready[index], stream)) if record is not None else None
+        answered: Generator[Any, None, None] = ensemble.answers(
+            [line.request for line in ready], ordered=in_order, started=started
+        )
         try:
             for got in answered:
-                error = str(got.error) if got.error is not None else None
+                error = _said(got.error) if got.error is not None else None
                 failed += _write(sink, ready[got.index], got.final, error, progress)
         finally:
-            answered.close()  # (Ctrl-C) the answers still running are cancelled; OUT keeps whole lines
-            progress.end()
-    total = len(lines) - len(skipped & {line.id for line in lines})
+            answered.close()  # (Ctrl-C, a full disk) the answers still running are cancelled; OUT keeps whole lines
+    finally:
+        sink.close()
+        progress.end()
+    total = len(lines) - len(done & {line.id for line in lines})
     print(f"specem: {total - failed} of {total} answered into {target}" + (f"; {failed} failed" if failed else ""),
           file=sys.stderr)  # fmt: skip
     return 1 if failed else 0
 
 
-def _write(sink: TextIO, line: BatchLine, final: FinalEvent | None, error: str | None, progress: Progress) -> int:
-    """One result line (whole, flushed); 1 if it is an error (said on stderr with the line's number)."""
+def _said(error: Exception) -> str:
+    """An item's error in one line: a ``SpecemError`` as it is, anything else as the bug it is."""
+    return str(error) if isinstance(error, SpecemError) else f"unexpected {type(error).__name__}: {error}"
+
+
+def _write(sink: Results, line: BatchLine, final: FinalEvent | None, error: str | None, progress: Progress) -> int:
+    """One result line; 1 if it is an error (said on stderr with the line's number)."""
     if final is not None and final.finish_reason == "cancelled":
         return 0  # stopped by Ctrl-C: not written, so a rerun answers it
     if error is not None:
         print("\r\x1b[K" if progress.shown else "", end="", file=sys.stderr)
         print(f"specem: line {line.number} (id {printable(line.id)}): {printable(error)}", file=sys.stderr)
-    sink.write(json.dumps(result_of(line, final, error), ensure_ascii=False) + "\n")
-    sink.flush()
+    sink.add(result_of(line, final, error))
     progress.tick()
     return 1 if error is not None else 0
 
@@ -193,3 +281,4 @@ def check_batch_arguments(prompt: str | None, batch: str | None, output: str | N
         raise SettingError("--batch needs -o OUT.jsonl: where the results go (a rerun skips what it holds)", "output")
     if Path(output).resolve() == Path(batch).resolve():
         raise SpecemError("--batch and -o name the same file; the results need a file of their own")
+    check_output(Path(output))

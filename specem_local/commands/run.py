@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specem_local.commands.batch import check_batch_arguments, read_lines, run_batch
-from specem_local.commands.functions import call_function, load_functions
+from specem_local.commands.batch import BatchLine, check_batch_arguments, read_lines, run_batch
+from specem_local.commands.functions import call_function, load_functions, terminal_asker
 from specem_local.commands.terminal import (
     add_settings_flags,
     config_from_args,
@@ -75,12 +75,16 @@ def read_prompt(prompt: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.engine import Ensemble
+    from specem_local.engine.formats import output_format_from
     from specem_local.engine.thinking import plan
     from specem_local.settings import with_overrides
 
     check_batch_arguments(args.prompt, args.batch, args.output)
     prompt = read_prompt(args.prompt) if args.batch is None else ""
     functions = load_functions(args.functions) if args.functions else []
+    if args.approve and not functions:
+        raise SettingError("--approve asks before each call of --functions; give --functions FILE.py", "tools")
+    approve = terminal_asker() if args.approve else None  # no terminal is said before any model loads
     constraint = constraint_arguments(args, functions)  # a bad schema is said before any model loads
     config = config_from_args(args)
     think = think_argument(args)
@@ -89,10 +93,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.batch is not None:
         if functions:
             raise SettingError("--functions runs one agent loop; give each batch line its own tools instead", "tools")
-        defaults = {"output_format": constraint, "think": think} if constraint is not None else {}
+        defaults: dict[str, Any] = {"output_format": constraint} if constraint is not None else {}
+        if think is not None:  # a line with its own format thinks as the command says too
+            defaults["think"] = think
         lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
+        recorder = None if recording_off(args.no_log) else batch_recorder()
         with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
-            return run_batch(ensemble, lines, Path(args.output), args.in_order)
+            return run_batch(ensemble, lines, Path(args.output), args.in_order, recorder)
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
@@ -100,12 +107,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
         show = AnswerPrinter(args, model_colours(config), constraint is not None, ensemble.settings.max_tokens)
-        record = None if recording_off(args.no_log) else start_record(prompt)
+        recorded = None if recording_off(args.no_log) else start_record(prompt)
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        for _ in range(args.chain_limit + 1):
-            stream = ensemble.stream(messages, output_format=constraint, think=think)
-            if record is not None:
-                stream.log_to(record, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
+        answering, rounds = constraint, 0
+        while True:
+            stream = ensemble.stream(messages, output_format=answering, think=think)
+            if recorded is not None:
+                stream.log_to(recorded, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
             final, code = show.answer(stream, last=not functions)
             if final is None:
                 return code
@@ -113,15 +121,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not calls:
                 show.parsed(final) if functions else None
                 return 0
-            results = [(call, call_function(functions, call)) for call in calls]
+            results = [(call, call_function(functions, call, approve)) for call in calls]
             for call, result in results:
                 said = f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)}) → {result}"
                 print(f"[{printable(said)}]", file=sys.stderr, flush=True)
             messages += called_and_answered(results)
-            record = record and next_record(record, [result for _, result in results], prompt)
-        raise SpecemError(
-            f"the models still called functions after {args.chain_limit} rounds of results; raise --chain-limit"
-        )
+            recorded = recorded and next_record(recorded, [result for _, result in results], prompt)
+            rounds += 1
+            if rounds == args.chain_limit:  # the last results: the next answer is a message that reads them
+                answering = output_format_from(offered=functions, tool_choice="none")
 
 
 def called_and_answered(results: list[tuple[Any, str]]) -> list[dict[str, Any]]:
@@ -277,6 +285,38 @@ def print_parsed(final: FinalEvent, max_tokens: int) -> None:
     print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
 
 
+def batch_recorder() -> Callable[[BatchLine, AnswerStream], None] | None:
+    """Each batch answer in the history as it streams, a chat of its own (as the server records
+    each request); a history that cannot be written is said once and the batch goes on."""
+    from specem_local.engine.tools import as_recorded
+    from specem_local.storage.chats import Turn
+    from specem_local.storage.history import History
+
+    said: list[str] = []
+
+    def warn(message: str) -> None:
+        if not said:
+            said.append(message)
+            print(f"specem: warning: {message} (--no-log skips the history)", file=sys.stderr)
+
+    try:
+        history = History()
+    except SpecemError as error:
+        warn(f"the batch is not recorded in the history: {error}")
+        return None
+
+    def record(line: BatchLine, stream: AnswerStream) -> None:
+        assert line.request is not None
+        prompt = line.request["prompt"]
+        asked = [Turn("user", prompt)] if isinstance(prompt, str) else [Turn(m["role"], as_recorded(m)) for m in prompt]
+        try:
+            stream.log_to(history.start_new_chat("run", asked), warn)
+        except SpecemError as error:
+            warn(f"a batch answer is not recorded in the history: {error}")
+
+    return record
+
+
 def start_record(prompt: str) -> AnswerRecord | None:
     """Record this answer in the history (as it streams); a history that cannot be written is
     said once and the answer goes on."""
@@ -335,7 +375,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--chain-limit",
         type=whole_number(0, 100),
         default=5,
-        help="with --functions: rounds of results before the models must answer (default 5)",
+        help="with --functions: rounds of results at most, then the models answer with a message "
+        "(default 5; 0: no limit)",
+    )
+    shape.add_argument(
+        "--approve",
+        "--tools-approve",
+        action="store_true",
+        help="with --functions: ask on the terminal before each call is run",
     )
     shape.add_argument(
         "--think",

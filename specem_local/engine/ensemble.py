@@ -10,7 +10,7 @@ ends: the CLI, the chat app, the server and scripts consume the same stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from specem_local.engine import feedback, thinking
@@ -242,14 +242,23 @@ class Ensemble:
         (Ollama's load request): a bad value is a ``SpecemError``."""
         self.prepare("?", **options)
 
-    def answers(self, items: Iterable[Any], *, ordered: bool = False, **options: Any) -> Iterator[Answered]:
+    def answers(
+        self,
+        items: Iterable[Any],
+        *,
+        ordered: bool = False,
+        started: Callable[[int, AnswerStream], None] | None = None,
+        **options: Any,
+    ) -> Iterator[Answered]:
         """Answer many prompts, up to ``parallel`` at once (the load setting): yields an
         ``Answered`` (``index``, ``final``, or ``error``) for each as it finishes (``ordered``: in
         the order given). An item is a prompt, a conversation, a request from ``prepare``, or a
         dict of ``prepare``'s keywords with its ``prompt`` (its own schema, tools, settings);
         ``options`` apply to every item. A bad item is handed back with its error and the
-        others go on; leaving the loop early cancels the answers still running."""
-        return answer_many(items, start_for(self, options), self.runner.parallel, ordered)
+        others go on; leaving the loop early cancels the answers still running.
+        ``started(index, stream)`` is told of each answer as it starts (``stream.log_to(record)``
+        records it in the history)."""
+        return answer_many(items, start_for(self, options), self.runner.parallel, ordered, started)
 
     def generate(self, prompt: Prompt, **overrides: object) -> FinalEvent:
         """Answer a prompt; return the final record."""

@@ -1,7 +1,8 @@
 """Many answers from one call (``Ensemble.answers``): up to ``parallel`` of them run at once,
 each in a thread of its own on a place of the runner, and each is handed back as it finishes
-(or in the order given). One that fails (a bad schema, a prompt too long) is handed back with its
-error; the others go on. Leaving early cancels the answers still running."""
+(or in the order given). One that fails (a bad schema, a prompt too long, a bad item, or a bug
+in specem) is handed back with its error; the others go on: one item never ends the others.
+Leaving early cancels the answers still running."""
 
 from __future__ import annotations
 
@@ -20,18 +21,26 @@ from specem_local.events import FinalEvent
 @dataclass(frozen=True)
 class Answered:
     """One of many answers: its index among the items given, its final record, or the error
-    that ended it (a ``SpecemError``: say it and go on)."""
+    that ended it (a ``SpecemError``: say it and go on; anything else is a bug in specem,
+    handed back all the same so that the other answers are not lost)."""
 
     index: int
     final: FinalEvent | None = None
-    error: SpecemError | None = None
+    error: Exception | None = None
 
 
 Start = Callable[[Any], AnswerStream]  # an item -> its answer's stream (prepared: errors raised here)
 
 
-def answer_many(items: Iterable[Any], start: Start, parallel: int, ordered: bool = False) -> Iterator[Answered]:
-    """Run ``start(item).final()`` for each item, ``parallel`` at a time; yield as they end."""
+def answer_many(
+    items: Iterable[Any],
+    start: Start,
+    parallel: int,
+    ordered: bool = False,
+    started: Callable[[int, AnswerStream], None] | None = None,
+) -> Iterator[Answered]:
+    """Run ``start(item).final()`` for each item, ``parallel`` at a time; yield as they end.
+    ``started(index, stream)`` is told of each answer before it runs (to record it, say)."""
     results: queue.Queue[Answered | BaseException] = queue.Queue()
     work = iter(enumerate(items))
     taking = threading.Lock()
@@ -51,12 +60,14 @@ def answer_many(items: Iterable[Any], start: Start, parallel: int, ordered: bool
             try:
                 stream = start(item)
                 streams[index] = stream
+                if started is not None:
+                    started(index, stream)
                 if stopping.is_set():
                     stream.cancel()
                 results.put(Answered(index, stream.final()))
-            except SpecemError as error:
+            except Exception as error:  # this item's fault (a SpecemError) or a bug: the others go on
                 results.put(Answered(index, error=error))
-            except BaseException as error:  # a bug: said where the answers are read
+            except BaseException as error:  # Ctrl-C: said where the answers are read
                 results.put(error)
                 return
             finally:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from specem_local.errors import SpecemError
+from specem_local.errors import SettingError, SpecemError
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -66,15 +66,18 @@ class Message:
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
-            raise SpecemError(f"message role must be one of {', '.join(ROLES)}; got {self.role!r}")
+            raise SettingError(f"message role must be one of {', '.join(ROLES)}; got {self.role!r}", "messages")
         if not isinstance(self.content, str):
-            raise SpecemError(f"a {self.role} message's content must be text, got {type(self.content).__name__}")
+            raise SettingError(
+                f"a {self.role} message's content must be text, got {type(self.content).__name__}", "messages"
+            )
         try:
             self.content.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise SpecemError(
+            raise SettingError(
                 f"a {self.role} message is not valid Unicode text (a lone surrogate at character {error.start}); "
-                "decode its bytes with errors='replace'"
+                "decode its bytes with errors='replace'",
+                "messages",
             ) from None
 
 
@@ -250,14 +253,38 @@ def as_messages(prompt: str | list[Message] | list[dict[str, str]], system_promp
     message is the user's, or an assistant message to continue that follows the user's."""
     if isinstance(prompt, str):
         messages = [Message("user", prompt)]
+    elif isinstance(prompt, (list, tuple)) and prompt:
+        messages = [_message(m, f"messages[{index}]") for index, m in enumerate(prompt)]
     else:
-        messages = [m if isinstance(m, Message) else Message(m["role"], m["content"]) for m in prompt]
+        raise SettingError(
+            f"the prompt must be text or a non-empty list of messages, not {_kind(prompt)}", "messages"
+        )
     asked, _ = split_partial_answer(messages)
     if not asked or asked[-1].role not in ("user", "tool"):
-        raise SpecemError(
+        raise SettingError(
             "a conversation must end with a user message or a tool's result (or with the start of an answer "
-            "to continue after one)"
+            "to continue after one)",
+            "messages",
         )
     if system_prompt and messages[0].role != "system":
         messages.insert(0, Message("system", system_prompt))
     return messages
+
+
+def _message(value: Any, where: str) -> Message:
+    """One message of a conversation given as data: a ``Message``, or ``{"role", "content"}``."""
+    if isinstance(value, Message):
+        return value
+    if not isinstance(value, dict):
+        raise SettingError(f'{where} must be an object with a "role" and a "content", not {_kind(value)}', "messages")
+    role, content = value.get("role"), value.get("content")
+    if role not in ROLES:
+        raise SettingError(f"{where}.role must be one of {', '.join(ROLES)}; got {str(role)[:40]!r}", "messages")
+    if not isinstance(content, str):
+        raise SettingError(f"{where}.content must be text, not {_kind(content)}", "messages")
+    return Message(role, content)
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in a word, for an error message."""
+    return "nothing" if value is None else f"{type(value).__name__} {str(value)[:40]!r}"
