@@ -17,8 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
-from specem_local.engine.member import EXTRA_TOKENS, Member, can_draft_and_verify
-from specem_local.engine.places import cells_needed
+from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.rounds import RoundLoop
 from specem_local.engine.runner import AnswerRunner
@@ -77,7 +76,7 @@ class AnswerStream(Iterator[Event]):
         if self._ended:
             raise StopIteration
         if self._steps is None:
-            place = self._runner.begin(self, answer_cells(self.request))
+            place = self._runner.begin(self, self.request.cells)
             self._members = self._runner.at_place(place, self._members)
             try:  # whatever setting up raises, the runner is free for the next answer
                 members, absent = present_members(self._members)
@@ -195,15 +194,6 @@ def _tell(loop: asyncio.AbstractEventLoop, callback: Callable[[Any], None], argu
     then nobody is left to tell."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(callback, argument)
-
-
-def answer_cells(request: AnswerRequest) -> int:
-    """KV cells the answer may hold at most: its longest prompt, its answer, one round's
-    candidates (each drafter's segment and the few tokens past it that end a word)."""
-    settings = request.settings
-    drafters = max(len(request.members), settings.draft_budget, 1)
-    longest = max((len(tokens) for tokens in request.prompts.values()), default=0)
-    return cells_needed(longest, settings.max_tokens, drafters * (settings.segment_tokens + EXTRA_TOKENS) + 1)
 
 
 def present_members(members: list[Member]) -> tuple[list[Member], dict[str, str]]:

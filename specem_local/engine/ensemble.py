@@ -21,7 +21,15 @@ from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.many import Answered, answer_many, start_for
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.prompting import Message, split_partial_answer
-from specem_local.engine.request import AnswerRequest, Prompt, checked_prefix, conversation, prompt_tokens
+from specem_local.engine.request import (
+    AnswerRequest,
+    Prompt,
+    checked_prefix,
+    conversation,
+    fitted_thinking,
+    prompt_tokens,
+    round_cells,
+)
 from specem_local.engine.roster import Roster
 from specem_local.engine.rounds import weights_dict
 from specem_local.engine.runner import AnswerRunner
@@ -201,8 +209,15 @@ class Ensemble:
         members = self._select(models)
         start = self.runner.starting_weights(members, settings)
         drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
-        formatted = output_format is not None
-        prompts = {m.name: prompt_tokens(m, messages, settings, len(drafting), formatted) for m in members}
+        drafters, formatted = len(drafting), output_format is not None
+        prompts = {m.name: prompt_tokens(m, messages, settings, drafters, formatted) for m in members}
+        switched = 0  # the format's phase after thinking: its longest prompt, reasoning included
+        if think_plan.budget and output_format is not None:
+            think_plan, switched = fitted_thinking(think_plan, members, asked, output_format, settings, drafters)
+            if not think_plan.budget:  # no room to think: the format from the first token
+                messages = with_instruction(asked, output_format)
+                prompts = {m.name: prompt_tokens(m, messages, settings, drafters, formatted) for m in members}
+        longest = max([len(tokens) for tokens in prompts.values()] + [switched])
         prefix = checked_prefix(messages, output_format, lambda text: _accepts(output_format, text))
         stop_note = ("stop strings are not applied to an answer with a format: it ends when whole",)
         notes = (output_format.notes + (stop_note if settings.stop else ())) if output_format is not None else ()
@@ -218,6 +233,7 @@ class Ensemble:
             notes=notes,
             think=think_plan,
             asked=tuple(asked),
+            cells=longest + settings.max_tokens + round_cells(settings, drafters),
         )
 
     def stream(self, prompt: Prompt | AnswerRequest, **options: Any) -> AnswerStream:

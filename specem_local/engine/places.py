@@ -287,8 +287,3 @@ def place_members(members: Sequence[Member], places: int, turns: DecodeTurns) ->
         [Member(member.spec, model.view(place), member.prompt_format) for member, model in zip(members, shared)]
         for place in range(places)
     ]
-
-
-def cells_needed(prompt_tokens: int, max_tokens: int, round_room: int) -> int:
-    """KV cells an answer may hold at most: its prompt, its answer, one round's candidates."""
-    return prompt_tokens + max_tokens + round_room

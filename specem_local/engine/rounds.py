@@ -165,23 +165,23 @@ class RoundLoop:
                 if self.cancel.is_set():
                     finish = "cancelled"
                     break
-                if self.phase == "reasoning" and self.tokens >= self.request.think.budget:
-                    self._switch("budget")
-                    continue
-                if self.tokens >= self.settings.max_tokens:
-                    finish = "length"
-                    break
                 try:
+                    if self.phase == "reasoning" and self.tokens >= self.request.think.budget:
+                        self._switch("budget")
+                        continue
+                    if self.tokens >= self.settings.max_tokens:
+                        finish = "length"
+                        break
                     event, finish = self._round()
-                except ContextFull:
+                    if self.phase == "reasoning" and finish in ("eos", "empty"):  # the members ended their thinking
+                        finish = None
+                        self._switch("eos")
+                except ContextFull:  # a round, or the format's phase after the reasoning, found no room
                     finish = "context"
                     break
                 except MemberLost:  # the round again without it: the others' tails are dropped as it drafts
                     self._take_losses()
                     continue
-                if self.phase == "reasoning" and finish in ("eos", "empty"):  # the members ended their thinking
-                    finish = None
-                    self._switch("eos")
                 if event is None and finish is None:
                     continue
                 if event is None:
@@ -214,7 +214,8 @@ class RoundLoop:
                 prompts = {i: prompt_tokens(self.members[i], messages, settings, drafters, True) for i in following}
             except PromptTooLong as error:  # the reasoning filled a context: it ends there
                 raise ContextFull(str(error)) from None
-            self.run_each(lambda i: self.members[i].start(list(prompts[i]), True), following)
+            # A member lost here leaves the answer (the others go on in the format) rather than end it.
+            self.run_each(lambda i: self.members[i].start(list(prompts[i]), True), following, losses_raise=False)
         self.format = FormatMatcher(self.constraint)
         self._give_matchers()
 

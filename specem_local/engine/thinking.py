@@ -29,9 +29,23 @@ CUT = "That is enough thinking."
 
 @dataclass(frozen=True)
 class ThinkPlan:
-    """How an answer thinks before its format: ``budget`` tokens (0: not at all)."""
+    """How an answer thinks before its format: ``budget`` tokens (0: not at all); ``explicit``:
+    the caller named the budget (a default is fitted to the room there is instead)."""
 
     budget: int = 0
+    explicit: bool = False
+
+
+def reasoning_room(budget: int, segment_tokens: int) -> int:
+    """Tokens the reasoning may take in any member's prompt of the format's phase: the budget and
+    the round that crosses it, in the writer's tokens, and a quarter more for a member whose
+    tokenizer splits the same text finer; the bridge's few tokens."""
+    return (budget + segment_tokens) * 5 // 4 + 16
+
+
+def fitting_budget(room: int, segment_tokens: int) -> int:
+    """The largest budget whose ``reasoning_room`` fits in ``room`` tokens (0 if none does)."""
+    return max((room - 16) * 4 // 5 - segment_tokens, 0)
 
 
 def plan(think: Any, max_tokens: int, default_budget: int, formatted: bool, field: str = "think") -> ThinkPlan:
@@ -52,7 +66,7 @@ def plan(think: Any, max_tokens: int, default_budget: int, formatted: bool, fiel
             field,
         )
     if explicit:
-        return ThinkPlan(budget)
+        return ThinkPlan(budget, explicit=True)
     budget = min(budget, room)
     return ThinkPlan(budget if budget >= MIN_REASONING else 0)
 

@@ -24,10 +24,12 @@ class Thinker(FakeModel):
     asked for the final answer (a new user turn, or past "Final answer:" in the same turn) or
     told to answer with JSON and nothing about thinking."""
 
+    working = WORKING
+
     def next_logits(self, history: list[int]):
         text = b"".join(self.pieces[t] for t in history).lower()
         asked_json = b"final answer" in text or (b"answer with json" in text and b"first think" not in text)
-        self.target = (REPLY if asked_json else WORKING).encode()
+        self.target = (REPLY if asked_json else self.working).encode()
         return super().next_logits(history)
 
 
