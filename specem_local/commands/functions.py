@@ -5,19 +5,23 @@ raises gives the models its error as the result, as a tool server would."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
+import os
 import runpy
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specem_local.commands.terminal import printable
 from specem_local.errors import SettingError
 
 if TYPE_CHECKING:
     from specem_local.engine.tools import ToolCall
 
 MAX_RESULT = 20_000  # characters of a result the models read; past it, cut and said so
+TERMINAL = "/dev/tty"  # where --approve asks
 
 
 def load_functions(path: str) -> list[Callable[..., Any]]:
@@ -27,8 +31,8 @@ def load_functions(path: str) -> list[Callable[..., Any]]:
         raise SettingError(f"--functions {path}: no such file; give a Python file that defines functions", "tools")
     try:
         namespace = runpy.run_path(str(file), run_name="specem_functions")
-    except Exception as error:  # the user's file failed to run: SyntaxError, ImportError, ...
-        said = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    except (Exception, SystemExit) as error:  # the file failed to run: SyntaxError, ImportError, sys.exit()
+        said = " ".join(f"{type(error).__name__}: {_said(error)}".split())[:300]
         raise SettingError(f"--functions {path}: the file failed to run ({said})", "tools") from None
     defined: list[Callable[..., Any]] = [
         value
@@ -40,13 +44,54 @@ def load_functions(path: str) -> list[Callable[..., Any]]:
     return defined
 
 
-def call_function(functions: list[Callable[..., Any]], call: ToolCall) -> str:
-    """Run one call; its result as the models read it: text as it is, anything else as JSON, an
-    exception as ``error: TYPE: message``."""
-    function = next(f for f in functions if f.__name__ == call.name)  # the grammar allows no other name
+def terminal_asker() -> Callable[[str], bool]:
+    """``--approve``: a question answered y or n on the terminal, ``/dev/tty`` (stdin may carry
+    the prompt), where it is also asked (stderr may be a file). Without a terminal a
+    ``SettingError``, said before any model loads rather than at the first call."""
     try:
+        os.close(os.open(TERMINAL, os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        raise SettingError("--approve asks before each call on a terminal, and there is none here", "tools") from None
+
+    def ask(question: str) -> bool:
+        terminal = os.open(TERMINAL, os.O_RDWR | os.O_NOCTTY)  # not seekable: no text file over it
+        try:
+            os.write(terminal, f"{printable(question)} [y/N] ".encode())
+            answer = os.read(terminal, 1024)  # a terminal hands over one line
+        finally:
+            os.close(terminal)
+        return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+
+    return ask
+
+
+def call_function(
+    functions: list[Callable[..., Any]], call: ToolCall, approve: Callable[[str], bool] | None = None
+) -> str:
+    """Run one call (once ``approve`` says yes to it, when given); its result as the models read
+    it: text as it is, anything else as JSON. What goes wrong is the models' to read, as
+    ``error: ...``, and the loop goes on: arguments the function cannot take, an exception, a
+    ``sys.exit()``, a result with no JSON form. Ctrl-C still stops the command."""
+    function = next(f for f in functions if f.__name__ == call.name)  # the grammar allows no other name
+    if approve is not None and not approve(f"Run {call.name}({json.dumps(call.arguments, ensure_ascii=False)})?"):
+        return f"error: the user declined to run {call.name}; it was not run"
+    try:
+        inspect.signature(function).bind(**call.arguments)
         result = function(**call.arguments)
-    except Exception as error:
-        return f"error: {type(error).__name__}: {error}"[:MAX_RESULT]
-    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+        if inspect.iscoroutine(result):  # an async def
+            result = asyncio.run(result)
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+        text.encode("utf-8")  # a lone surrogate is not text a prompt can hold
+    except (Exception, SystemExit) as error:
+        text = f"error: {type(error).__name__}: {_said(error)}"
     return text if len(text) <= MAX_RESULT else f"{text[:MAX_RESULT]} [cut at {MAX_RESULT:,} characters]"
+
+
+def _said(error: BaseException) -> str:
+    """An exception's message as text a prompt can hold, even where its ``str()`` raises or
+    holds a lone surrogate."""
+    try:
+        message = str(error)
+    except Exception:
+        return "(its message cannot be shown)"
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")

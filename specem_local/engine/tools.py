@@ -110,7 +110,9 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
 
 def _from_function(function: Callable[..., Any], where: str) -> Tool:
     """A Python function as a tool: parameters from its type hints (``Optional``, ``list[str]``,
-    ``Literal`` ...), descriptions from its docstring's ``Args:`` section."""
+    ``Literal`` ...), descriptions from its docstring's ``Args:`` section. A call passes keyword
+    arguments, so ``*args`` and positional-only parameters are refused; extra arguments are
+    refused by the schema unless the function takes ``**kwargs``."""
     name = getattr(function, "__name__", "")
     if not NAME.fullmatch(name):
         raise SettingError(f"{where}: the function's name {name[:40]!r} cannot name a tool", "tools")
@@ -121,13 +123,30 @@ def _from_function(function: Callable[..., Any], where: str) -> Tool:
         hints = typing.get_type_hints(function)
     except Exception as error:  # a name the annotations use is not defined: NameError, TypeError...
         raise SettingError(f"{where}: the type hints of {name} cannot be read ({error})"[:300], "tools") from None
-    properties, required = {}, []
+    properties, required, extra = {}, [], False
     for parameter in inspect.signature(function).parameters.values():
+        kind = parameter.kind
+        if kind in (parameter.VAR_POSITIONAL, parameter.POSITIONAL_ONLY):
+            said = f"*{parameter.name}" if kind is parameter.VAR_POSITIONAL else f"{parameter.name}, /"
+            raise SettingError(f"{where}: {name}({said}) cannot be called: a call passes arguments by name", "tools")
+        if kind is parameter.VAR_KEYWORD:
+            extra = True
+            continue
         about = {"description": described[parameter.name]} if parameter.name in described else {}
-        properties[parameter.name] = {**json_type(hints.get(parameter.name, str)), **about}
+        properties[parameter.name] = {**_parameter_type(parameter, hints), **about}
         if parameter.default is inspect.Parameter.empty:
             required.append(parameter.name)
-    return Tool(name, " ".join(summary.split()), {"type": "object", "properties": properties, "required": required})
+    schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": extra}
+    return Tool(name, " ".join(summary.split()), schema)
+
+
+def _parameter_type(parameter: inspect.Parameter, hints: dict[str, Any]) -> dict[str, Any]:
+    """A parameter's JSON Schema: from its hint; untyped, the type of its default (``n=5`` is an
+    integer), or any value when it has none to go by."""
+    if parameter.name in hints:
+        return json_type(hints[parameter.name])
+    default_type = type(parameter.default)
+    return {"type": _JSON_TYPES[default_type]} if default_type in _JSON_TYPES else {}
 
 
 def json_type(hint: Any, depth: int = 0) -> dict[str, Any]:

@@ -63,13 +63,12 @@ def test_run_with_functions_goes_through_the_whole_loop(members, capsys, tmp_pat
     assert again[1].calls[0].name == "get_weather" and again[2].role == "tool" and again[2].name == "get_weather"
 
 
-def test_a_loop_that_never_answers_stops_at_the_chain_limit(members, capsys, tmp_path):
+def test_a_loop_that_never_answers_ends_with_a_message_at_the_chain_limit(members, capsys, tmp_path):
     members += [fake_member("a", CALL, n_ctx=4096), fake_member("b", CALL, n_ctx=4096)]
     functions = tmp_path / "weather.py"
     functions.write_text(WEATHER_PY)
     code, _, err = run(capsys, "--max-tokens", "80", "--functions", str(functions), "--chain-limit", "2", "Go")
-    assert code == 1 and err.count("get_weather(") == 3
-    assert "still called functions after 2 rounds of results; raise --chain-limit" in err
+    assert code == 0 and err.count("get_weather(") == 2  # 2 rounds of results, then a message (test_functions.py)
 
 
 def test_a_function_that_raises_gives_the_models_its_error(members, capsys, tmp_path):
@@ -77,7 +76,7 @@ def test_a_function_that_raises_gives_the_models_its_error(members, capsys, tmp_
     functions = tmp_path / "broken.py"
     functions.write_text("def get_weather(city: str) -> str:\n    raise ValueError('no such city')\n")
     code, _, err = run(capsys, "--max-tokens", "80", "--functions", str(functions), "--chain-limit", "1", "Go")
-    assert "→ error: ValueError: no such city" in err and code == 1
+    assert "→ error: ValueError: no such city" in err and code == 0  # the loop goes on
 
 
 def test_bad_functions_files_are_one_line_before_any_model_loads(members, capsys, tmp_path):

@@ -61,6 +61,7 @@ def test_a_python_function_is_a_tool_with_its_signature_and_docstring():
             "unit": {"type": "string", "description": "celsius or fahrenheit"},
         },
         "required": ["city"],
+        "additionalProperties": False,
     }
 
 
