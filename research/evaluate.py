@@ -317,7 +317,7 @@ def run_systems(
                     started = time.perf_counter()
                     events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides, **task.options}))
                     start, final = events[0], events[-1]
-                    extracted, correct = task.grade(final.text)
+                    extracted, correct = task.grade(final.text, final.finish_reason, structured="schema" in base)
                     record["systems"][system] = {
                         "text": final.text,
                         "extracted": extracted,

@@ -1,10 +1,13 @@
 """Is every structured answer valid? For each schema of the vendored sets (JSONSchemaBench's
 folders, JSON-Schema-Test-Suite draft 2020-12; research/data/schemas/): refused up front (with
 the reason), or answered by the ensemble and checked with ``jsonschema`` (formats included).
-Resumable: schemas already in the output are skipped.
+Resumable: schemas already in the output are skipped. A valid answer that is the empty object or
+array (``{}``, ``[]``: valid only because the schema requires nothing, and of no use to a user)
+is counted apart, as ``empty``, of the valid ones.
 
     python -m specem_research.schema_validity [--sets a,b] [--limit N] [--max-tokens N] [--think false] [--output DIR]
     python -m specem_research.schema_validity vendor JSONSCHEMABENCH_DATA   # write the JSONSchemaBench sets
+    python -m specem_research.schema_validity recount RUN_DIR REPORT.json   # a run counted again, no model
 """
 
 from __future__ import annotations
@@ -77,6 +80,14 @@ def check(schema: dict[str, Any], text: str) -> str:
     return "valid" if error is None else f"invalid: {error.message[:200]}"
 
 
+def empty(text: str) -> bool:
+    """The answer is the empty object or the empty array (whitespace aside)."""
+    try:
+        return json.loads(text) in ({}, [])
+    except (ValueError, RecursionError):
+        return False
+
+
 def _float_multiple(error: jsonschema.ValidationError) -> bool:
     """A ``multipleOf`` error that is only binary floating point (10000.89 of 0.01): jsonschema
     divides floats; in decimal the number is a multiple."""
@@ -119,8 +130,9 @@ def run(
 
 
 def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], Any]) -> dict[str, Any]:
-    """Per set: schemas, refused (and the reasons), answered, valid, cut, invalid. Whole answers
-    are checked again, so a run is reported with this version's checks."""
+    """Per set: schemas, refused (and the reasons), answered, valid (and of those, ``empty``: the
+    empty object or array), cut, invalid. Whole answers are checked again, so a run is reported
+    with this version's checks."""
     summary: dict[str, Any] = {}
     for record in map(json.loads, items_path.read_text().splitlines()):
         schema = by_key.get((record["set"], record["id"]))
@@ -133,6 +145,7 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
                 "refused": 0,
                 "not_answered": 0,
                 "valid": 0,
+                "empty": 0,
                 "cut": 0,
                 "invalid": 0,
                 "unchecked": 0,
@@ -155,6 +168,7 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
             entry["refusals"][reason] = entry["refusals"].get(reason, 0) + 1
         elif kind == "valid":
             entry["valid"] += 1
+            entry["empty"] += empty(record["text"])
         elif kind == "cut":
             entry["cut"] += 1
         elif kind == "not":
@@ -169,12 +183,22 @@ def report(items_path: Path, report_path: Path, by_key: dict[tuple[str, str], An
         print(
             f"{name}: {entry['schemas']} schemas, {entry['refused']} refused, {entry['not_answered']} longer than "
             f"the context, {answered} answered ({entry['approximated']} approximated): "
-            f"{entry['valid']} valid, {entry['cut']} cut at max_tokens, {entry['invalid']} invalid, "
+            f"{entry['valid']} valid ({entry['empty']} of them empty, {{}} or []), "
+            f"{entry['cut']} cut at max_tokens, {entry['invalid']} invalid, "
             f"{entry['unchecked']} jsonschema could not check"
         )
         for reason, count in collections.Counter(entry["refusals"]).most_common(5):
             print(f"    refused {count}: {reason}")
+    valid, empties = (sum(entry[key] for entry in summary.values()) for key in ("valid", "empty"))
+    print(f"all sets: {valid} valid, {empties} of them empty ({{}} or []), {valid - empties} with content")
     return summary
+
+
+def recount(run: Path, report_path: Path) -> dict[str, Any]:
+    """A finished run's ``items.jsonl`` counted again with this version's checks against the
+    vendored schemas (every set), written to ``report_path``: no model is loaded."""
+    by_key = {(name, key): schema for name, key, schema in schemas(None, ALL_SETS)}
+    return report(run / "items.jsonl", report_path, by_key)
 
 
 def main() -> None:
@@ -190,6 +214,9 @@ def main() -> None:
     parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(ALL_SETS)}")
     if sys.argv[1:2] == ["vendor"]:
         vendor(Path(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["recount"]:
+        recount(Path(sys.argv[2]), Path(sys.argv[3]))
         return
     args = parser.parse_args()
     sets = tuple(args.sets.split(","))

@@ -1,7 +1,9 @@
 """Where the time of a short answer goes (issue 48): BFCL tool calls and GSM8K answers from the
 default trio and from its best member alone, each split into reading the prompt (per member),
 drafting, verifying and the rest (the vote, the format's masks, Python), with the rounds and
-who drafted. Greedy; the first answer is a warm-up and is not counted.
+who drafted. Greedy; the first answer is a warm-up and is not counted. Every answer's text is
+kept (``texts``), and ``same_answers`` counts, per set, the items the ensemble answered with the
+very text its member alone wrote.
 
     python -m specem_research.short_answers [--items 10] [--ensemble NAME] [--member NAME]
 """
@@ -44,6 +46,7 @@ def profile(ensemble: Ensemble, items: list[dict[str, Any]], models: list[str] |
     totals: dict[str, Any] = defaultdict(float)
     drafted: dict[str, float] = defaultdict(float)
     verified: dict[str, float] = defaultdict(float)
+    texts: list[str] = []
     try:
         for item in items:
             started = time.perf_counter()
@@ -54,6 +57,7 @@ def profile(ensemble: Ensemble, items: list[dict[str, Any]], models: list[str] |
                 for name, seconds in getattr(event, "verify_seconds", {}).items():
                     verified[name] += seconds
             final = stream.final()
+            texts.append(final.text)
             totals["seconds"] += time.perf_counter() - started
             totals["first_segment"] += final.first_segment_seconds or 0.0
             totals["rounds"] += final.rounds
@@ -74,7 +78,18 @@ def profile(ensemble: Ensemble, items: list[dict[str, Any]], models: list[str] |
         "draft_seconds": {k: round(v, 2) for k, v in drafted.items()},
         "verify_seconds": {k: round(v, 2) for k, v in verified.items()},
         "other_seconds": round(totals["seconds"] - spent, 2),
+        "texts": texts,
     }
+
+
+def same_answers(report: dict[str, Any], sets: list[str], member: str) -> dict[str, dict[str, int]]:
+    """Per set, of the items both answered, how many of the ensemble's answers are its member's
+    text, character for character."""
+    counts = {}
+    for name in sets:
+        ours, theirs = report[f"{name}/ensemble"]["texts"], report[f"{name}/{member}"]["texts"]
+        counts[name] = {"same": sum(a == b for a, b in zip(ours, theirs)), "items": min(len(ours), len(theirs))}
+    return counts
 
 
 def main() -> None:
@@ -98,8 +113,10 @@ def main() -> None:
         for name, items in sets.items():
             for system, models in (("ensemble", None), (args.member, [args.member])):
                 profile(ensemble, items[:1], models)  # warm-up
-                report[f"{name}/{system}"] = profile(ensemble, items[1:], models)
-                print(name, system, json.dumps(report[f"{name}/{system}"]), flush=True)
+                report[f"{name}/{system}"] = entry = profile(ensemble, items[1:], models)
+                print(name, system, json.dumps({k: v for k, v in entry.items() if k != "texts"}), flush=True)
+    report["same_answers"] = same_answers(report, list(sets), args.member)
+    print("the same text as the member alone:", json.dumps(report["same_answers"]), flush=True)
     Path(args.output).write_text(json.dumps(report, indent=2))
 
 

@@ -18,6 +18,7 @@ from specem_research.grading import extract_choice, extract_number, normalise_nu
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
 LETTERS = "ABCDEFGHIJ"  # what extract_choice reads: at most ten choices
+ENDED = ("eos", "stop")  # the finish reasons of a whole answer; "length", "context", "cancelled": cut
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,24 @@ class Task:
         """What the ensemble is given beside the prompt: a tool-call item's tools."""
         return {"tools": list(self.tools)} if self.tools else {}
 
-    def grade(self, text: str) -> tuple[str | None, bool]:
-        """The extracted answer (as text) and whether it is correct; a JSON answer (``eval
-        --schema``) is graded by its ``answer`` field, a tool-call item by BFCL's AST rule."""
+    def grade(self, text: str, finish_reason: str = "eos", structured: bool = False) -> tuple[str | None, bool]:
+        """The extracted answer (as text) and whether it is correct; a tool-call item by BFCL's
+        AST rule. A JSON answer (``structured``: ``eval --schema``) is graded by its ``answer``
+        field, and only when it is whole: one that was cut (``finish_reason`` other than "eos" or
+        "stop") or does not parse is wrong, whatever numbers its text holds."""
+        if (self.tools or structured) and finish_reason not in ENDED:
+            return None, False
         if self.tools:
             return grade_calls(text, self)
-        text = _answer_field(text)
+        if structured:
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                return None, False
+            if isinstance(value, dict) and "answer" in value:
+                text = str(value["answer"])
+        else:
+            text = _answer_field(text)
         if self.choices:
             letter = extract_choice(text, len(self.choices))
             return letter, letter == self.answer.strip().upper()
