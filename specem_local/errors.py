@@ -38,6 +38,17 @@ class NoMemberLeft(SpecemError):
     status = 503
 
 
+class Busy(SpecemError):
+    """Every place is taken and the line for them is full: try again after ``retry_after``
+    seconds (a 429 with ``Retry-After``)."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ShuttingDown(SpecemError):
     """The server is stopping (SIGTERM, Ctrl-C): no answer starts any more (a 503)."""
 

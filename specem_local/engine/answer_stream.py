@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.request import AnswerRequest
-from specem_local.engine.rounds import RoundLoop
+from specem_local.engine.rounds import RoundLoop, weights_dict
 from specem_local.engine.runner import AnswerRunner
 from specem_local.errors import NoMemberLeft, SpecemError
 from specem_local.events import Event, FinalEvent
@@ -51,12 +52,14 @@ class AnswerStream(Iterator[Event]):
         self._final: FinalEvent | None = None
         self._ended = False
         self._record: Record | None = None
+        self._make_record: Callable[[], Record | None] | None = None
         self.record_warning: Callable[[str], None] | None = None  # told once when the history stops recording
 
     def cancel(self) -> None:
         """Stop the answer (from any thread): the round loop stops at its next check, and a
         step waiting on a worker process (a member on another machine) stops waiting at once."""
         self._cancelled.set()
+        self._runner.wake()  # out of the line for a place at once, if it waits there
         for member in self._members:
             member.model.interrupt()
 
@@ -64,20 +67,40 @@ class AnswerStream(Iterator[Event]):
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def log_to(self, record: Record, warn: Callable[[str], None] | None = None) -> AnswerStream:
+    def log_to(
+        self, record: Record | Callable[[], Record | None], warn: Callable[[str], None] | None = None
+    ) -> AnswerStream:
         """Write every event to ``record`` as it streams, and the failure that ends the answer,
         if one does; a record that cannot be written stops recording (``warn`` is told once)
-        and the answer goes on. Returns the stream."""
-        self._record, self.record_warning = record, warn
+        and the answer goes on. ``record`` may be a function that makes it when the answer gets
+        its place (an answer cancelled while it waits leaves nothing). Returns the stream."""
+        if callable(record):
+            self._make_record = record
+        else:
+            self._record = record
+        self.record_warning = warn
         return self
+
+    @property
+    def began(self) -> bool:
+        """Whether the answer had a place (one cancelled while it waited never did)."""
+        return self._steps is not None
 
     # -- the sync face ----------------------------------------------------------------------------
     def __next__(self) -> Event:
         if self._ended:
             raise StopIteration
         if self._steps is None:
+            waited = time.perf_counter()
             place = self._runner.begin(self, self.request.cells)
+            if place is None:  # cancelled while it waited for a place: it never ran
+                self._final = never_ran(self.request, time.perf_counter() - waited)
+                self._write(self._final)
+                self.close()
+                return self._final
             self._members = self._runner.at_place(place, self._members)
+            if self._make_record is not None:
+                self._record = self._make_record()
             try:  # whatever setting up raises, the runner is free for the next answer
                 members, absent = present_members(self._members)
                 self._loop = self._new_loop(members, absent)
@@ -194,6 +217,23 @@ def _tell(loop: asyncio.AbstractEventLoop, callback: Callable[[Any], None], argu
     then nobody is left to tell."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(callback, argument)
+
+
+def never_ran(request: AnswerRequest, seconds: float) -> FinalEvent:
+    """The final record of an answer cancelled before it had a place: nothing written."""
+    members = request.members
+    return FinalEvent(
+        text="",
+        finish_reason="cancelled",
+        rounds=0,
+        tokens=0,
+        seconds=seconds,
+        first_segment_seconds=None,
+        wins={m.name: 0 for m in members},
+        drafters_per_round=0.0,
+        weights=weights_dict(list(members), request.start.weights),
+        plain_generation=len(members) == 1,
+    )
 
 
 def present_members(members: list[Member]) -> tuple[list[Member], dict[str, str]]:

@@ -11,7 +11,8 @@ as text, never parsed for special tokens: a user typing ``<|im_end|>`` cannot en
 Earlier tool calls and their results (issue 47) are rendered in the family's own format where
 its template has one (Qwen's ``<tool_call>`` and ``<tool_response>``), found by rendering a probe
 conversation as llama.cpp's ``common/chat.cpp`` does; other templates and the plain format get
-them as text (``tool_turns``). The strings inside a call's arguments are message text too.
+them as text (``tool_turns``). The strings inside a call's arguments, and the id a client gave
+a call, are message text too.
 """
 
 from __future__ import annotations
@@ -155,9 +156,9 @@ def _render_plain(messages: list[Message]) -> list[tuple[str, bool]]:
 
 
 def _render_template(template: str, messages: list[Message], bos_text: str, eos_text: str) -> list[tuple[str, bool]]:
-    """Render with each message's content (and each string in a tool call's arguments)
-    replaced by a sentinel, then split the output at the sentinels so that message text and
-    template scaffolding are tokenized differently."""
+    """Render with each message's content (and each string in a tool call's arguments, and each
+    call's id) replaced by a sentinel, then split the output at the sentinels so that message
+    text and template scaffolding are tokenized differently."""
     texts: list[str] = []
 
     def stand_in(text: str) -> str:
@@ -177,7 +178,11 @@ def _render_template(template: str, messages: list[Message], bos_text: str, eos_
         if message.calls:
             entry["content"] = stand_in(message.content) if message.content else ""
             entry["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": masked(c.arguments)}}
+                {
+                    "id": stand_in(c.id) if c.id else "",  # the client's id: text, as the message's own
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": masked(c.arguments)},
+                }
                 for c in message.calls
             ]
         if message.role == "tool":
@@ -256,9 +261,7 @@ def as_messages(prompt: str | list[Message] | list[dict[str, str]], system_promp
     elif isinstance(prompt, (list, tuple)) and prompt:
         messages = [_message(m, f"messages[{index}]") for index, m in enumerate(prompt)]
     else:
-        raise SettingError(
-            f"the prompt must be text or a non-empty list of messages, not {_kind(prompt)}", "messages"
-        )
+        raise SettingError(f"the prompt must be text or a non-empty list of messages, not {_kind(prompt)}", "messages")
     asked, _ = split_partial_answer(messages)
     if not asked or asked[-1].role not in ("user", "tool"):
         raise SettingError(

@@ -7,27 +7,33 @@ whatever is open, and the weights an answer starts from and hands on. An ``Answe
 it for a place, runs its steps through it and gives the place back; nothing else about a
 running answer lives anywhere else.
 
-Threads and lifetimes: an answer while every place is open is a ``SpecemError`` (never a hang);
-an answer whose KV cells do not fit beside the running ones waits for one of them to end; each
-answer has its own cancel (``AnswerStream.cancel``), so a cancel sent before its first step is
-not lost; ``close()`` waits for the steps in flight before it frees the models.
+Admission lives here and nowhere else: answers wait in one line for a place and the KV cells
+they reserve, first come, first served (``enqueue`` counts one at once, ``begin`` waits for its
+turn); the server's 429 is this line being full (``Busy``). An answer that would wait only for
+answers open on its own thread is a ``SpecemError`` (never a hang); each answer has its own
+cancel (``AnswerStream.cancel``), which also lets it out of the line at once, and a cancel sent
+before its first step is not lost; ``close()`` waits for the steps in flight before it frees the
+models.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from specem_local.engine.learned import StartingWeights, remember, starting_weights
 from specem_local.engine.member import Member
 from specem_local.engine.places import DecodeTurns, place_members
-from specem_local.errors import SpecemError
+from specem_local.errors import Busy, SpecemError
 from specem_local.events import Event, FinalEvent
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import WeightStore
@@ -37,9 +43,23 @@ Result = TypeVar("Result")
 
 
 class Cancellable(Protocol):
-    """What the runner knows of an open answer: that it can be cancelled."""
+    """What the runner knows of an answer: whether it was cancelled, and how to cancel it."""
+
+    @property
+    def cancelled(self) -> bool: ...
 
     def cancel(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An answer holding a place: the answer, the KV cells it reserves, the thread that opened
+    it and when."""
+
+    answer: weakref.ref[Cancellable]
+    cells: int
+    thread: int
+    since: float
 
 
 class AnswerRunner:
@@ -67,65 +87,121 @@ class AnswerRunner:
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=len(self.members), thread_name_prefix="specem"
         )
-        self._state = threading.Condition()  # guards _open, _steps and _closed
-        self._open: dict[int, tuple[weakref.ref[Cancellable], int]] = {}  # place -> (its answer, its cells)
+        self._state = threading.Condition()  # guards _open, _line, _steps, _closed and the pace
+        self._open: dict[int, Opened] = {}  # place -> the answer holding it
+        self._line: list[weakref.ref[Cancellable]] = []  # answers waiting for a place, first come first served
         self._steps = 0  # steps running now
         self._closed = False
         self._in_step = threading.local()  # .active: this thread runs a step (or a part of one)
+        self.answer_seconds = 5.0  # a moving average of how long an answer holds its place
 
     @property
     def parallel(self) -> int:
         return len(self.places)
 
-    # -- places ------------------------------------------------------------------------------------
+    # -- places: the one scheduler -----------------------------------------------------------------
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def begin(self, answer: Cancellable, cells: int = 0) -> int:
-        """Give ``answer`` a place (the one it holds, if any) and return it. A ``SpecemError``
-        when every place is open, or when closed; an answer whose ``cells`` (KV cells it may
-        hold) do not fit beside the running answers' waits until they do."""
+    @property
+    def running(self) -> int:
+        """Answers holding a place now."""
         with self._state:
-            while True:
-                if self._closed:
-                    raise SpecemError("this ensemble has been closed")
-                open_places = self._open_places()
-                held = next((p for p, a in open_places.items() if a is answer), None)
-                if held is not None:
-                    return held
-                free = [place for place in range(self.parallel) if place not in open_places]
-                if not free:
-                    raise SpecemError(self._all_open_message())
-                if not open_places or self._fits(cells, free):
-                    break
-                self._state.wait(timeout=0.5)
-            self._open[free[0]] = (weakref.ref(answer), cells)
+            return len(self._open_places())
+
+    @property
+    def waiting(self) -> int:
+        """Answers in line for a place."""
+        with self._state:
+            return len(self._waiting())
+
+    def enqueue(self, answer: Cancellable, limit: int | None = None) -> None:
+        """Put ``answer`` in line now, so answers that arrive together are counted at once (the
+        server does, before it answers); it starts when its turn comes (``begin``). ``Busy``
+        when ``limit`` answers are already running or waiting."""
+        with self._state:
+            if self._closed:
+                raise SpecemError("this ensemble has been closed")
+            if self._place_of(answer) is not None or any(a is answer for a in self._waiting()):
+                return
+            if limit is not None and len(self._open_places()) + len(self._waiting()) >= limit:
+                raise Busy(
+                    f"busy: {self.parallel} answer{'s' if self.parallel > 1 else ''} at once and "
+                    f"{max(limit - self.parallel, 0)} waiting; try again shortly",
+                    retry_after=self.retry_after(),
+                )
+            self._line.append(weakref.ref(answer))
+
+    def begin(self, answer: Cancellable, cells: int = 0) -> int | None:
+        """Give ``answer`` a place (the one it holds, if any) and return it, when its turn comes:
+        first come, first served, so an answer that fits only alone is never overtaken by later
+        ones that fit beside the running answers (as llama.cpp's server defers a task). None
+        when the answer is cancelled while it waits. A ``SpecemError`` when closed, or when the
+        answers it would wait for are all open on this same thread (waiting would never end)."""
+        with self._state:
+            held = self._place_of(answer)
+            if held is not None:
+                return held
+            if not any(a is answer for a in self._waiting()):
+                self._line.append(weakref.ref(answer))
+            try:
+                while True:
+                    if self._closed:
+                        raise SpecemError("this ensemble has been closed")
+                    if answer.cancelled:
+                        return None
+                    open_places = self._open_places()
+                    free = [place for place in range(self.parallel) if place not in open_places]
+                    first = self._waiting()[0] is answer
+                    if first and free and (not open_places or self._fits(cells, free)):
+                        break
+                    if open_places and all(o.thread == threading.get_ident() for o in self._open.values()):
+                        raise SpecemError(self._all_open_message(bool(free)))
+                    self._state.wait(timeout=0.5)
+            finally:
+                self._line = [ref for ref in self._line if ref() is not None and ref() is not answer]
+                self._state.notify_all()
+            self._open[free[0]] = Opened(weakref.ref(answer), cells, threading.get_ident(), time.monotonic())
             return free[0]
 
-    def _all_open_message(self) -> str:
+    def _all_open_message(self, room: bool) -> str:
         if self.parallel == 1:
             return (
                 "another answer is still open on this ensemble; read it to the end (or cancel it and read its last "
                 "event) before starting the next one"
+            )
+        if room:
+            return (
+                "this answer's KV cells do not fit beside the answers open on this thread; read one to the end (or "
+                "cancel it) first, or raise n_ctx"
             )
         return (
             f"all {self.parallel} places of this ensemble hold open answers; read one to the end (or cancel it) "
             "first, or load with a larger parallel"
         )
 
+    def _place_of(self, answer: Cancellable) -> int | None:
+        return next((place for place, opened in self._open_places().items() if opened is answer), None)
+
     def _open_places(self) -> dict[int, Cancellable]:
         """The open answers by place (a stream that was dropped has given its place back)."""
-        alive = {place: ref() for place, (ref, _) in self._open.items()}
+        alive = {place: opened.answer() for place, opened in self._open.items()}
         for place in [p for p, answer in alive.items() if answer is None]:
             del self._open[place]
         return {place: answer for place, answer in alive.items() if answer is not None}
+
+    def _waiting(self) -> list[Cancellable]:
+        """The answers in line, first first (one that was dropped has left it)."""
+        waiting = [ref() for ref in self._line]
+        self._line = [ref for ref, answer in zip(self._line, waiting) if answer is not None]
+        return [answer for answer in waiting if answer is not None]
 
     def _fits(self, cells: int, free: list[int]) -> bool:
         """Whether ``cells`` fit in the KV memory beside the open answers; the cells idle places
         still hold (their last prompt) are freed first if that makes room."""
         capacity = min(model.n_ctx for model in self.models)
-        reserved = sum(cells for _, cells in self._open.values())
+        reserved = sum(opened.cells for opened in self._open.values())
         if reserved + cells > capacity:
             return False
         idle = sum(max(len(m.tokens) for m in self.places[place]) for place in free)
@@ -135,23 +211,35 @@ class AnswerRunner:
                     member.reset()
         return True
 
+    def retry_after(self) -> int:
+        """Seconds until a place is likely, for a request turned away: the answers waiting,
+        at the recent pace."""
+        return max(1, math.ceil(self.answer_seconds * (len(self._line) + 1) / self.parallel))
+
     def at_place(self, place: int, members: Sequence[Member]) -> list[Member]:
         """``members`` (of any place) as the members of ``place``."""
         chosen = {member.name for member in members}
         return [member for member in self.places[place] if member.name in chosen]
 
     def end(self, answer: Cancellable) -> None:
-        """``answer`` gives its place back (a no-op if it holds none)."""
+        """``answer`` gives its place back, or its place in line (a no-op if it holds neither)."""
         with self._state:
-            for place, opened in self._open_places().items():
-                if opened is answer:
+            for place, opened in list(self._open.items()):
+                if opened.answer() is answer:
                     del self._open[place]
+                    self.answer_seconds = 0.7 * self.answer_seconds + 0.3 * (time.monotonic() - opened.since)
+            self._line = [ref for ref in self._line if ref() is not None and ref() is not answer]
+            self._state.notify_all()
+
+    def wake(self) -> None:
+        """Let the answers waiting for a place look again (one of them was cancelled)."""
+        with self._state:
             self._state.notify_all()
 
     def cancel(self) -> None:
-        """Stop the open answers, if any (safe from any thread)."""
+        """Stop the open answers and the ones in line, if any (safe from any thread)."""
         with self._state:
-            answers = list(self._open_places().values())
+            answers = [*self._open_places().values(), *self._waiting()]
         for answer in answers:
             answer.cancel()
 

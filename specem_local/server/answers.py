@@ -1,18 +1,18 @@
-"""The queue for the models: as many answers at once as the ensemble has places (``parallel``),
-a bounded number of requests waiting for one, and each answer recorded in the history.
+"""The server's answers over the runner's one line for the models: a request is put in line as
+it arrives (``Busy``, a 429, when ``parallel`` answers run and ``queue`` wait), runs when its
+turn comes, and is recorded in the history.
 
 The answer itself runs in a thread of its own (``AnswerStream.events``, the stream's async
 face); the event loop never waits on a model. Whatever an answer does (ends, fails, is
-cancelled because its client went away) the next request waiting starts once it has stopped:
-no error can hold the ensemble.
+cancelled because its client went away, even while it waits for its turn) the next one in line
+starts once it has stopped: no error can hold the ensemble.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -29,136 +29,91 @@ WAITING_CHECK = 0.25  # seconds between checks that a request waiting for the mo
 
 
 class AnswerQueue:
-    """The ensemble's answers, up to ``places`` at once, with at most ``queue`` requests waiting."""
+    """The ensemble's answers: up to ``places`` at once, with at most ``queue`` requests waiting."""
 
     def __init__(self, ensemble: Ensemble, queue: int, record: bool) -> None:
         self.ensemble = ensemble
+        self.runner = ensemble.runner
         self.queue = queue
-        self.places = ensemble.runner.parallel
+        self.places = self.runner.parallel
         self.history = History() if record else None
-        self.answering = 0  # answers running now
-        self.waiting = 0  # requests in line for the models
         self.answered = 0
         self.cancelled = 0  # answers stopped early because their client went away
-        self._answer_seconds = 5.0  # a moving average of answer times, for Retry-After
-        self._turns: asyncio.Semaphore | None = None
         self.closing = False
-        self._running: dict[AnswerStream, float] = {}  # the answers running, and when each started
+
+    @property
+    def answering(self) -> int:
+        return self.runner.running
+
+    @property
+    def waiting(self) -> int:
+        return self.runner.waiting
 
     def close(self) -> None:
-        """The server is stopping: the answers in flight are cancelled (their streams end as
-        usual, with what they wrote) and no other starts (thread-safe: a signal handler calls it)."""
+        """The server is stopping: the answers in flight and in line are cancelled (their streams
+        end as usual, with what they wrote) and no other starts (thread-safe: a signal handler
+        calls it)."""
         self.closing = True
-        for running in list(self._running):
-            running.cancel()
+        self.runner.cancel()
 
-    def place(self) -> QueuePlace | None:
-        """A place in line, taken now (so requests arriving together are counted), or None
-        when the line is full."""
-        if self.answering + self.waiting > self.queue + self.places - 1:
-            return None
-        return QueuePlace(self)
-
-    def retry_after(self) -> int:
-        """Seconds until a place in line is likely: the answers ahead at the recent pace."""
-        return max(1, math.ceil(self._answer_seconds * (self.waiting + 1) / self.places))
+    def start(self, prepared: AnswerRequest, messages: list[dict[str, Any]]) -> AnswerStream:
+        """The request's answer, in line now (so requests arriving together are counted):
+        ``Busy`` when the line is full, ``ShuttingDown`` while the server stops. ``messages``:
+        the conversation as the client sent it, for the history."""
+        if self.closing:
+            raise ShuttingDown("the server is shutting down; no answer starts now")
+        stream = self.ensemble.stream(prepared)
+        self.runner.enqueue(stream, limit=self.places + self.queue)
+        if self.history is not None:  # recorded once it has its turn: one that never runs leaves nothing
+            stream.log_to(
+                lambda: self._start_record(messages), lambda said: log.warning("specem serve: warning: %s", said)
+            )
+        return stream
 
     async def events(
-        self,
-        prepared: AnswerRequest,
-        messages: list[dict[str, Any]],
-        place: QueuePlace,
-        gone: Callable[[], Awaitable[bool]] | None = None,
+        self, stream: AnswerStream, gone: Callable[[], Awaitable[bool]] | None = None
     ) -> AsyncIterator[Event]:
-        """The answer's events, in order, as the worker thread produces them. Ending early
-        (the client went away) cancels the answer; the next one starts when it has stopped.
-        ``messages``: the conversation as the client sent it, for the history.
-        ``gone``: whether the client has hung up, asked while the request waits for its turn,
-        so a request nobody waits for gives its place back at once and never starts."""
-        if self._turns is None:
-            self._turns = asyncio.Semaphore(self.places)
+        """The answer's events, in order, as its thread produces them. Ending early (the client
+        went away) cancels the answer; the next one starts when it has stopped. ``gone``: whether
+        the client has hung up, asked while the request waits for its turn, so a request nobody
+        waits for leaves the line at once and never starts."""
+        watcher = asyncio.ensure_future(self._watch(stream, gone)) if gone is not None else None
         try:
-            if not await self._take_turn(gone):
-                return
+            async for event in stream.events(ended=lambda finish: self._answer_ended(stream, finish)):
+                if not stream.began:  # cancelled in line: its client went away, or the server stops
+                    if self.closing:
+                        raise ShuttingDown("the server is shutting down; no answer starts now")
+                    return
+                if watcher is not None:  # it has its turn: the route watches its client from here
+                    watcher.cancel()
+                    watcher = None
+                yield event
         finally:
-            place.give_back()
-        try:
-            if self.closing:
-                raise ShuttingDown("the server is shutting down; no answer starts now")
-            stream = self.ensemble.stream(prepared)
-            record = self._start_record(messages)
-            if record is not None:
-                stream.log_to(record, lambda said: log.warning("specem serve: warning: %s", said))
-            self.answering += 1
-            self._running[stream] = time.monotonic()
-            events = stream.events(ended=lambda finish: self._answer_ended(stream, finish))
-        except BaseException:
-            self._turns.release()
-            raise
-        async for event in events:
-            yield event
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
 
-    async def _take_turn(self, gone: Callable[[], Awaitable[bool]] | None) -> bool:
-        """Wait for the models; False (and no turn taken) if the client hangs up first. A
-        request cancelled while it waits (a stream whose client left) takes no turn either."""
-        assert self._turns is not None
-        waiting = asyncio.ensure_future(self._turns.acquire())
-        try:
-            while True:
-                done, _ = await asyncio.wait({waiting}, timeout=WAITING_CHECK)
-                if done:
-                    return True
-                if gone is not None and await gone():
-                    self._let_go(waiting)
-                    return False
-        except BaseException:
-            self._let_go(waiting)
-            raise
-
-    def _let_go(self, waiting: asyncio.Future) -> None:
-        """Stop waiting for the turn; a turn that came as it was let go is given back."""
-        turn = self._turns
-        assert turn is not None
-        if waiting.done() and not waiting.cancelled():
-            turn.release()
-        else:
-            waiting.cancel()
-            waiting.add_done_callback(lambda f: turn.release() if not f.cancelled() else None)
+    @staticmethod
+    async def _watch(stream: AnswerStream, gone: Callable[[], Awaitable[bool]]) -> None:
+        while not await gone():
+            await asyncio.sleep(WAITING_CHECK)
+        stream.cancel()  # out of the line: its stream ends "cancelled" without running
 
     def _answer_ended(self, stream: AnswerStream, finish: str | None) -> None:
-        """An answer's thread has stopped (``finish``: its finish reason; None if it failed):
-        the next request in line may start. Counted as cancelled only if it ended so."""
-        assert self._turns is not None
-        took = time.monotonic() - self._running.pop(stream)
-        self._answer_seconds = 0.7 * self._answer_seconds + 0.3 * took  # a moving average
-        self.answering -= 1
-        self.answered += 1
-        self.cancelled += finish == "cancelled"
-        self._turns.release()
+        """An answer's thread has stopped (``finish``: its finish reason; None if it failed).
+        Counted if it ran (had its turn), as cancelled only if it ended so."""
+        if stream.began:
+            self.answered += 1
+            self.cancelled += finish == "cancelled"
 
     def _start_record(self, messages: list[dict[str, Any]]) -> AnswerRecord | None:
         """The request's conversation and its answer in the history; a history that cannot be
         written costs the record, not the answer."""
-        if self.history is None:
-            return None
+        assert self.history is not None
         try:
             turns = [Turn(m["role"], as_recorded(m)) for m in messages]
             return self.history.start_new_chat("serve", turns)
         except Exception as error:
             log.warning("specem serve: warning: not recorded in the history: %s", error)
             return None
-
-
-class QueuePlace:
-    """A request's place in the queue for the models, given back exactly once: when its answer
-    starts, or when its response ends without the answer ever starting."""
-
-    def __init__(self, line: AnswerQueue) -> None:
-        self.line = line
-        self.held = True
-        line.waiting += 1
-
-    def give_back(self) -> None:
-        if self.held:
-            self.held = False
-            self.line.waiting -= 1

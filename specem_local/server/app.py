@@ -26,13 +26,13 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specem_local.engine import Ensemble
-from specem_local.engine.request import AnswerRequest
+from specem_local.engine import AnswerStream, Ensemble
 from specem_local.engine.tools import ReplyStream, ToolCall
+from specem_local.errors import Busy
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
-from specem_local.server.answers import AnswerQueue, QueuePlace
+from specem_local.server.answers import AnswerQueue
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
 
@@ -163,20 +163,20 @@ class EnsembleServer:
         started = await self._start(request, oa.parse_request)
         if isinstance(started, Response):
             return started
-        parsed, prepared, place = started
-        assert prepared is not None  # OpenAI's route has no load request: messages are required
+        parsed, stream = started
+        assert stream is not None  # OpenAI's route has no load request: messages are required
         gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
-        events = self.line.events(prepared, parsed.messages, place, gone)
-        if parsed.stream:  # the background task gives the place back if the stream never starts
+        events = self.line.events(stream, gone)
+        if parsed.stream:  # the background task lets the answer go if the stream never starts
             return EventSourceResponse(
                 self._sse_chunks(parsed, events),
                 ping=15,
                 sep="\n",
-                background=BackgroundTask(place.give_back),
+                background=BackgroundTask(stream.close),
                 shutdown_grace_period=STREAM_GRACE,  # a stop cancels the answer: its stream then ends as usual
             )
         return await self._whole(
-            request, events, place, lambda start, final: JSONResponse(oa.completion(parsed, start, final))
+            request, events, stream, lambda start, final: JSONResponse(oa.completion(parsed, start, final))
         )
 
     async def ollama_chat(self, request: HttpRequest) -> Response:
@@ -189,55 +189,49 @@ class EnsembleServer:
         started = await self._start(request, parse)
         if isinstance(started, Response):
             return started
-        parsed, prepared, place = started
-        if prepared is None:  # a load request
-            place.give_back()
+        parsed, stream = started
+        if stream is None:  # a load request
             return JSONResponse(ol.load_line(chat))
         gone = None if parsed.stream else request.is_disconnected
-        events = self.line.events(prepared, parsed.messages, place, gone)
+        events = self.line.events(stream, gone)
         if parsed.stream:
             return StreamingResponse(
                 self._ndjson_lines(parsed, events, chat),
                 media_type="application/x-ndjson",
-                background=BackgroundTask(place.give_back),
+                background=BackgroundTask(stream.close),
             )
         return await self._whole(
             request,
             events,
-            place,
+            stream,
             lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, *ol.reply_text(parsed, final))),
         )
 
     async def _start(
         self, request: HttpRequest, parse: Callable[[Any], Any]
-    ) -> Response | tuple[Any, AnswerRequest | None, QueuePlace]:
+    ) -> Response | tuple[Any, AnswerStream | None]:
         """Parse the body and prepare its answer (off the event loop: compiling a format may take
-        seconds), take a place in line; or the response that refuses the request (the gate has
-        checked the key). A bad value is a 400 before the request waits in line."""
+        seconds), and put it in line for the models; or the response that refuses the request
+        (the gate has checked the key). A bad value is a 400, a full line a 429 with
+        ``Retry-After``, both before the request waits. None for a load request (no messages)."""
         parsed = None
         try:
             parsed = parse(await self._json_body(request))
-            if parsed.messages:
-                prepared: AnswerRequest | None = await asyncio.to_thread(
-                    self.ensemble.prepare, parsed.messages, **parsed.settings
-                )
-            else:  # a load request: its options are checked all the same
+            if not parsed.messages:  # a load request: its options are checked all the same
                 await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
-                prepared = None
+                return parsed, None
+            prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.messages, **parsed.settings)
+            return parsed, self.line.start(prepared, parsed.messages)
+        except Busy as busy:
+            return http_error(busy).response(request.url.path, {"Retry-After": str(busy.retry_after)})
         except Exception as error:  # a request's fault (ApiError, SpecemError), or a bug: a 500, logged
             return http_error(error, getattr(parsed, "fields", None)).response(request.url.path)
-        place = self.line.place()
-        if place is None:
-            busy = f"busy: one answer at a time and {self.line.queue} waiting; try again shortly"
-            retry = {"Retry-After": str(self.line.retry_after())}
-            return HttpError(429, busy, "rate_limit_error").response(request.url.path, retry)
-        return parsed, prepared, place
 
     async def _whole(
         self,
         request: HttpRequest,
         events: AsyncIterator[Event],
-        place: QueuePlace,
+        stream: AnswerStream,
         respond: Callable[[StartEvent | None, FinalEvent], Response],
     ) -> Response:
         """A whole answer as one response, or the error that ended it."""
@@ -246,7 +240,7 @@ class EnsembleServer:
         except Exception as error:  # the request's fault (400), the machines' (503), or a bug (500, logged)
             return http_error(error, answering=True).response(request.url.path)
         finally:
-            place.give_back()
+            stream.close()  # a no-op once it has ended; else it leaves the line
         if final is None:
             return HttpError(499, "the client went away").response(request.url.path)
         return respond(start, final)

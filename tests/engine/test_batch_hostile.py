@@ -49,7 +49,7 @@ def test_bad_lines_of_every_kind_are_recorded_and_every_good_line_answered(membe
     assert "messages[0] must be an object" in got["strings"]["error"]
     assert "messages[0].content must be text" in got["no-content"]["error"]
     assert "messages[0] must be an object" in got["list"]["error"]
-    assert "needs a \"prompt\"" in got["number"]["error"]
+    assert 'needs a "prompt"' in got["number"]["error"]
     [surrogate] = [record for record in got.values() if record["line"] == 5]
     assert "valid Unicode" in surrogate["error"]
     assert "5 of 7 answered" not in err and "2 of 7 answered" in err and "5 failed" in err

@@ -35,7 +35,7 @@ def test_four_requests_at_once_run_together_and_each_is_its_answer_alone():
         watching = threading.Event()
 
         def watch() -> None:
-            while not watching.is_set():
+            while not watching.wait(0.01):  # a look every 10 ms, not a busy loop beside the answers
                 seen.append(health(base)["answering"])
 
         watcher = threading.Thread(target=watch, daemon=True)
@@ -44,6 +44,7 @@ def test_four_requests_at_once_run_together_and_each_is_its_answer_alone():
             answered = dict(zip(WORDS[:4], pool.map(lambda w: ask(base, w), WORDS[:4])))
         watching.set()
         watcher.join(10)
+        assert not watcher.is_alive()
     together.close()
     assert answered == solo
     assert max(seen) >= 2  # answers ran at the same time
@@ -68,6 +69,39 @@ def test_a_client_that_hangs_up_stops_only_its_own_answer():
             # hang up mid-answer: leaving the block closes the connection
         poll_until(lambda: health(base)["cancelled"] == 1, 30, "the hung-up answer was not stopped")
         other.join(60)
+        assert not other.is_alive()
         assert kept and kept[0].startswith("You said river") and len(kept[0]) > 100
         assert health(base)["answered"] == 2
     together.close()
+
+
+def test_a_full_line_is_a_429_that_says_how_many_run_and_wait_with_retry_after():
+    from tests.engine.test_scheduler import Gate, gated
+
+    gate = Gate()
+    with (
+        gated(2, gate) as running,
+        gate,
+        serving(EnsembleServer(running, ServerOptions(queue=1, record=False))) as base,
+    ):
+        body = {"model": "specem", "messages": [{"role": "user", "content": "apple"}], "max_tokens": 8}
+        codes: list[int] = []
+        senders = [
+            threading.Thread(
+                target=lambda: codes.append(
+                    httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60).status_code
+                )
+            )
+            for _ in range(3)
+        ]
+        for sender in senders:
+            sender.start()
+        poll_until(lambda: health(base)["answering"] == 2 and health(base)["waiting"] == 1, 30, "the line did not fill")
+        refused = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=10)
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"]["message"] == "busy: 2 answers at once and 1 waiting; try again shortly"
+        gate.open.set()
+        for sender in senders:
+            sender.join(60)
+            assert not sender.is_alive()
+        assert codes == [200, 200, 200]
