@@ -122,7 +122,8 @@ class EnsembleSettings:
     drafting: str = setting(
         "auto",
         "speed",
-        "draft one model after another, or at once in threads sharing the cores (auto: threads on a GPU)",
+        "draft one model after another, or at once in threads sharing the cores (auto: threads on a GPU); "
+        "threads only with parallel = 1",
         choices=("auto", "round-robin", "threads"),
     )
     model_exit: bool = setting(True, "speed", "drafters that keep losing stop drafting for the rest of the answer")

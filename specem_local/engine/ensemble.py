@@ -82,6 +82,11 @@ class Ensemble:
         places = loaded.parallel if loaded else parallel
         self.runner = AnswerRunner(list(members), self.threads_per_model, weight_store, self.warnings, places)
         self.members = self.runner.members  # the first place's (views of the models when there are several)
+        if self.settings.drafting == "threads" and self.runner.parallel > 1:
+            self.runner.warn(
+                f'warning: drafting = "threads" takes effect only with parallel = 1: the {self.runner.parallel} places '
+                "decode through one thread that batches every answer's rows, so each answer drafts round-robin"
+            )
 
     @classmethod
     def from_config(

@@ -230,3 +230,24 @@ def test_auto_drafting_uses_threads_only_when_a_model_runs_on_a_gpu():
     seen.clear()
     ensemble.runner.run_each(ensemble.settings, where, [1, 2, 3])
     assert all(name.startswith("specem") for name in seen)
+
+
+def test_threads_draft_at_once_with_one_place_and_say_they_cannot_with_several():
+    from specem_local.engine import Ensemble
+
+    def members():
+        return [fake_member("a", "One.", n_params=2, n_seq_max=8), fake_member("b", "Two.", n_seq_max=8)]
+
+    seen: set[str] = set()
+
+    def where(_item: int) -> None:
+        seen.add(threading.current_thread().name)
+
+    threads = EnsembleSettings(greedy=True, reasoning_budget=0, drafting="threads")
+    with Ensemble(members(), threads) as alone:
+        alone.runner.run_each(alone.settings, where, [1, 2])
+        assert all(name.startswith("specem") for name in seen) and not alone.warnings
+    with pytest.warns(UserWarning, match='drafting = "threads" takes effect only with parallel = 1'):
+        together = Ensemble(members(), threads, parallel=2)
+    with together:
+        assert len(together.warnings) == 1
