@@ -25,7 +25,7 @@ from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
 from specem_local.engine.verifying import verify
-from specem_local.errors import NoMemberLeft, SpecemError
+from specem_local.errors import NoMemberLeft
 from specem_local.events import Event, FinalEvent, FinishReason, Phase, RoundEvent, StartEvent, Switch
 from specem_local.settings import EnsembleSettings
 
@@ -124,7 +124,7 @@ class RoundLoop:
         no member is left that can draft, or none that can verify)."""
         found = self.roster.newly_lost()
         if not found:
-            raise SpecemError("a member already out of the answer was asked for a step (a bug in specem)")
+            raise RuntimeError("a member already out of the answer was asked for a step (a bug in specem)")
         self.lost_since.update({self.names[i]: reason for i, reason in found.items()})
         self.weights = self.roster.weights_without_lost(self.weights)
         if not self.roster.can_answer:

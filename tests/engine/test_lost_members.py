@@ -140,3 +140,16 @@ def test_a_cancel_interrupts_every_model():
         stream.cancel()
         assert sorted(interrupted) == ["a", "b", "c"]
         assert list(stream)[-1].finish_reason == "cancelled"
+
+
+def test_a_lost_member_the_roster_cannot_find_is_a_bug_never_a_users_error():
+    """A ``MemberLost`` from a member whose model says nothing was lost is specem's own fault:
+    a server answers it 500 and logs it, never a 400 that blames the request."""
+    def lost_unsaid(_model, _rows) -> None:
+        raise MemberLost("lost, but its model does not say so")
+
+    ensemble = ensemble_of(fake_member("a", "One two.", on_decode=lost_unsaid), fake_member("b", "One two."))
+    with pytest.raises(RuntimeError, match="a bug in specem") as failed:
+        ensemble.generate(QUESTION)
+    assert not isinstance(failed.value, SpecemError)
+    ensemble.close()
