@@ -1,9 +1,10 @@
 """One answer's round loop: draft, verify in-line, vote, learn the weights, broadcast.
 
-``Answer.run()`` yields a ``StartEvent``, one ``RoundEvent`` per round and a ``FinalEvent``.
-The engine (``engine.py``) owns the threads and lifetimes around it; this module owns what a
-round does, through the members (``member.py``), the vote (``vote.py``) and the feedback rule
-(``feedback.py``).
+``RoundLoop.run()`` yields a ``StartEvent``, one ``RoundEvent`` per round and a ``FinalEvent``.
+The ``AnswerStream`` (``answer_stream.py``) and the ``AnswerRunner`` (``runner.py``) own the
+threads and lifetimes around it; this module owns what a round does: each round drafts, votes
+and commits, through the members (``member.py``), the vote (``vote.py``) and the feedback rule
+(``feedback.py``), in the answer's phase (``phases.py``: thinking first, then the answer).
 """
 
 from __future__ import annotations
@@ -11,22 +12,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
-from specem_local.engine import feedback, thinking, vote
-from specem_local.engine.drafting import Drafting, round_candidates
-from specem_local.engine.formats import FormatMatcher, member_matcher
+from specem_local.engine import feedback, vote
+from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.engine.request import AnswerRequest, PromptTooLong, prompt_tokens
+from specem_local.engine.phases import Answering, Reasoning, first_phase, unarm
+from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
 from specem_local.engine.verifying import verify
 from specem_local.errors import NoMemberLeft
-from specem_local.events import Event, FinalEvent, FinishReason, Phase, RoundEvent, StartEvent, Switch
+from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent, Switch
 from specem_local.settings import EnsembleSettings
 
 RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run_each: a function over items
@@ -36,8 +38,39 @@ def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]
     return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
 
 
+@dataclass
+class Written:
+    """What an answer has written so far, and the counts its final record reports."""
+
+    wins: dict[str, int]
+    text: str = ""  # the current phase's text (the answer, or the reasoning while it thinks)
+    tokens: int = 0  # in both phases, each segment counted in its writer's tokens
+    rounds: int = 0  # rounds drafted and voted on
+    forced_rounds: int = 0  # rounds of text the format forced (no model drafted them)
+    drafters: int = 0  # drafters summed over the rounds
+    confident_rounds: int = 0  # rounds the vote gate took unvoted
+    drafted_tokens: int = 0
+    contrast_changed: int = 0
+    reasoning: str = ""  # what was thought first, once the answer's phase began
+    reasoning_tokens: int = 0
+    switched: Switch | None = None
+    first_segment: float | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class Voted:
+    """A round's vote: the drafts that could win, the winner's tally, the verifiers' scores."""
+
+    drafts: dict[int, Draft]
+    groups: dict[int, list[int]]
+    result: vote.Tally
+    scores: np.ndarray
+    scored: dict[int, Scored]
+
+
 class RoundLoop:
-    """The state of one answer: weights, the committed text, counters."""
+    """One answer: its members and their weights, its phase, and what it has written."""
 
     def __init__(
         self,
@@ -48,26 +81,15 @@ class RoundLoop:
         run_each: RunEach,
         absent: dict[str, str] | None = None,
     ) -> None:
-        settings, constraint = request.settings, request.output_format
-        self.request = request
-        self.settings = settings
-        self.absent = absent or {}  # lost members that could not be brought back: name -> why
-        self.constraint = constraint
-        # An answer with a format may think first (thinking.py): no matcher until the switch.
-        self.phase: Phase = "reasoning" if request.think.budget else "answer"
-        self.reasoning, self.reasoning_tokens = "", 0
-        self.switched: Switch | None = None
-        self.format = FormatMatcher(constraint) if constraint is not None and self.phase == "answer" else None
-        # The start of an answer to continue is part of the format's text: the reply is the rest.
-        self.prefix = request.prefix
-        if self.format is not None and self.prefix:
-            self.format.commit(self.prefix)
-        self.start = start
-        self.members = members
+        settings = request.settings
+        self.request, self.settings = request, settings
+        self.members, self.names = members, [m.name for m in members]
+        self.start, self.weights = start, start.weights
         self.cancel = cancel
         self._run_each = run_each
-        self.names = [m.name for m in self.members]
-        self.weights = start.weights
+        self.absent = absent or {}  # lost members that could not be brought back: name -> why
+        self.phase: Answering | Reasoning = first_phase(request)
+        self.written = Written(dict.fromkeys(self.names, 0))
         self.roster = Roster(members, settings, self.weights, settings.model_exit and start.origin != "prior")
         self.lost_since: dict[str, str] = {}  # members lost since the last event, for the next one
         self.share_totals = np.zeros(len(members))
@@ -81,17 +103,6 @@ class RoundLoop:
             settings.loop_guard,
             settings.contrast,
         )
-        self.wins = dict.fromkeys(self.names, 0)
-        self.text = ""
-        self.tokens = 0
-        self.rounds = 0  # rounds drafted and voted on
-        self.forced_rounds = 0  # rounds of text the constraint forced (no model drafted them)
-        self.drafter_count = 0
-        self.confident_rounds = 0
-        self.drafted_tokens = 0
-        self.contrast_changed = 0
-        self.started = time.perf_counter()  # set again when the answer runs
-        self.first_segment: float | None = None
 
     def run_each(self, function: Callable, items: list, *, losses_raise: bool = True) -> list:
         """``function`` over members' indices (or items that hold them). Every item runs even
@@ -114,13 +125,8 @@ class RoundLoop:
             self._take_losses()
         return results
 
-    @property
-    def contrast_read(self) -> int:
-        contrast = self.roster.contrast
-        return contrast.read_tokens if contrast is not None else 0
-
     def _take_losses(self) -> None:
-        """Take the members lost since the last look out of the answer (``SpecemError`` when
+        """Take the members lost since the last look out of the answer (``NoMemberLeft`` when
         no member is left that can draft, or none that can verify)."""
         found = self.roster.newly_lost()
         if not found:
@@ -129,28 +135,15 @@ class RoundLoop:
         self.weights = self.roster.weights_without_lost(self.weights)
         if not self.roster.can_answer:
             said = "; ".join(f"{self.names[i]}: {reason}" for i, reason in self.roster.lost.items())
-            raise NoMemberLeft(f"the answer cannot go on: every member that could {self._missing} was lost ({said})")
+            missing = "verify" if self.roster.drafters else "draft"
+            raise NoMemberLeft(f"the answer cannot go on: every member that could {missing} was lost ({said})")
 
-    @property
-    def _missing(self) -> str:
-        return "verify" if self.roster.drafters else "draft"
-
+    # -- the answer --------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
-        self.started = time.perf_counter()
+        written = self.written
+        written.started = time.perf_counter()
         prompts = [list(self.request.prompts[member.name]) for member in self.members]
-        yield StartEvent(
-            models=tuple(self.names),
-            drafters=tuple(self.names[i] for i in self.roster.drafters),
-            weights=weights_dict(self.members, self.weights),
-            prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
-            plain_generation=len(self.members) == 1,
-            weights_from=self.start.origin,
-            learned_answers=self.start.answers,
-            calibrated_items=self.start.items,
-            choices=self.start.choices,
-            absent=self.absent,
-            notes=self.request.notes,
-        )
+        yield self._start_event(prompts)
         finish: FinishReason | None = None
         try:
             if not self.cancel.is_set():
@@ -159,21 +152,21 @@ class RoundLoop:
                     self.run_each(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
                 except MemberLost:
                     self._take_losses()
-            if self.phase == "answer":
-                self._give_matchers()
+            if isinstance(self.phase, Answering):
+                self.phase.arm(self.members)
             while not finish:
                 if self.cancel.is_set():
                     finish = "cancelled"
                     break
                 try:
-                    if self.phase == "reasoning" and self.tokens >= self.request.think.budget:
+                    if isinstance(self.phase, Reasoning) and self.phase.over(written.tokens):
                         self._switch("budget")
                         continue
-                    if self.tokens >= self.settings.max_tokens:
+                    if written.tokens >= self.settings.max_tokens:
                         finish = "length"
                         break
                     event, finish = self._round()
-                    if self.phase == "reasoning" and finish in ("eos", "empty"):  # the members ended their thinking
+                    if isinstance(self.phase, Reasoning) and finish in ("eos", "empty"):  # they ended their thinking
                         finish = None
                         self._switch("eos")
                 except ContextFull:  # a round, or the format's phase after the reasoning, found no room
@@ -186,93 +179,123 @@ class RoundLoop:
                     continue
                 if event is None:
                     break
-                if self.first_segment is None:
-                    self.first_segment = time.perf_counter() - self.started
+                if written.first_segment is None:
+                    written.first_segment = time.perf_counter() - written.started
                 yield event
         except StepAbandoned:  # a cancel or Ctrl-C stopped waiting for a remote step
             finish = "cancelled"
         finally:
-            for member in self.members:
-                member.matcher = None
+            unarm(self.members)
         yield self.final_event(finish if finish is not None else "empty")  # a round without one: nothing appended
 
     def _switch(self, why: Switch) -> None:
         """The reasoning ends (the members ended it, or its budget ran out): the format's phase
-        begins, after a bridge every following member reads (``think_bridge``: a new short user
-        turn asking for the format, or text in the same assistant turn)."""
-        assert self.constraint is not None
-        self.reasoning, self.reasoning_tokens, self.switched = self.text, self.tokens, why
-        self.text, self.phase = "", "answer"
-        following = self.roster.following
-        if self.settings.think_bridge == "same-turn":
-            bridge = thinking.same_turn_bridge(why)
-            self.run_each(lambda i: self.members[i].commit(-1, bridge, None, None), following, losses_raise=False)
-        else:
-            messages = thinking.answer_messages(list(self.request.asked), self.reasoning, self.constraint, why)
-            try:
-                drafters, settings = len(self.roster.drafters), self.settings
-                prompts = {i: prompt_tokens(self.members[i], messages, settings, drafters, True) for i in following}
-            except PromptTooLong as error:  # the reasoning filled a context: it ends there
-                raise ContextFull(str(error)) from None
-            # A member lost here leaves the answer (the others go on in the format) rather than end it.
-            self.run_each(lambda i: self.members[i].start(list(prompts[i]), True), following, losses_raise=False)
-        self.format = FormatMatcher(self.constraint)
-        self._give_matchers()
+        begins (``phases.Reasoning.switch``)."""
+        assert isinstance(self.phase, Reasoning)
+        written = self.written
+        written.reasoning, written.reasoning_tokens, written.switched = written.text, written.tokens, why
+        written.text = ""
+        drafters, following = len(self.roster.drafters), self.roster.following
+        self.phase = self.phase.switch(self.request, self.members, following, written.reasoning, why, drafters,
+                                       self.run_each)  # fmt: skip
 
-    def _give_matchers(self) -> None:
-        """Under a constraint, each member drafts with a matcher over its own tokens."""
-        if self.constraint is None:
-            return
-        for member in self.members:
-            member.matcher = member_matcher(member.model.grammar_tokenizer(), self.constraint)
-            if self.prefix:
-                member.matcher.consume_tokens(member.model.tokenize(self.prefix))
+    def _start_event(self, prompts: list[list[int]]) -> StartEvent:
+        return StartEvent(
+            models=tuple(self.names),
+            drafters=tuple(self.names[i] for i in self.roster.drafters),
+            weights=weights_dict(self.members, self.weights),
+            prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
+            plain_generation=len(self.members) == 1,
+            weights_from=self.start.origin,
+            learned_answers=self.start.answers,
+            calibrated_items=self.start.items,
+            choices=self.start.choices,
+            absent=self.absent,
+            notes=self.request.notes,
+        )
 
     def final_event(self, finish: FinishReason) -> FinalEvent:
         """The answer's final record, as it stands."""
-        reasoning = self.reasoning if self.phase == "answer" else self.text  # stopped while it thought: all reasoning
+        written = self.written
+        answering = written.switched is not None or isinstance(self.phase, Answering)  # (a switch may find no room)
+        contrast = self.roster.contrast
         return FinalEvent(
-            text=self.text if self.phase == "answer" else "",
+            text=written.text if answering else "",
             finish_reason=finish,
-            rounds=self.rounds + self.forced_rounds,
-            tokens=self.tokens,
-            seconds=time.perf_counter() - self.started,
-            first_segment_seconds=self.first_segment,
-            wins=self.wins,
-            drafters_per_round=self.drafter_count / self.rounds if self.rounds else 0.0,
+            rounds=written.rounds + written.forced_rounds,
+            tokens=written.tokens,
+            seconds=time.perf_counter() - written.started,
+            first_segment_seconds=written.first_segment,
+            wins=written.wins,
+            drafters_per_round=written.drafters / written.rounds if written.rounds else 0.0,
             weights=weights_dict(self.members, self.weights),
             plain_generation=len(self.members) == 1,
-            confident_rounds=self.confident_rounds,
-            drafted_tokens=self.drafted_tokens + self.contrast_read,
-            contrast_changed=self.contrast_changed,
+            confident_rounds=written.confident_rounds,
+            drafted_tokens=written.drafted_tokens + (contrast.read_tokens if contrast is not None else 0),
+            contrast_changed=written.contrast_changed,
             lost={self.names[i]: reason for i, reason in self.roster.lost.items()},
-            reasoning=reasoning,
-            reasoning_tokens=self.reasoning_tokens if self.phase == "answer" else self.tokens,
-            switched=self.switched,
+            reasoning=written.reasoning if answering else written.text,  # stopped while it thought: all reasoning
+            reasoning_tokens=written.reasoning_tokens if answering else written.tokens,
+            switched=written.switched,
         )
 
-    def _news(self) -> dict[str, str]:
-        """The members lost since the last event (said once, in the next event)."""
-        news, self.lost_since = self.lost_since, {}
-        return news
-
+    # -- a round: draft, vote, commit --------------------------------------------------------------
     def _round(self) -> tuple[RoundEvent | None, FinishReason | None]:
-        """One round: draft, vote, learn, broadcast. Returns the event (None if nothing was
-        appended) and a finish reason (None to go on)."""
-        settings = self.settings
-        round_started = time.perf_counter()
-        forced = self.format.forced() if self.format is not None else ""
+        """One round: draft, vote (and learn), commit the winner. Returns the event (None if
+        nothing was appended) and a finish reason (None to go on)."""
+        started = time.perf_counter()
+        forced = self.phase.forced()
         if forced:
-            return self._forced_round(forced, round_started)
-        counts = self.drafting.counts(self.weights, self.roster.drafters)
-        # Every verifier holds its own draft and the others' tails in its KV memory at once,
-        # so near the end of the context the segments shrink until they fit.
+            return self._forced_round(forced, started)
         following = self.roster.following  # as the round starts: model exit may change it by its end
+        drafted = self._draft()
+        if not isinstance(drafted, RoundDrafts):
+            return None, drafted
+        voted = self._vote(drafted)
+        if voted is None:
+            return None, "eos" if any(d.ended for d in drafted.drafts.values()) else "empty"
+        winner, writer = voted.result.winner, int(drafted.author[voted.result.winner])
+        winning = voted.drafts[winner]
+        self.written.tokens += self._commit(winner, writer, winning, voted.scored, following)
+        self.written.wins[self.names[writer]] += 1
+        self.written.contrast_changed += winning.contrast_changed or 0
+        segment, finish = self._append(winning)
+        candidates = round_candidates(
+            self.names, voted.drafts, voted.groups, voted.scores, voted.result, drafted, self._amateur_names
+        )
+        spent = {self.names[i]: 0.0 for i in drafted.drafters}
+        sampled = dict.fromkeys(spent, 0)
+        for column, done in drafted.drafts.items():
+            spent[self.names[drafted.author[column]]] += done.seconds
+            sampled[self.names[drafted.author[column]]] += done.sampled
+        event = self._event(
+            segment,
+            started,
+            author=self.names[writer],
+            decision=voted.result.decision,
+            candidates=candidates,
+            drafters=tuple(self.names[i] for i in drafted.drafters),
+            draft_seconds=spent,
+            draft_tokens=sampled,
+            verify_seconds={self.names[v]: s.seconds for v, s in voted.scored.items()},
+            runner_up=self._name(voted.result.runner_up, drafted.author),
+            ranked_first_by=tuple(self.names[v] for v in voted.result.ranked_first_by),
+            discounted=self._name(voted.result.discounted, drafted.author),
+            confidence=drafted.confidence,
+        )
+        return event, finish
+
+    def _draft(self) -> RoundDrafts | FinishReason:
+        """Every drafter's candidates for this round, or why there can be none. Every verifier
+        holds its own draft and the others' tails in its KV memory at once, so near the end of
+        the context the segments shrink until they fit."""
+        settings = self.settings
+        counts = self.drafting.counts(self.weights, self.roster.drafters)
         contrast = self.roster.contrast
-        room = min(self.members[i].room for i in following)
-        cap = min(settings.max_tokens - self.tokens, (room - 1) // sum(counts.values()))
+        room = min(self.members[i].room for i in self.roster.following)
+        cap = min(settings.max_tokens - self.written.tokens, (room - 1) // sum(counts.values()))
         if cap < 1:
-            return None, "context"
+            return "context"
         budget = min(settings.segment_tokens, cap)
 
         def draft(i: int, sampler: Sampler) -> Draft:
@@ -280,68 +303,56 @@ class RoundLoop:
                 return contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
             return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
 
-        round_drafts = self.drafting.draft_round(counts, self.weights, draft, self.run_each)
-        if self.cancel.is_set():
-            return None, "cancelled"
-        drafts, author = round_drafts.written, round_drafts.author
-        if self.format is not None:  # a candidate the constraint does not allow can never win
-            drafts = {c: d for c, d in drafts.items() if self.format.accepts(d.text, d.ended)}
-        if not drafts:
-            return None, "eos" if any(d.ended for d in round_drafts.drafts.values()) else "empty"
-        drafters = round_drafts.drafters
-        self.drafted_tokens += sum(d.sampled for d in round_drafts.drafts.values())
-        self.rounds += 1
-        self.drafter_count += len(drafters)
+        drafted = self.drafting.draft_round(counts, self.weights, draft, self.run_each)
+        return "cancelled" if self.cancel.is_set() else drafted
 
+    def _vote(self, drafted: RoundDrafts) -> Voted | None:
+        """The winner among the candidates the phase allows (None when it allows none): taken
+        at once where a shortcut applies (one candidate, a fast finish), else every verifier
+        scores every candidate and the weighted vote picks it; the weights learn from it."""
+        drafts = {c: d for c, d in drafted.written.items() if self.phase.allows(d.text, d.ended)}
+        if not drafts:
+            return None
+        author, settings, written = drafted.author, self.settings, self.written
+        written.drafted_tokens += sum(d.sampled for d in drafted.drafts.values())
+        written.rounds += 1
+        written.drafters += len(drafted.drafters)
         priority = self.weights[author]
         groups = vote.merge_identical({c: d.text for c, d in drafts.items()}, priority)
         scores = np.full((len(self.members), len(author)), np.nan)
         enders = [c for c in groups if drafts[c].ended]
         result = vote.shortcut(groups, enders, priority, settings.fast_finish, len(self.members))
-        if round_drafts.gated and result is not None and result.decision == "only-candidate":
+        if drafted.gated and result is not None and result.decision == "only-candidate":
             result = vote.Tally(result.winner, "confident", result.shares, None)  # the gate held the others back
-            self.confident_rounds += 1
+            written.confident_rounds += 1
         scored: dict[int, Scored] = {}
         if result is None:
-            scored = verify(self.members, self.roster.verifiers, self.settings, drafts, groups, author, self.run_each)
+            scored = verify(self.members, self.roster.verifiers, settings, drafts, groups, author, self.run_each)
             for v, verdict in scored.items():
                 for c, value in verdict.scores.items():
                     scores[v, c] = value
             copied = self._copied(drafts, groups, len(author)) if settings.loop_guard else None
             result = vote.tally(scores, self.weights, groups, self.rule, copied, author)
             self._learn(result, groups, author)
-        winner, writer = result.winner, int(author[result.winner])
-        winning = drafts[winner]
-        self.tokens += self._commit(winner, writer, winning, scored, following)
-        self.wins[self.names[writer]] += 1
-        self.contrast_changed += winning.contrast_changed or 0
-        segment, finish = self._append(winning)
-        spent = {self.names[i]: 0.0 for i in drafters}
-        sampled = dict.fromkeys(spent, 0)
-        for column, done in round_drafts.drafts.items():
-            spent[self.names[author[column]]] += done.seconds
-            sampled[self.names[author[column]]] += done.sampled
-        event = RoundEvent(
-            index=self.rounds + self.forced_rounds,
+        return Voted(drafts, groups, result, scores, scored)
+
+    def _event(self, segment: str, started: float, **facts: object) -> RoundEvent:
+        """A round's event: what it appended, and ``facts`` of how it was chosen."""
+        return RoundEvent(
+            index=self.written.rounds + self.written.forced_rounds,
             text=segment,
-            author=self.names[writer],
-            decision=result.decision,
-            candidates=round_candidates(self.names, drafts, groups, scores, result, round_drafts, self._amateur_names),
             weights=weights_dict(self.members, self.weights),
-            drafters=tuple(self.names[i] for i in drafters),
-            draft_seconds=spent,
-            draft_tokens=sampled,
-            verify_seconds={self.names[v]: s.seconds for v, s in scored.items()},
-            seconds=time.perf_counter() - round_started,
-            answer_tokens=self.tokens,
-            runner_up=self._name(result.runner_up, author),
-            ranked_first_by=tuple(self.names[v] for v in result.ranked_first_by),
-            discounted=self._name(result.discounted, author),
-            confidence=round_drafts.confidence,
+            seconds=time.perf_counter() - started,
+            answer_tokens=self.written.tokens,
             lost=self._news(),
-            phase=self.phase,
+            phase=self.phase.name,
+            **facts,  # type: ignore[arg-type]
         )
-        return event, finish
+
+    def _news(self) -> dict[str, str]:
+        """The members lost since the last event (said once, in the next event)."""
+        news, self.lost_since = self.lost_since, {}
+        return news
 
     @property
     def _amateur_names(self) -> tuple[str, ...]:
@@ -354,7 +365,7 @@ class RoundLoop:
     def _copied(self, drafts: dict[int, Draft], groups: dict[int, list[int]], columns: int) -> np.ndarray:
         copied = np.zeros(columns)
         for c in groups:
-            copied[c] = copied_fraction(self.text, drafts[c].text)
+            copied[c] = copied_fraction(self.written.text, drafts[c].text)
         return copied
 
     def _learn(self, result: vote.Tally, groups: dict[int, list[int]], author: np.ndarray) -> None:
@@ -369,66 +380,46 @@ class RoundLoop:
             verifies = self.roster.verifies
             judges = self.weights / self.weights[verifies].mean() if settings.weighted_judges else None
             reward = feedback.rewards(result.shares, groups, judges, author)
-            eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.rounds)
+            eta = feedback.learning_rate(settings.learning_rate, len(self.members), self.written.rounds)
             updated = np.where(verifies, feedback.hedge_update(self.weights, reward, eta), 0.0)
             self.weights = updated / updated.sum()
         if settings.model_exit:
             drafters, warmup = self.roster.drafters, settings.exit_warmup_rounds
             self.roster.exit(
-                feedback.exiting_drafters(self.share_totals, drafters, self.rounds, warmup, settings.exit_share)
+                feedback.exiting_drafters(self.share_totals, drafters, self.written.rounds, warmup, settings.exit_share)
             )
 
     def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, FinishReason | None]:
-        """Text the constraint forces (a key, punctuation): committed to every member that
-        follows the answer without a round of drafting or a vote."""
+        """Text the format forces (a key, punctuation): committed to every member that follows
+        the answer without a round of drafting or a vote."""
         following = self.roster.following
         added = self.run_each(lambda i: self.members[i].commit(-1, text, None, None), following, losses_raise=False)
-        self.tokens += max(n for n in added if n is not None)
-        self.forced_rounds += 1
+        self.written.tokens += max(n for n in added if n is not None)
+        self.written.forced_rounds += 1
         segment, finish = self._append(Draft(text, False, None, []))
-        event = RoundEvent(
-            index=self.rounds + self.forced_rounds,
-            text=segment,
-            author="",
-            decision="forced",
-            candidates=(),
-            weights=weights_dict(self.members, self.weights),
-            drafters=(),
-            draft_seconds={},
-            draft_tokens={},
-            verify_seconds={},
-            seconds=time.perf_counter() - started,
-            answer_tokens=self.tokens,
-            lost=self._news(),
-        )
+        none: tuple[Candidate, ...] = ()
+        event = self._event(segment, started, author="", decision="forced", candidates=none, drafters=(),
+                            draft_seconds={}, draft_tokens={}, verify_seconds={})  # fmt: skip
         return event, finish
 
     def _append(self, winning: Draft) -> tuple[str, FinishReason | None]:
-        """Add the winning text to the answer (and to the constraint's matcher); apply stop
+        """Add the winning text to the answer (and to the format's matcher); apply stop
         strings. Returns the segment as shown (cut at a stop string) and the finish reason:
-        "eos" also when the constraint allows nothing more."""
-        previous_length = len(self.text)
-        self.text += winning.text
-        if self.format is not None:
-            self.format.commit(winning.text)
-            if self.format.complete:
-                return winning.text, "eos"
-        if self.settings.stop and self.constraint is None:  # a stop string never cuts an answer with a format
+        "eos" also when the format allows nothing more."""
+        written = self.written
+        previous_length = len(written.text)
+        written.text += winning.text
+        if self.phase.commit(winning.text):
+            return winning.text, "eos"
+        if self.settings.stop and not self.phase.formatted:  # a stop string never cuts an answer with a format
             longest = max(len(stop) for stop in self.settings.stop)
-            index = find_stop(self.text, self.settings.stop, previous_length - longest)
+            index = find_stop(written.text, self.settings.stop, previous_length - longest)
             if index is not None:
-                self.text = self.text[:index]
-                return self.text[previous_length:], "stop"
+                written.text = written.text[:index]
+                return written.text[previous_length:], "stop"
         return winning.text, "eos" if winning.ended else None
 
-    def _commit(
-        self,
-        winner: int,
-        writer: int,
-        winning: Draft,
-        scored: dict[int, Scored],
-        following: list[int],
-    ) -> int:
+    def _commit(self, winner: int, writer: int, winning: Draft, scored: dict[int, Scored], following: list[int]) -> int:
         """Broadcast the winner to every model that followed this round (a drafter that model exit
         removed in it may be its writer); return its length in the writer's tokens. A model whose
         pending draft (the one its KV memory holds: its last, or the one it read along) is the

@@ -9,7 +9,7 @@ import json
 
 import jsonschema
 
-from specem_local.engine import rounds
+from specem_local.engine import phases
 from specem_local.engine.format_compiler import compiler
 from specem_local.engine.formats import OutputFormat, member_matcher
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
@@ -39,7 +39,7 @@ def test_the_committed_matcher_drops_a_candidate_the_format_forbids(monkeypatch)
     def matcher(tokenizer, constraint):
         return member_matcher(tokenizer, loose if tokenizer is heavy.model.grammar_tokenizer() else constraint)
 
-    monkeypatch.setattr(rounds, "member_matcher", matcher)
+    monkeypatch.setattr(phases, "member_matcher", matcher)
     people = {"type": "object", "properties": {"people": {"type": "integer"}}, "required": ["people"]}
     with fake_ensemble(heavy, light) as ensemble:
         final = ensemble.generate(QUESTION, schema=people, max_tokens=120)
