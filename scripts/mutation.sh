@@ -13,13 +13,13 @@
 # It works in a scratch copy of the tree (the working tree, .venv and caches are left alone) and
 # prints, per module: mutants, killed, survived, and the score that leaves out the mutants marked
 # equivalent in scripts/mutation-equivalents.txt (one per line: NAME  # why it changes nothing).
-# Survivors are listed with their diff in ${MUTATION_OUT:-research/results/mutation}/MODULE.txt.
+# Survivors are listed with their diff in ${MUTATION_OUT:-scripts/mutation-reports}/MODULE.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 [ "$#" -gt 0 ] || { echo "usage: scripts/mutation.sh MODULE.py [MODULE.py...] (paths under specem_local/)" >&2; exit 2; }
 [ -x .venv/bin/mutmut ] || .venv/bin/python -m pip install --quiet "mutmut>=3.8,<4"
-OUT="${MUTATION_OUT:-research/results/mutation}"
+OUT="${MUTATION_OUT:-scripts/mutation-reports}"
 mkdir -p "$OUT"
 
 for module in "$@"; do

@@ -4,9 +4,10 @@ A member's worker (``remote.py``) and the format compiler (``engine/format_compi
 in children of their own. On Linux the kernel kills such a child when its parent dies
 (``PR_SET_PDEATHSIG``), even a child stopped with SIGSTOP, whose own watch thread cannot run.
 The kernel counts the *thread* that started the child as its parent, so every child is started
-from one thread that lives as long as the process (``spawn``). The files a worker keeps in
-``/dev/shm`` are named by their process; ``remove_stale`` removes those whose process is gone
-(a SIGKILL leaves them behind).
+from one thread that lives as long as the process (``spawn``). A ``fork()`` copies the process
+without that thread: the copy starts a launcher of its own when it first needs one. The files a
+worker keeps in ``/dev/shm`` are named by their process; ``remove_stale`` removes those whose
+process is gone (a SIGKILL leaves them behind).
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ PR_SET_PDEATHSIG = 1
 def _launcher() -> concurrent.futures.ThreadPoolExecutor:
     """The one thread children are started from (idle between starts, alive until exit)."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specem-children")
+
+
+def _forget_launcher() -> None:
+    """In a forked copy of this process: the launcher's thread was not copied (a start handed to
+    it would wait forever), so the next ``spawn`` starts a new one."""
+    _launcher.cache_clear()
+
+
+os.register_at_fork(after_in_child=_forget_launcher)
 
 
 def spawn(command: list[str], **options: Any) -> subprocess.Popen:

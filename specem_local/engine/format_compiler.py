@@ -12,6 +12,10 @@ request gets a one-line ``SettingError`` and the next one a fresh child.
 The child is ``python -c COMMAND FD PARENT`` (``child()``): it reads ``(kind,
 source)`` from its end of a socket pair and answers ``("ok", grammar, notes)`` or
 ``("refused", message)``.
+
+A ``fork()`` of this process (multiprocessing's fork start method, a test runner that forks)
+copies every compiler with its child, its pipe and its lock, none of them the copy's own: the
+copy forgets them (``_forget``) and starts a child of its own at its first compile.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -169,6 +174,7 @@ class FormatCompiler:
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._pipe: Connection | None = None
+        _COMPILERS.add(self)
 
     def compile(self, kind: str, source: str, field: str) -> Compiled:
         """``source`` compiled, or a ``SettingError`` naming ``field``: llguidance refused it, the
@@ -233,6 +239,16 @@ class FormatCompiler:
         name = signal.Signals(-code).name if -code in set(signal.Signals) else f"exit code {code}"
         return f"the format compiler crashed on it ({name}): too large or deeply nested to enforce"
 
+    def _forget(self) -> None:
+        """In a forked copy of this process: the child and the pipe are the parent's (this copy of
+        the pipe is closed, the parent's goes on), and the lock may be held by a thread the fork did
+        not copy. The next compile starts a child of this process's own."""
+        self._lock = threading.Lock()
+        self._process = None
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+
     def close(self) -> None:
         with self._lock:
             process, self._process = self._process, None
@@ -245,6 +261,17 @@ class FormatCompiler:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+_COMPILERS: weakref.WeakSet[FormatCompiler] = weakref.WeakSet()  # every compiler, for a fork to reset
+
+
+def _forget_children() -> None:
+    for each in list(_COMPILERS):
+        each._forget()
+
+
+os.register_at_fork(after_in_child=_forget_children)
 
 
 @functools.cache

@@ -1,13 +1,13 @@
-"""Answers a program can parse: one constraint for a whole answer (any JSON object, a JSON
+"""Answers a program can parse: one format for a whole answer (any JSON object, a JSON
 Schema, a Lark or GBNF grammar, a regex), checked once where an answer's settings are, and
 enforced with llguidance.
 
 Each member drafts under a matcher of its own, over its own tokens (``member_matcher``), so a
-draft can only be text the constraint allows however its tokenizer splits it. The committed
+draft can only be text the format allows however its tokenizer splits it. The committed
 text has one byte-level matcher (``FormatMatcher``): it checks every candidate once (an invalid
-one can never win), gives the bytes the constraint forces (keys, punctuation), which are
+one can never win), gives the bytes the format forces (keys, punctuation), which are
 committed without a round of drafting, and says when the answer is complete. llguidance's
-errors are states, never exceptions from inside the token loop; a constraint it cannot
+errors are states, never exceptions from inside the token loop; a format it cannot
 enforce is refused here, up front, with what it could not do.
 """
 
@@ -87,14 +87,14 @@ class OutputFormat:
         return tools.reply_from(value) if self.kind == "tools" else value
 
 
-def with_instruction(messages: list[Message], constraint: OutputFormat | None) -> list[Message]:
-    """The conversation with the constraint's instruction after the last user message."""
-    if constraint is None:
+def with_instruction(messages: list[Message], output_format: OutputFormat | None) -> list[Message]:
+    """The conversation with the format's instruction after the last user message."""
+    if output_format is None:
         return messages
     last = max((i for i, message in enumerate(messages) if message.role == "user"), default=None)
     if last is None:
-        return [*messages, Message("user", constraint.instruction())]
-    told = Message("user", f"{messages[last].content}\n\n{constraint.instruction()}")
+        return [*messages, Message("user", output_format.instruction())]
+    told = Message("user", f"{messages[last].content}\n\n{output_format.instruction()}")
     return [*messages[:last], told, *messages[last + 1 :]]
 
 
@@ -107,7 +107,7 @@ def output_format_from(
     tool_choice: Any = None,
     parallel_tool_calls: bool = True,
 ) -> OutputFormat | None:
-    """The constraint an answer was asked for, checked: at most one of a JSON Schema (a dict,
+    """The format an answer was asked for, checked: at most one of a JSON Schema (a dict,
     its JSON text, or a pydantic model class), any JSON object, a grammar (Lark or GBNF), a
     regex, or tools (``tools.py``: calls or a message). A ``SettingError`` names the field and
     what is wrong; None when none was given (or an empty list of tools: no tools). The grammar
@@ -183,7 +183,7 @@ def _size(field: str, size: int) -> None:
 
 
 def _compiled(kind: FormatKind, source: str, served: str) -> OutputFormat:
-    """The constraint once the compiler has built and checked its grammar (``served``: what it
+    """The format once the compiler has built and checked its grammar (``served``: what it
     is given, the schema as rewritten); what it cannot enforce is said here, not mid-answer."""
     field = "json" if kind == "json" else kind
     compiled = compiler().compile(kind, served, field)
@@ -193,11 +193,11 @@ def _compiled(kind: FormatKind, source: str, served: str) -> OutputFormat:
 class FormatMatcher:
     """The committed text's matcher: checks candidates, gives forced bytes, says when done."""
 
-    def __init__(self, constraint: OutputFormat) -> None:
-        self._matcher = llguidance.LLMatcher(byte_tokenizer(), constraint.grammar, log_level=0)
+    def __init__(self, output_format: OutputFormat) -> None:
+        self._matcher = llguidance.LLMatcher(byte_tokenizer(), output_format.grammar, log_level=0)
 
     def forced(self) -> str:
-        """The text the constraint allows next and nothing else (whole characters, at most
+        """The text the format allows next and nothing else (whole characters, at most
         ``MAX_FORCED`` of them a round: ``a{5000000}`` forces five million)."""
         data = self._matcher.compute_ff_bytes()[: MAX_FORCED * 4]
         return data[: len(data) - incomplete_utf8_tail(data)].decode("utf-8")[:MAX_FORCED]
@@ -226,6 +226,6 @@ class FormatMatcher:
         return self._matcher.is_stopped()
 
 
-def member_matcher(tokenizer: llguidance.LLTokenizer, constraint: OutputFormat) -> llguidance.LLMatcher:
+def member_matcher(tokenizer: llguidance.LLTokenizer, output_format: OutputFormat) -> llguidance.LLMatcher:
     """A matcher over one member's own tokens (the tokenizer is built once per loaded model)."""
-    return llguidance.LLMatcher(tokenizer, constraint.grammar, log_level=0)
+    return llguidance.LLMatcher(tokenizer, output_format.grammar, log_level=0)

@@ -182,7 +182,10 @@ def choice_from(value: Any, tools: tuple[Tool, ...]) -> ToolChoice:
         return ToolChoice()
     if value in ("required", "none"):
         return ToolChoice(value)
-    name = value.get("function", {}).get("name") if isinstance(value, dict) else value
+    name = value
+    if isinstance(value, dict):  # OpenAI's {"type": "function", "function": {"name": ...}}
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         raise SettingError('tool_choice must be "auto", "required", "none" or a function', "tool_choice")
     if name not in {tool.name for tool in tools}:

@@ -54,6 +54,7 @@ NEUTRAL = {
     "penalize_newline": False,
 }
 IGNORED_WHEN_NEUTRAL = frozenset({"repeat_last_n", "mirostat_tau", "mirostat_eta"})
+THINKS = ("low", "medium", "high")  # ``think`` as a level; true and false are the other values
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     think = body.get("think")
-    if think is not None and not isinstance(think, bool) and think not in ("low", "medium", "high"):
+    if think is not None and not isinstance(think, bool) and not (isinstance(think, str) and think in THINKS):
         raise ApiError(400, f'think must be true, false, "low", "medium" or "high"; got {repr(think)[:40]}', "think")
 
 

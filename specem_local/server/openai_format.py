@@ -130,7 +130,7 @@ def reasoning(body: dict[str, Any]) -> tuple[Any, str | None]:
         if not isinstance(value, dict):
             raise ApiError(400, 'reasoning must be an object with an "effort"', name)
         name, value = "reasoning.effort", value.get("effort")
-    if value not in EFFORTS:
+    if not isinstance(value, str) or value not in EFFORTS:  # a list or an object is no key either
         raise ApiError(400, f"{name} must be one of {', '.join(EFFORTS)}; got {str(value)[:40]!r}", name)
     return EFFORTS[value], name
 

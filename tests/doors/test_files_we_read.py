@@ -71,6 +71,7 @@ def test_config_names_what_it_points_at_and_reads_a_pipe(tmp_path):
     writer.start()
     listed = specem(tmp_path, "models", "list", "--config", str(pipe))
     writer.join(5)
+    assert not writer.is_alive(), listed.stderr  # specem opened the pipe and read it
     assert listed.returncode == 0 and "demo:gemma-3-270m" in listed.stdout, listed.stderr
 
 

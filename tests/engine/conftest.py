@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+
+import pytest
+
 from specem_local.engine import Ensemble
 from specem_local.engine.loading import prompt_format_for
 from specem_local.engine.member import Member
@@ -11,6 +16,17 @@ from specem_local.storage.weights import WeightStore
 from tests.fake_model import FakeModel
 
 QUESTION = "What is six times seven?"
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_given_back() -> Iterator[None]:
+    """A command stopped by Ctrl-C in-process ignores the stop signals after it (``specem run``
+    finishing its stop, commands/terminal.py): pytest gets its own handlers back after each test."""
+    kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for number, handler in kept.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 def fake_member(name: str, target: str, *, role: str = "both", **model_options) -> Member:

@@ -5,7 +5,6 @@ once. The fakes answer from the prompt, so an answer that read another place's c
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -118,6 +117,7 @@ def test_a_cancelled_answer_leaves_the_others_whole():
             thread.start()
         for thread in threads:
             thread.join(60)
+            assert not thread.is_alive()
         assert finals[1].finish_reason == "cancelled"
         assert finals[0].finish_reason == finals[2].finish_reason == "length"
         assert finals[0].text.startswith("You said apple") and finals[2].text.startswith("You said stone")
@@ -209,6 +209,29 @@ def test_a_decode_waits_for_the_other_steps_at_most_max_wait():
     assert time.monotonic() - started < 0.25
 
 
+def test_a_decode_waits_for_the_other_steps_decode_and_they_share_one_batch():
+    """Two answers in a step: the first decode waits for the other's, and both rows go into one
+    batch (what the waiting is for), long before ``max_wait``."""
+    turns = DecodeTurns(max_wait=5.0)
+    runs: list = []
+    model, both_in_step = Recorded(runs), threading.Barrier(2, timeout=10)
+
+    def answer(word: str) -> None:
+        with turns.step():
+            both_in_step.wait()
+            turns.run(Decode(model, [word]))
+
+    other = threading.Thread(target=answer, args=("y",))
+    started = time.monotonic()
+    other.start()
+    answer("x")
+    other.join(10)
+    assert not other.is_alive()
+    assert len(runs) == 1 and sorted(runs[0]) == [["x"], ["y"]]  # one batch held both rows
+    assert turns.batches == 1 and turns.decodes == 2
+    assert time.monotonic() - started < 4  # it went when the other came, not at max_wait
+
+
 class Stuck(FakeModel):
     """A model on a machine that went silent: a decode waits until it is interrupted, then is
     given up (as ``RemoteModel`` does)."""
@@ -239,13 +262,19 @@ def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended()
     shared = SharedModel(stuck, 2, turns)
     decode = Decode(shared, [BatchRow(66, 0, 0, True)])
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python's own
+    # A real signal wakes a wait: sent to this thread alone, and only while the handler above is
+    # the one installed (the timer has ended before pytest's own handler is back).
+    ctrl_c = threading.Timer(0.1, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
     started = time.monotonic()
     try:
-        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal wakes a wait
+        ctrl_c.start()
         with pytest.raises(KeyboardInterrupt):
             turns.run(decode)
     finally:
+        ctrl_c.cancel()
+        ctrl_c.join(10)
         signal.signal(signal.SIGINT, previous)
+    assert not ctrl_c.is_alive()
     interrupted = time.monotonic()
     assert interrupted - started < 5 and stuck.ended and stuck.ended[0] <= interrupted
     assert decode.done and isinstance(decode.error, StepAbandoned)

@@ -138,6 +138,9 @@ def test_a_reply_streams_as_its_pieces():
             "'nope', which is not one of the tools",
         ),
         ({"tools": [ADD], "schema": {"type": "object"}}, "tools", "give one of"),
+        ({"tools": [ADD], "tool_choice": {"type": "function", "function": []}}, "tool_choice", "must be"),
+        ({"tools": [ADD], "tool_choice": {"type": "function", "function": "add"}}, "tool_choice", "must be"),
+        ({"tools": [ADD], "tool_choice": ["add"]}, "tool_choice", "must be"),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ],
 )

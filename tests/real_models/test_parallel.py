@@ -71,6 +71,7 @@ def test_four_requests_together_run_together_and_each_is_its_answer_alone(server
         together = list(pool.map(lambda q: ask(server, q), QUESTIONS))
     stop.set()
     watcher.join(10)
+    assert not watcher.is_alive()
     assert max(most) >= 3  # they ran at the same time
     assert all(topic in answer for topic, answer in zip(TOPICS, alone)), alone
     assert all(map(same_answer, together, alone, TOPICS)), (together, alone)
@@ -89,6 +90,7 @@ def test_a_request_cancelled_among_running_ones_leaves_the_others_whole(server):
         poll_until(lambda: httpx.get(f"{server}/health", timeout=10).json()["answering"] == 2, 120, "not together")
     poll_until(lambda: httpx.get(f"{server}/health", timeout=10).json()["cancelled"] == before + 1, 60, "not cancelled")
     other.join(600)
+    assert not other.is_alive()
     assert len(kept) == 1 and same_answer(kept[0], alone, TOPICS[1]), (kept, alone)
 
 

@@ -53,6 +53,7 @@ def served(trio):
     yield f"http://127.0.0.1:{port}", fault
     server.should_exit = True
     thread.join(30)
+    assert not thread.is_alive(), "uvicorn did not stop"
     member.model.decode = fault.decode
     trio.settings = settings
 

@@ -117,7 +117,7 @@ def test_instructor_in_json_schema_mode_gets_a_validated_object(server):
         model="specem",
         response_model=City,
         messages=[{"role": "user", "content": QUESTION}],
-        max_retries=1,
+        max_retries=0,
         temperature=0,
         max_tokens=120,
     )

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "research" / "quality-log.md"]
 PATH = re.compile(r"(?<![\w./-])((?:research|tests|specem_local|scripts|docs)/[\w./+{},-]*[\w}])")
-PLACEHOLDER = re.compile(r"[A-Z]{3,}")  # research/results/mutation/MODULE.txt: a file per module
+PLACEHOLDER = re.compile(r"[A-Z]{3,}")  # scripts/mutation-reports/MODULE.txt: a file per module
 
 
 def expanded(path: str) -> list[str]:

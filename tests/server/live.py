@@ -42,6 +42,7 @@ def serving(server: EnsembleServer) -> Iterator[str]:
     finally:
         running.should_exit = True
         thread.join(30)
+        assert not thread.is_alive(), "the test server did not stop"
 
 
 def health(base: str) -> dict:

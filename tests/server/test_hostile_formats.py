@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from specem_local.engine import formats
 from specem_local.engine.format_compiler import FormatCompiler
 from specem_local.server import EnsembleServer, ServerOptions
+from tests.conftest import poll_until
 from tests.engine.conftest import fake_ensemble, fake_member
 from tests.engine.test_formats import chain
 from tests.server.test_routes import BASE
@@ -136,16 +136,14 @@ async def test_a_slow_compile_runs_off_the_event_loop(http, monkeypatch):
     stalling = FormatCompiler(seconds=1.5, command=["python3", "-c", "import time; time.sleep(60)"])
     monkeypatch.setattr(formats, "compiler", lambda: stalling)
 
-    async def health_while_compiling() -> float:
-        await asyncio.sleep(0.3)
-        started = time.monotonic()
-        assert (await http.get("/health")).status_code == 200
-        return time.monotonic() - started
-
-    slow = http.post("/v1/chat/completions", json={**ASK, "response_format": json_schema(SCHEMA)})
-    response, waited = await asyncio.gather(slow, health_while_compiling())
+    body = {**ASK, "response_format": json_schema(SCHEMA)}
+    slow = asyncio.ensure_future(http.post("/v1/chat/completions", json=body))
+    # the child is compiling the schema (waited for in a thread: the event loop goes on)
+    await asyncio.to_thread(poll_until, lambda: stalling._process is not None, 10, "the compile never started")
+    assert (await http.get("/health")).status_code == 200
+    assert stalling._process is not None and not slow.done()  # answered while the compile still ran
+    response = await slow
     assert response.status_code == 400 and "took longer than 1.5 s to compile" in response.text
-    assert waited < 0.5  # /health did not wait for the compile
     stalling.close()
     monkeypatch.undo()
     await answered(http)

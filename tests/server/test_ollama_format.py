@@ -3,8 +3,11 @@ round's line, key by key (the routes' own tests cover them over HTTP)."""
 
 from __future__ import annotations
 
+import pytest
+
 from specem_local.events import Candidate, RoundEvent
 from specem_local.server import ollama_format as ol
+from specem_local.server.errors import ApiError
 
 
 def test_show_describes_the_ensemble_in_ollamas_keys():
@@ -39,3 +42,19 @@ def test_a_rounds_line_says_who_wrote_it_among_how_many_and_who_was_lost():
         "Hmm",
         {"round": 1, "author": "a", "candidates": 0},
     )
+
+
+@pytest.mark.parametrize("think", [[], {}, ["high"], {"level": "high"}, 1, 0.5, "max"])
+def test_a_think_that_is_no_switch_nor_level_is_a_400_naming_it(think):
+    ask = {"model": "specem", "messages": [{"role": "user", "content": "hi"}], "think": think}
+    for parse, body in ((ol.parse_chat, ask), (ol.parse_generate, {"model": "specem", "prompt": "hi", "think": think})):
+        with pytest.raises(ApiError) as caught:
+            parse(body)
+        assert caught.value.status == 400 and caught.value.param == "think"
+        assert "think must be true, false" in caught.value.message
+
+
+@pytest.mark.parametrize("think", [True, False, "low", "medium", "high", None])
+def test_a_think_switch_or_level_is_taken(think):
+    parsed = ol.parse_chat({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "think": think})
+    assert parsed.settings.get("think") == think

@@ -86,6 +86,24 @@ def test_what_cannot_be_honoured_is_refused_naming_the_field(request_body, statu
     assert caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"reasoning_effort": []}, "reasoning_effort"),
+        ({"reasoning_effort": {}}, "reasoning_effort"),
+        ({"reasoning_effort": {"effort": "high"}}, "reasoning_effort"),
+        ({"reasoning_effort": 1}, "reasoning_effort"),
+        ({"reasoning": {"effort": ["high"]}}, "reasoning.effort"),
+        ({"reasoning": {"effort": {}}}, "reasoning.effort"),
+    ],
+)
+def test_a_reasoning_effort_that_is_no_text_is_a_400_naming_the_field(extra, param):
+    with pytest.raises(ApiError) as caught:
+        oa.parse_request(body(**extra))
+    assert caught.value.status == 400 and caught.value.param == param
+    assert "must be one of none, minimal, low, medium, high" in caught.value.message
+
+
 def events():
     start = StartEvent(
         models=("a", "b"),

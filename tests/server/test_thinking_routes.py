@@ -70,6 +70,11 @@ async def test_openai_thinking_off_writes_the_format_at_once(http, asked):
         ({"reasoning_effort": "lots"}, "reasoning_effort", "must be one of none, minimal, low, medium, high"),
         ({"reasoning": "high"}, "reasoning", "must be an object"),
         ({"reasoning": {"effort": 3}}, "reasoning.effort", "must be one of"),
+        ({"reasoning_effort": []}, "reasoning_effort", "must be one of none, minimal, low, medium, high"),
+        ({"reasoning_effort": {}}, "reasoning_effort", "must be one of none, minimal, low, medium, high"),
+        ({"reasoning": {"effort": ["high"]}}, "reasoning.effort", "must be one of"),
+        ({"reasoning_budget_tokens": []}, "reasoning_budget_tokens", "must be true, false"),
+        ({"reasoning_budget_tokens": {}}, "reasoning_budget_tokens", "must be true, false"),
         ({"reasoning_budget_tokens": -5}, "reasoning_budget_tokens", "must be 0 to 32,768 tokens"),
         ({"reasoning_budget_tokens": "x"}, "reasoning_budget_tokens", "must be true, false, one of"),
         ({"reasoning_budget_tokens": 180}, "reasoning_budget_tokens", "leaves the answer 20 of max_tokens = 200"),
@@ -104,7 +109,7 @@ async def test_ollama_think_gives_message_thinking_and_generate_thinking(http):
     assert "".join(line["message"]["content"] for line in lines) == REPLY
 
 
-@pytest.mark.parametrize("think", ["max", 0, 1, ["high"]])
+@pytest.mark.parametrize("think", ["max", 0, 1, ["high"], [], {}, {"level": "high"}])
 async def test_ollama_bad_think_is_a_400_and_the_next_request_answers(http, think):
     response = await http.post("/api/chat", json={**OLLAMA, "format": SCHEMA, "think": think})
     assert response.status_code == 400 and "think must be" in response.json()["error"]

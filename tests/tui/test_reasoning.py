@@ -5,6 +5,7 @@ above it (dim when unfolded), and the inspector opens on a round of either phase
 from __future__ import annotations
 
 import asyncio
+import time
 
 from textual.widgets import Collapsible, Markdown
 
@@ -75,8 +76,10 @@ async def test_an_answer_that_ends_before_its_reasoning_fold_has_mounted_is_draw
         await wait_until(pilot, lambda: chat_ready(app))
         view = AnswerView(Turn("assistant", ""), {})
         app.screen.query_one("#conversation").mount(view)
+        deadline = time.monotonic() + 10
         while not view.query(Markdown):  # the view's own children are there, the fold's are not
-            await asyncio.sleep(0)
+            assert time.monotonic() < deadline, "the answer's view never mounted its Markdown"
+            await asyncio.sleep(0)  # one turn of the loop at a time: the fold mounts a frame later
         assert not view.query(".reasoning-text")
         for event in events:
             view.turn.add(event)
