@@ -145,6 +145,7 @@ def test_a_cancel_interrupts_every_model():
 def test_a_lost_member_the_roster_cannot_find_is_a_bug_never_a_users_error():
     """A ``MemberLost`` from a member whose model says nothing was lost is specem's own fault:
     a server answers it 500 and logs it, never a 400 that blames the request."""
+
     def lost_unsaid(_model, _rows) -> None:
         raise MemberLost("lost, but its model does not say so")
 
