@@ -25,25 +25,26 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from specem_local.commands.terminal import printable
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import FinalEvent
-from specem_local.settings import EnsembleSettings, describe
 
-FORMAT_KEYS = ("schema", "json", "grammar", "regex", "tools", "tool_choice", "parallel_tool_calls", "think", "models")
-SETTING_KEYS = frozenset(item.name for item in describe(EnsembleSettings))
+if TYPE_CHECKING:  # the engine loads when a batch runs, not with the command line
+    from specem_local.engine import Ask
+
+OWN_FORMAT = ("schema", "json", "grammar", "regex", "tools")  # a line with one of these overrides the command's
 BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
 class BatchLine:
-    """One request of IN: its id, where it is, and ``prepare``'s keywords (or why it is bad)."""
+    """One request of IN: its id, where it is, and its ask (or why it is bad)."""
 
     id: str
     number: int
-    request: dict[str, Any] | None
+    ask: Ask | None
     error: str | None = None
 
 
@@ -60,10 +61,10 @@ def read_lines(path: Path, defaults: dict[str, Any]) -> list[BatchLine]:
         if not raw.strip():
             continue
         line = parse_line(raw, number, defaults)
-        if line.id.startswith("#") and line.request is not None:  # an id made from the content
+        if line.id.startswith("#") and line.ask is not None:  # an id made from the content
             repeats[line.id] = repeats.get(line.id, 0) + 1
             if repeats[line.id] > 1:
-                line = BatchLine(f"{line.id}-{repeats[line.id]}", number, line.request)
+                line = BatchLine(f"{line.id}-{repeats[line.id]}", number, line.ask)
         if line.id in seen:
             line = BatchLine(line.id, number, None, f"the id {line.id!r} is used by an earlier line")
         seen.add(line.id)
@@ -90,12 +91,14 @@ def parse_line(raw: str, number: int, defaults: dict[str, Any]) -> BatchLine:
         return BatchLine(line_id, number, None, 'give "prompt" or "messages", not both')
     if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
         return BatchLine(line_id, number, None, 'needs a "prompt" (text) or "messages" (a conversation)')
-    unknown = sorted(set(item) - set(FORMAT_KEYS) - SETTING_KEYS)
-    if unknown:
-        return BatchLine(line_id, number, None, f"unknown key {unknown[0]!r}")
-    own_format = any(key in item for key in ("schema", "json", "grammar", "regex", "tools"))
+    from specem_local.engine import ask_from
+
+    own_format = any(key in item for key in OWN_FORMAT)
     base = {k: v for k, v in defaults.items() if not (own_format and k == "output_format")}
-    return BatchLine(line_id, number, {**base, **item, "prompt": prompt})
+    try:
+        return BatchLine(line_id, number, ask_from(prompt, {**base, **item}))
+    except SettingError as error:  # a key that is neither the ask's nor a setting
+        return BatchLine(line_id, number, None, str(error))
 
 
 def _unicode(text: str) -> bool:
@@ -229,12 +232,12 @@ def run_batch(
     failed = 0
     sink = Results(target)
     try:
-        for line in [line for line in todo if line.request is None]:
+        for line in [line for line in todo if line.ask is None]:
             failed += _write(sink, line, None, line.error, progress)
-        ready = [line for line in todo if line.request is not None]
+        ready = [line for line in todo if line.ask is not None]
         started = (lambda index, stream: record(ready[index], stream)) if record is not None else None
         answered: Generator[Any, None, None] = ensemble.answers(
-            [line.request for line in ready], ordered=in_order, started=started
+            [line.ask for line in ready], ordered=in_order, started=started
         )
         try:
             for got in answered:

@@ -74,8 +74,7 @@ def read_prompt(prompt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specem_local.engine import Ensemble
-    from specem_local.engine.formats import output_format_from
+    from specem_local.engine import Ask, Ensemble, FormatAsk
     from specem_local.engine.thinking import plan
     from specem_local.settings import with_overrides
 
@@ -85,15 +84,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.approve and not functions:
         raise SettingError("--approve asks before each call of --functions; give --functions FILE.py", "tools")
     approve = terminal_asker() if args.approve else None  # no terminal is said before any model loads
-    constraint = constraint_arguments(args, functions)  # a bad schema is said before any model loads
+    output = format_arguments(args, functions)  # a bad schema is said before any model loads
     config = config_from_args(args)
     think = think_argument(args)
     settings = with_overrides(config.ensemble, **settings_overrides(args))
-    plan(think, settings.max_tokens, settings.reasoning_budget, constraint is not None)  # and a bad --think
+    plan(think, settings.max_tokens, settings.reasoning_budget, output is not None)  # and a bad --think
     if args.batch is not None:
         if functions:
             raise SettingError("--functions runs one agent loop; give each batch line its own tools instead", "tools")
-        defaults: dict[str, Any] = {"output_format": constraint} if constraint is not None else {}
+        defaults: dict[str, Any] = {"output_format": output} if output is not None else {}
         if think is not None:  # a line with its own format thinks as the command says too
             defaults["think"] = think
         lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
@@ -106,12 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        show = AnswerPrinter(args, model_colours(config), constraint is not None, ensemble.settings.max_tokens)
+        show = AnswerPrinter(args, model_colours(config), output is not None, ensemble.settings.max_tokens)
         recorded = None if recording_off(args.no_log) else start_record(prompt)
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        answering, rounds = constraint, 0
+        answering, rounds = output, 0
         while True:
-            stream = ensemble.stream(messages, output_format=answering, think=think)
+            stream = ensemble.stream(Ask(list(messages), output=answering, think=think))
             if recorded is not None:
                 stream.log_to(recorded, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
             final, code = show.answer(stream, last=not functions)
@@ -129,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             recorded = recorded and next_record(recorded, [result for _, result in results], prompt)
             rounds += 1
             if rounds == args.chain_limit:  # the last results: the next answer is a message that reads them
-                answering = output_format_from(offered=functions, tool_choice="none")
+                answering = FormatAsk(tools=functions, tool_choice="none").compiled()
 
 
 def called_and_answered(results: list[tuple[Any, str]]) -> list[dict[str, Any]]:
@@ -237,32 +236,27 @@ def think_argument(args: argparse.Namespace) -> Any:
     return int(args.think) if args.think.isdigit() else args.think
 
 
-def constraint_arguments(args: argparse.Namespace, functions: list[Callable[..., Any]]) -> OutputFormat | None:
+def format_arguments(args: argparse.Namespace, functions: list[Callable[..., Any]]) -> OutputFormat | None:
     """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``,
     ``--tools FILE`` or ``--functions FILE.py`` (``functions``, loaded): the answer's format,
     checked and compiled once, before any model loads (a ``SettingError`` names what is wrong)."""
-    from specem_local.engine.formats import output_format_from
+    from specem_local.engine import FormatAsk
 
-    given: dict[str, Any] = {}
-    if args.schema is not None:
-        given["schema"] = read_text(Path(args.schema), "--schema", pipes=True)
-    if args.format == "json":
-        given["json"] = True
-    if args.grammar is not None:
-        given["grammar"] = read_text(Path(args.grammar), "--grammar", pipes=True)
-    if args.regex is not None:
-        given["regex"] = args.regex
     if args.tools is not None and functions:
         raise SettingError("give --tools or --functions, not both", "tools")
-    if functions:
-        given["tools"] = functions
-    elif args.tools is not None:
+    tools: Any = functions or None
+    if args.tools is not None:
         try:
-            given["tools"] = json.loads(read_text(Path(args.tools), "--tools", pipes=True))
+            tools = json.loads(read_text(Path(args.tools), "--tools", pipes=True))
         except (ValueError, RecursionError):
             raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
-    names = {"json": "json_object", "tools": "offered"}
-    return output_format_from(**{names.get(key, key): value for key, value in given.items()})
+    return FormatAsk(
+        schema=read_text(Path(args.schema), "--schema", pipes=True) if args.schema is not None else None,
+        json=args.format == "json",
+        grammar=read_text(Path(args.grammar), "--grammar", pipes=True) if args.grammar is not None else None,
+        regex=args.regex,
+        tools=tools,
+    ).compiled()
 
 
 def print_parsed(final: FinalEvent, max_tokens: int) -> None:
@@ -288,7 +282,7 @@ def print_parsed(final: FinalEvent, max_tokens: int) -> None:
 def batch_recorder() -> Callable[[BatchLine, AnswerStream], None] | None:
     """Each batch answer in the history as it streams, a chat of its own (as the server records
     each request); a history that cannot be written is said once and the batch goes on."""
-    from specem_local.engine.tools import as_recorded
+    from specem_local.engine.tools import recorded_turns
     from specem_local.storage.chats import Turn
     from specem_local.storage.history import History
 
@@ -306,9 +300,8 @@ def batch_recorder() -> Callable[[BatchLine, AnswerStream], None] | None:
         return None
 
     def record(line: BatchLine, stream: AnswerStream) -> None:
-        assert line.request is not None
-        prompt = line.request["prompt"]
-        asked = [Turn("user", prompt)] if isinstance(prompt, str) else [Turn(m["role"], as_recorded(m)) for m in prompt]
+        assert line.ask is not None
+        asked = [Turn(role, text) for role, text in recorded_turns(line.ask.prompt)]
         try:
             stream.log_to(history.start_new_chat("run", asked), warn)
         except SpecemError as error:

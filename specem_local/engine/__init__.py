@@ -14,6 +14,7 @@ Knows nothing of the front ends.
 
 from specem_local.engine import feedback, learned, sampling
 from specem_local.engine.answer_stream import AnswerStream
+from specem_local.engine.ask import Ask, FormatAsk, ask_from
 from specem_local.engine.choices import best_rewards, choice_change
 from specem_local.engine.ensemble import Ensemble
 from specem_local.engine.format_compiler import allowed_tokens
@@ -28,11 +29,14 @@ from specem_local.engine.sampling import make_sampler
 __all__ = [
     "AnswerRunner",
     "AnswerStream",
+    "Ask",
     "Ensemble",
+    "FormatAsk",
     "FormatMatcher",
     "Member",
     "Message",
     "allowed_tokens",
+    "ask_from",
     "best_rewards",
     "built_in_calibrations",
     "calibrate",

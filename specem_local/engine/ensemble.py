@@ -10,12 +10,14 @@ ends: the CLI, the chat app, the server and scripts consume the same stream.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from specem_local.engine import feedback, thinking
 from specem_local.engine.answer_stream import AnswerStream
-from specem_local.engine.formats import FormatMatcher, OutputFormat, output_format_from, with_instruction
+from specem_local.engine.ask import Ask, ask_from
+from specem_local.engine.formats import FormatMatcher, OutputFormat, with_instruction
 from specem_local.engine.learned import key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.many import Answered, answer_many, start_for
@@ -173,33 +175,24 @@ class Ensemble:
         members = self._select(models)
         return self.weight_store is not None and self.weight_store.reset(key_of(members))
 
-    def prepare(
-        self,
-        prompt: Prompt,
-        *,
-        models: list[str] | None = None,
-        schema: Any = None,
-        json: bool = False,
-        grammar: str | None = None,
-        regex: str | None = None,
-        tools: Any = None,
-        tool_choice: Any = None,
-        parallel_tool_calls: bool = True,
-        output_format: OutputFormat | None = None,
-        think: Any = None,
-        **overrides: object,
-    ) -> AnswerRequest:
+    def prepare(self, ask: Ask | Prompt, **options: Any) -> AnswerRequest:
         """The request an answer runs from, checked once: the settings, the format (its
         grammar compiled), the conversation as the members read it, each member's prompt tokens
-        (``PromptTooLong`` if one leaves no room to answer) and the starting weights. A bad
-        value is a ``SpecemError`` (a ``SettingError`` names the field) and nothing runs.
-        ``output_format``: a format already checked (``output_format_from``) instead of the
-        keywords. ``think``: whether an answer with a format is thought through first (None:
-        the ``reasoning_budget`` setting; True / False; "low", "medium", "high" or "none"; a
-        number of tokens): ``thinking.py``."""
-        settings = with_overrides(self.settings, **overrides)
-        if output_format is None:
-            output_format = output_format_from(schema, json, grammar, regex, tools, tool_choice, parallel_tool_calls)
+        (``PromptTooLong`` if one leaves no room to answer), the room it needs in both phases
+        when it thinks first, and the starting weights. A bad value is a ``SpecemError`` (a
+        ``SettingError`` names the field) and nothing runs. ``ask``: an ``Ask`` (what every
+        front end builds), or a prompt with ``options``, the keywords ``stream`` takes
+        (``ask.ask_from`` sorts them). ``think``: whether an answer with a format is thought
+        through first (None: the ``reasoning_budget`` setting; True / False; "low", "medium",
+        "high" or "none"; a number of tokens): ``thinking.py``."""
+        if isinstance(ask, Ask):
+            if options:
+                raise TypeError("prepare(ask) takes no options: they are in the ask")
+        else:
+            ask = ask_from(ask, options)
+        prompt, think = ask.prompt, ask.think
+        settings = with_overrides(self.settings, **ask.settings)
+        output_format = ask.compiled_format()
         asked = conversation(prompt, settings, output_format)
         default = settings.reasoning_budget if output_format is None or output_format.kind != "tools" else 0
         think_plan = thinking.plan(think, settings.max_tokens, default, output_format is not None)
@@ -211,7 +204,7 @@ class Ensemble:
             messages = thinking.reasoning_messages(asked, output_format, settings.think_bridge)
         else:
             messages = with_instruction(asked, output_format)
-        members = self._select(models)
+        members = self._select(list(ask.models) if ask.models is not None else None)
         start = self.runner.starting_weights(members, settings)
         drafting = Roster(members, settings, start.weights, settings.model_exit and start.origin != "prior").drafters
         drafters, formatted = len(drafting), output_format is not None
@@ -241,27 +234,27 @@ class Ensemble:
             cells=longest + settings.max_tokens + round_cells(settings, drafters),
         )
 
-    def stream(self, prompt: Prompt | AnswerRequest, **options: Any) -> AnswerStream:
-        """Answer ``prompt`` (a string, a conversation, or a request from ``prepare``): iterate
-        the returned stream for a StartEvent, a RoundEvent per round and a FinalEvent.
-        ``options`` are ``prepare``'s: ``models`` picks which loaded models take part (default:
-        all); ``[ensemble]`` settings for this answer; an answer a program can parse:
-        ``schema`` (a JSON Schema dict or text, or a pydantic model class), ``json=True`` (any
-        JSON object), ``grammar`` (Lark or GBNF) or ``regex``; or ``tools`` (JSON-Schema
-        function specs or Python functions; ``tool_choice``, ``parallel_tool_calls`` as
-        OpenAI's). Its final event then carries ``parsed`` (for tools a ``ToolReply``: calls,
-        or a message). A conversation may hold earlier tool calls (``tool_calls`` on assistant
-        messages) and results (``role: "tool"``)."""
+    def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:
+        """Answer ``prompt`` (a string, a conversation, an ``Ask``, or a request from
+        ``prepare``): iterate the returned stream for a StartEvent, a RoundEvent per round and a
+        FinalEvent. ``options`` are the ask's, as keywords: ``models`` picks which loaded models
+        take part (default: all); ``[ensemble]`` settings for this answer; an answer a program
+        can parse: ``schema`` (a JSON Schema dict or text, or a pydantic model class),
+        ``json=True`` (any JSON object), ``grammar`` (Lark or GBNF) or ``regex``; or ``tools``
+        (JSON-Schema function specs or Python functions; ``tool_choice``,
+        ``parallel_tool_calls`` as OpenAI's); ``think``. Its final event then carries ``parsed``
+        (for tools a ``ToolReply``: calls, or a message). A conversation may hold earlier tool
+        calls (``tool_calls`` on assistant messages) and results (``role: "tool"``)."""
         if isinstance(prompt, AnswerRequest):
             if options:
                 raise TypeError("stream(request) takes no options: they are in the request")
             return AnswerStream(self.runner, prompt)
         return AnswerStream(self.runner, self.prepare(prompt, **options))
 
-    def check_options(self, **options: Any) -> None:
-        """What ``prepare`` checks of the options alone, for a request that asks for no answer
-        (Ollama's load request): a bad value is a ``SpecemError``."""
-        self.prepare("?", **options)
+    def check_options(self, ask: Ask) -> None:
+        """What ``prepare`` checks of an ask's options alone, for a request that asks for no
+        answer (Ollama's load request): a bad value is a ``SpecemError``."""
+        self.prepare(dataclasses.replace(ask, prompt="?"))
 
     def answers(
         self,
@@ -275,7 +268,8 @@ class Ensemble:
         ``Answered`` (``index``, ``final``, or ``error``) for each as it finishes (``ordered``: in
         the order given). An item is a prompt, a conversation, a request from ``prepare``, or a
         dict of ``prepare``'s keywords with its ``prompt`` (its own schema, tools, settings);
-        ``options`` apply to every item. A bad item is handed back with its error and the
+        ``options`` apply to every prompt and dict item (an ``Ask`` or a request is taken as it
+        is). A bad item is handed back with its error and the
         others go on; leaving the loop early cancels the answers still running.
         ``started(index, stream)`` is told of each answer as it starts (``stream.log_to(record)``
         records it in the history)."""

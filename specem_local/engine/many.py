@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specem_local.engine.answer_stream import AnswerStream
+from specem_local.engine.ask import Ask, ask_from
 from specem_local.engine.request import AnswerRequest
-from specem_local.errors import SpecemError
+from specem_local.errors import SettingError
 from specem_local.events import FinalEvent
 
 
@@ -103,17 +104,18 @@ def answer_many(
 
 
 def start_for(ensemble: Any, options: dict[str, Any]) -> Start:
-    """How ``Ensemble.answers`` starts an item: a request as it is; a dict as ``prepare``'s
-    keywords (its ``prompt`` and its own options over ``options``); else a prompt."""
+    """How ``Ensemble.answers`` starts an item: an ``Ask`` or a request from ``prepare`` as it is;
+    a dict as ``stream``'s keywords with its ``prompt`` (its own options over ``options``); else
+    a prompt with ``options``."""
 
     def start(item: Any) -> AnswerStream:
-        if isinstance(item, AnswerRequest):
+        if isinstance(item, (Ask, AnswerRequest)):
             return ensemble.stream(item)
         if isinstance(item, dict):
             if "prompt" not in item:
-                raise SpecemError('an item given as a dict needs a "prompt"')
+                raise SettingError('an item given as a dict needs a "prompt"', "prompt")
             own = {key: value for key, value in item.items() if key != "prompt"}
-            return ensemble.stream(item["prompt"], **{**options, **own})
-        return ensemble.stream(item, **options)
+            return ensemble.stream(ask_from(item["prompt"], {**options, **own}))
+        return ensemble.stream(ask_from(item, options))
 
     return start

@@ -293,6 +293,13 @@ def render_messages(messages: list[dict[str, Any]], envelope: bool = True) -> li
     return out
 
 
+def recorded_turns(prompt: str | list[Any]) -> list[tuple[str, str]]:
+    """A conversation as the history keeps it: (role, text) for each message (``as_recorded``)."""
+    if isinstance(prompt, str):
+        return [("user", prompt)]
+    return [(m.role, m.content) if isinstance(m, Message) else (str(m["role"]), as_recorded(m)) for m in prompt]
+
+
 def as_recorded(message: dict[str, Any]) -> str:
     """A message's text as the history keeps it: an assistant's calls as the envelope the
     ensemble answers in (so a loop reads back as calls, results and the answer)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.engine.request import AnswerRequest
-from specem_local.engine.tools import as_recorded
+from specem_local.engine.tools import recorded_turns
 from specem_local.errors import ShuttingDown
 from specem_local.events import Event
 from specem_local.storage.chats import Turn
@@ -112,7 +112,7 @@ class AnswerQueue:
         written costs the record, not the answer."""
         assert self.history is not None
         try:
-            turns = [Turn(m["role"], as_recorded(m)) for m in messages]
+            turns = [Turn(role, text) for role, text in recorded_turns(messages)]
             return self.history.start_new_chat("serve", turns)
         except Exception as error:
             log.warning("specem serve: warning: not recorded in the history: %s", error)

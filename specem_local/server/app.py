@@ -218,9 +218,9 @@ class EnsembleServer:
         try:
             parsed = parse(await self._json_body(request))
             if not parsed.messages:  # a load request: its options are checked all the same
-                await asyncio.to_thread(self.ensemble.check_options, **parsed.settings)
+                await asyncio.to_thread(self.ensemble.check_options, parsed.ask)
                 return parsed, None
-            prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.messages, **parsed.settings)
+            prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.ask)
             return parsed, self.line.start(prepared, parsed.messages)
         except Busy as busy:
             return http_error(busy).response(request.url.path, {"Retry-After": str(busy.retry_after)})

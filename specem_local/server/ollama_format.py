@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from specem_local.engine import Ask, FormatAsk
 from specem_local.engine.tools import ToolCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.errors import ApiError
@@ -59,8 +60,8 @@ THINKS = ("low", "medium", "high")  # ``think`` as a level; true and false are t
 
 @dataclass(frozen=True)
 class Request:
-    messages: list[dict[str, str]]
-    settings: dict[str, Any]
+    messages: list[dict[str, str]]  # as the client sent them (the history keeps these); none for a load request
+    ask: Ask  # the answer as asked (a load request's: its options, checked all the same)
     stream: bool  # Ollama streams unless told not to
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
@@ -153,25 +154,26 @@ def parse_chat(body: Any) -> Request:
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
     if body.get("messages") in (None, []):  # how the ollama CLI and client load a model: it is loaded
-        return Request([], {**_settings(body), **_format(body)}, _stream(body), time.monotonic(), load_only=True)
+        return Request([], Ask("", _settings(body), _format(body)), _stream(body), time.monotonic(), load_only=True)
     messages = parse_messages(body.get("messages"), roles=roles, refused=("images",), missing_content="")
-    tools = {"tools": body["tools"]} if body.get("tools") not in (None, []) else {}  # [] is no tools
-    if tools and body.get("format") not in (None, ""):
+    tools = body["tools"] if body.get("tools") not in (None, []) else None  # [] is no tools
+    if tools is not None and body.get("format") not in (None, ""):
         raise ApiError(400, "give tools or format, not both", "format")
-    settings = {**_settings(body), **_format(body), **tools, **_thinking(body)}
-    return Request(messages, settings, _stream(body), time.monotonic(), tools=bool(tools), fields=_named(body))
+    output = FormatAsk(tools=tools) if tools is not None else _format(body)
+    ask = Ask(messages, _settings(body), output, body.get("think"))
+    return Request(messages, ask, _stream(body), time.monotonic(), tools=tools is not None, fields=_named(body))
 
 
-def _format(body: dict[str, Any]) -> dict[str, Any]:
+def _format(body: dict[str, Any]) -> FormatAsk | None:
     """Ollama's ``format``: "json" (any JSON object) or a JSON Schema object, as the answer's
-    constraint (``Ensemble.stream``'s ``json=`` or ``schema=``); "" or absent: none."""
+    format; "" or absent: none."""
     value = body.get("format")
     if value in (None, ""):
-        return {}
+        return None
     if value == "json":
-        return {"json": True}
+        return FormatAsk(json=True)
     if isinstance(value, dict):
-        return {"schema": value}
+        return FormatAsk(schema=value)
     raise ApiError(400, 'format must be "json" or a JSON Schema object', "format")
 
 
@@ -188,12 +190,12 @@ def parse_generate(body: Any) -> Request:
     prompt = message_text(body.get("prompt", ""), "prompt")
     system = message_text(body.get("system", ""), "system")
     stream = _stream(body)
-    settings = {**_settings(body), **_format(body), **_thinking(body)}
+    settings, output, think = _settings(body), _format(body), body.get("think")
     if not prompt:
-        return Request([], settings, stream, time.monotonic(), load_only=True)
+        return Request([], Ask("", settings, output, think), stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []
     asked = [*messages, {"role": "user", "content": prompt}]
-    return Request(asked, settings, stream, time.monotonic(), fields=_named(body))
+    return Request(asked, Ask(asked, settings, output, think), stream, time.monotonic(), fields=_named(body))
 
 
 def _named(body: dict[str, Any]) -> dict[str, str]:
@@ -216,11 +218,6 @@ DONE_REASON = {"length": "length", "context": "length"}
 def now() -> str:
     """Ollama's ``created_at``: RFC 3339 in UTC."""
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _thinking(body: dict[str, Any]) -> dict[str, Any]:
-    """Ollama's ``think`` as ``think=`` (checked above): absent, the default."""
-    return {"think": body["think"]} if body.get("think") is not None else {}
 
 
 def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = (), thinking: str = "") -> dict[str, Any]:

@@ -9,12 +9,14 @@ back in later turns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from specem_local.engine import Ask, FormatAsk
 from specem_local.engine.tools import StreamedCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.errors import ApiError
@@ -34,8 +36,8 @@ UNSUPPORTED = {
 
 @dataclass(frozen=True)
 class Request:
-    messages: list[dict[str, str]]
-    settings: dict[str, Any]  # [ensemble] settings, and the answer's constraint (schema=, json=)
+    messages: list[dict[str, str]]  # as the client sent them (the history keeps these)
+    ask: Ask  # the answer as asked: the conversation, its settings, format and thinking
     stream: bool = False
     include_usage: bool = False
     tools: bool = False  # tools were offered: the answer is calls or a message
@@ -93,19 +95,18 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         raise ApiError(400, "stream must be true or false", "stream")
     roles = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
     messages = parse_messages(body.get("messages"), roles=roles, refused=())
-    constraint, param = response_format(body.get("response_format"))
-    tools = tool_settings(body)
+    output, param = response_format(body.get("response_format"))
+    output = with_tools(output, body)
     think, think_field = reasoning(body)
     if think_field:
-        settings["think"] = think
         sent["think"] = think_field
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         messages,
-        {**settings, **constraint, **tools},
+        Ask(messages, settings, output, think),
         stream,
         bool(options.get("include_usage")),
-        bool(tools),
+        output is not None and output.tools is not None,
         fields={**sent, **formats},
     )
 
@@ -140,38 +141,40 @@ def _same(value: Any, number: int) -> bool:
     return not isinstance(value, bool) and value == number
 
 
-def tool_settings(body: dict[str, Any]) -> dict[str, Any]:
-    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as ``Ensemble.stream`` takes them
-    (their contents are checked there, where every setting is: a 400 naming the field)."""
-    settings: dict[str, Any] = {}
-    if body.get("tools") not in (None, []):
-        settings["tools"] = body["tools"]
-    if body.get("tool_choice") is not None and (settings or body["tool_choice"] not in ("none", "auto")):
-        settings["tool_choice"] = body["tool_choice"]  # "none" without tools: nothing to choose from
+def with_tools(output: FormatAsk | None, body: dict[str, Any]) -> FormatAsk | None:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` added to the format as asked
+    (their contents are checked where every format is: a 400 naming the field)."""
+    tools = body["tools"] if body.get("tools") not in (None, []) else None
+    choice = body.get("tool_choice")
+    if choice is not None and tools is None and choice in ("none", "auto"):
+        choice = None  # "none" without tools: nothing to choose from
     parallel = body.get("parallel_tool_calls")
-    if parallel is not None:
-        if not isinstance(parallel, bool):
-            raise ApiError(400, "parallel_tool_calls must be true or false", "parallel_tool_calls")
-        settings["parallel_tool_calls"] = parallel
-    return settings
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ApiError(400, "parallel_tool_calls must be true or false", "parallel_tool_calls")
+    if tools is None and choice is None and parallel is None:
+        return output
+    parallel = True if parallel is None else parallel
+    if output is None:
+        return FormatAsk(tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
+    return dataclasses.replace(output, tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
 
 
-def response_format(value: Any) -> tuple[dict[str, Any], str | None]:
-    """``response_format`` as the answer's constraint (``Ensemble.stream``'s ``schema=`` or
-    ``json=``) and the field it came from: ``text`` (none), ``json_object`` (any JSON object;
-    with a ``schema``, as instructor's JSON-schema mode sends it, that schema) or ``json_schema``
-    (``{"name", "schema", "strict"}``). The schema itself is checked with the settings."""
+def response_format(value: Any) -> tuple[FormatAsk | None, str | None]:
+    """``response_format`` as the answer's format and the field it came from: ``text`` (none),
+    ``json_object`` (any JSON object; with a ``schema``, as instructor's JSON-schema mode sends
+    it, that schema) or ``json_schema`` (``{"name", "schema", "strict"}``). The schema itself is
+    checked with the format."""
     if value is None:
-        return {}, None
+        return None, None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ApiError(400, 'response_format must be an object with a "type"', "response_format")
     kind = value["type"]
     if kind == "text":
-        return {}, None
+        return None, None
     if kind == "json_object":
         if value.get("schema") is not None:
-            return {"schema": value["schema"]}, "response_format.schema"
-        return {"json": True}, "response_format"
+            return FormatAsk(schema=value["schema"]), "response_format.schema"
+        return FormatAsk(json=True), "response_format"
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
@@ -182,7 +185,7 @@ def response_format(value: Any) -> tuple[dict[str, Any], str | None]:
             raise ApiError(400, "response_format.json_schema.strict must be true or false", "response_format")
         schema = spec.get("schema")
         schema = {} if schema is None else schema  # OpenAI: no schema (absent or null) is any JSON
-        return {"schema": schema}, "response_format.json_schema.schema"
+        return FormatAsk(schema=schema), "response_format.json_schema.schema"
     raise ApiError(
         400,
         f"response_format.type {str(kind)[:40]!r} is not one of text, json_object, json_schema",

@@ -64,7 +64,7 @@ def test_answers_hands_back_bad_items_and_a_bug_in_one_item_without_losing_the_o
         real = Ensemble.stream
 
         def stream(self, prompt, **options):
-            if prompt == "stone":
+            if getattr(prompt, "prompt", prompt) == "stone":
                 raise TypeError("a bug in one item")
             return real(self, prompt, **options)
 

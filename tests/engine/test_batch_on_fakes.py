@@ -52,9 +52,9 @@ def test_a_batch_answers_every_good_line_and_says_each_bad_one_with_its_number(m
     [river] = [record for record in got.values() if record["line"] == 2]
     assert river["id"].startswith("#") and river["finish_reason"] == "length" and river["tokens"] <= 8
     assert got["d"]["text"] == got["d"]["parsed"] == "You said cloud"
-    assert "not JSON" in got["line 3"]["error"] and "unknown key 'colour'" in got["c"]["error"]
+    assert "not JSON" in got["line 3"]["error"] and "unknown keyword 'colour'" in got["c"]["error"]
     assert "schema" in got["e"]["error"]
-    for said in ("line 3 (id line 3): not JSON", "line 4 (id c): unknown key 'colour'", "line 6 (id e)"):
+    for said in ("line 3 (id line 3): not JSON", "line 4 (id c): unknown keyword 'colour'", "line 6 (id e)"):
         assert said in err
     assert "3 of 6 answered" in err and "3 failed" in err
 

@@ -57,4 +57,4 @@ def test_a_think_that_is_no_switch_nor_level_is_a_400_naming_it(think):
 @pytest.mark.parametrize("think", [True, False, "low", "medium", "high", None])
 def test_a_think_switch_or_level_is_taken(think):
     parsed = ol.parse_chat({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "think": think})
-    assert parsed.settings.get("think") == think
+    assert parsed.ask.think == think

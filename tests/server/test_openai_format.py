@@ -28,7 +28,7 @@ def test_request_fields_map_onto_the_ensembles_settings():
             stream_options={"include_usage": True},
         )
     )
-    assert parsed.settings == {
+    assert parsed.ask.settings == {
         "temperature": 0,
         "greedy": True,
         "top_p": 0.9,
@@ -37,7 +37,7 @@ def test_request_fields_map_onto_the_ensembles_settings():
         "stop": ["END"],
     }
     assert parsed.stream and parsed.include_usage and parsed.id.startswith("chatcmpl-")
-    assert oa.parse_request(body(model=None, tool_choice="none", n=1)).settings == {}
+    assert oa.parse_request(body(model=None, tool_choice="none", n=1)).ask.settings == {}
 
 
 def test_messages_take_text_parts_and_developer_is_system():
@@ -177,7 +177,7 @@ def test_text_no_model_can_take_is_a_400(extra, param):
 
 
 def test_a_null_field_means_absent():
-    assert oa.parse_request(body(n=None, temperature=None, stop=None)).settings == {}
+    assert oa.parse_request(body(n=None, temperature=None, stop=None)).ask.settings == {}
 
 
 @pytest.mark.parametrize(
@@ -195,7 +195,7 @@ def test_a_null_field_means_absent():
 def test_numbers_are_checked_where_every_setting_is(extra, field):
     """The request's values reach the settings as they came; the settings refuse them, naming
     the field (the server turns that into a 400 with ``param``)."""
-    settings = oa.parse_request(body(**extra)).settings
+    settings = oa.parse_request(body(**extra)).ask.settings
     with pytest.raises(SettingError) as caught:
         with_overrides(EnsembleSettings(), **settings)
     assert caught.value.field == field and len(str(caught.value)) < 200
@@ -212,8 +212,8 @@ def test_a_trailing_assistant_message_is_kept_to_be_continued():
 
 
 def test_ignore_eos_is_taken_as_llama_cpps_server_takes_it():
-    assert oa.parse_request(body(ignore_eos=True)).settings == {"ignore_eos": True}
-    settings = oa.parse_request(body(ignore_eos="yes")).settings
+    assert oa.parse_request(body(ignore_eos=True)).ask.settings == {"ignore_eos": True}
+    settings = oa.parse_request(body(ignore_eos="yes")).ask.settings
     with pytest.raises(SettingError) as caught:
         with_overrides(EnsembleSettings(), **settings)
     assert caught.value.field == "ignore_eos"

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from specem_local.engine import AnswerStream, Ensemble
+from specem_local.engine import AnswerStream, Ask, Ensemble
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent, member_news
 from specem_local.models.config import builtin_ensembles
@@ -192,8 +192,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
         """An answer to ``messages`` with the chat's settings (and ``overrides``); a bad setting
         is said here and nothing starts."""
         settings = {**dataclasses.asdict(self.settings.ensemble), **overrides}
+        ask = Ask(list(messages), settings, models=tuple(models or self.settings.models))
         try:
-            return self.ensemble.stream(messages, models=models or list(self.settings.models), **settings)
+            return self.ensemble.stream(ask)
         except SpecemError as error:
             self.notify(str(error), severity="error", timeout=10)
             return None
