@@ -158,7 +158,7 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
 
 def plain(parsed: Any) -> Any:
     """A parsed answer as JSON: a tool reply as its calls or its message."""
-    from specem_local.engine.tools import ToolReply
+    from specem_local.engine import ToolReply
 
     if isinstance(parsed, ToolReply):
         if parsed.calls:

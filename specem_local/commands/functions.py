@@ -18,7 +18,7 @@ from specem_local.commands.terminal import printable
 from specem_local.errors import SettingError
 
 if TYPE_CHECKING:
-    from specem_local.engine.tools import ToolCall
+    from specem_local.engine import ToolCall
 
 MAX_RESULT = 20_000  # characters of a result the models read; past it, cut and said so
 TERMINAL = "/dev/tty"  # where --approve asks

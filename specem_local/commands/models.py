@@ -31,7 +31,7 @@ def model_rows(config: Config, checksum: bool = False) -> list[dict[str, Any]]:
     """What ``models list`` shows for each model, read from GGUF headers (no weights loaded)."""
     from specem_local.backend import gpu_offload
     from specem_local.backend.protocol import offloaded_layers, placement
-    from specem_local.engine.loading import gpu_layers_for
+    from specem_local.engine import gpu_layers_for
     from specem_local.models.sources import model_status, source_for
 
     gpu_build = gpu_offload()

@@ -34,8 +34,7 @@ from specem_local.events import FinalEvent, RoundEvent, StartEvent, finish_note,
 from specem_local.models.config import model_colours
 
 if TYPE_CHECKING:
-    from specem_local.engine import AnswerStream
-    from specem_local.engine.formats import OutputFormat
+    from specem_local.engine import AnswerStream, OutputFormat
     from specem_local.storage.history import AnswerRecord
 
 ANSI_COLOURS = {
@@ -74,8 +73,7 @@ def read_prompt(prompt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specem_local.engine import Ask, Ensemble, FormatAsk
-    from specem_local.engine.thinking import plan
+    from specem_local.engine import Ask, Ensemble, FormatAsk, think_plan
     from specem_local.settings import with_overrides
 
     check_batch_arguments(args.prompt, args.batch, args.output)
@@ -88,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     think = think_argument(args)
     settings = with_overrides(config.ensemble, **settings_overrides(args))
-    plan(think, settings.max_tokens, settings.reasoning_budget, output is not None)  # and a bad --think
+    think_plan(think, settings.max_tokens, settings.reasoning_budget, output is not None)  # and a bad --think
     if args.batch is not None:
         if functions:
             raise SettingError("--functions runs one agent loop; give each batch line its own tools instead", "tools")
@@ -262,7 +260,7 @@ def format_arguments(args: argparse.Namespace, functions: list[Callable[..., Any
 def print_parsed(final: FinalEvent, max_tokens: int) -> None:
     """A constrained answer on stdout, alone (for a script to read), once it is whole; with
     tools, the calls as a JSON list, or the message."""
-    from specem_local.engine.tools import ToolReply
+    from specem_local.engine import ToolReply
 
     if isinstance(final.parsed, ToolReply):
         reply = final.parsed
@@ -282,7 +280,7 @@ def print_parsed(final: FinalEvent, max_tokens: int) -> None:
 def batch_recorder() -> Callable[[BatchLine, AnswerStream], None] | None:
     """Each batch answer in the history as it streams, a chat of its own (as the server records
     each request); a history that cannot be written is said once and the batch goes on."""
-    from specem_local.engine.tools import recorded_turns
+    from specem_local.engine import recorded_turns
     from specem_local.storage.chats import Turn
     from specem_local.storage.history import History
 

@@ -8,8 +8,7 @@ import dataclasses
 import json
 
 from specem_local.commands.terminal import config_from_args, print_table
-from specem_local.engine.choices import leaderboard
-from specem_local.engine.learned import built_in_calibrations, names_in, stored_weights
+from specem_local.engine import built_in_calibrations, leaderboard, names_in, stored_weights
 from specem_local.events import origin_words
 from specem_local.storage.history import History
 from specem_local.storage.weights import RESET, StoredWeights, WeightStore

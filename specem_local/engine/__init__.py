@@ -15,18 +15,39 @@ Knows nothing of the front ends.
 from specem_local.engine import feedback, learned, sampling
 from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.ask import Ask, FormatAsk, ask_from
-from specem_local.engine.choices import best_rewards, choice_change
+from specem_local.engine.choices import (
+    ENSEMBLE,
+    best_rewards,
+    choice_change,
+    leaderboard,
+    pick_rewards,
+    thumbs_rewards,
+)
 from specem_local.engine.ensemble import Ensemble
 from specem_local.engine.format_compiler import allowed_tokens
-from specem_local.engine.formats import FormatMatcher, member_matcher, output_format_from
-from specem_local.engine.learned import built_in_calibrations, calibrate, names_in
-from specem_local.engine.loading import prompt_format_for
+from specem_local.engine.formats import FormatMatcher, OutputFormat, member_matcher, output_format_from
+from specem_local.engine.learned import built_in_calibrations, calibrate, names_in, stored_weights
+from specem_local.engine.loading import gpu_layers_for, prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
+from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
+from specem_local.engine.thinking import plan as think_plan
+from specem_local.engine.tools import (
+    ReplyStream,
+    StreamedCall,
+    ToolCall,
+    ToolReply,
+    recorded_turns,
+    reply_from_text,
+    whole_part,
+)
+from specem_local.engine.vote import candidate_label, explain, winning_candidate
 
 __all__ = [
+    "ENSEMBLE",
+    "AnswerRequest",
     "AnswerRunner",
     "AnswerStream",
     "Ask",
@@ -35,19 +56,36 @@ __all__ = [
     "FormatMatcher",
     "Member",
     "Message",
+    "OutputFormat",
+    "ReplyStream",
+    "StreamedCall",
+    "ToolCall",
+    "ToolReply",
     "allowed_tokens",
     "ask_from",
     "best_rewards",
     "built_in_calibrations",
     "calibrate",
+    "candidate_label",
     "choice_change",
+    "explain",
     "feedback",
+    "gpu_layers_for",
+    "leaderboard",
     "learned",
     "make_sampler",
     "member_matcher",
     "names_in",
     "output_format_from",
+    "pick_rewards",
     "prompt_format_for",
+    "recorded_turns",
+    "reply_from_text",
     "sampling",
+    "stored_weights",
+    "think_plan",
     "threads_each",
+    "thumbs_rewards",
+    "whole_part",
+    "winning_candidate",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specem_local.engine import feedback, thinking
@@ -40,6 +41,17 @@ from specem_local.events import FinalEvent, origin_words
 from specem_local.models.config import Config, load_config, with_load_overrides
 from specem_local.settings import EnsembleSettings, with_overrides
 from specem_local.storage.weights import WeightStore
+
+
+@dataclass(frozen=True)
+class MemberFacts:
+    """One member as a front end shows it: its name, where its layers run ("CPU", "GPU 25/25
+    layers", "RPC host:port"), its parameters, and why it was lost (None: it is not)."""
+
+    name: str
+    placement: str
+    parameters: int
+    lost: str | None
 
 
 class Ensemble:
@@ -114,6 +126,10 @@ class Ensemble:
     @property
     def model_names(self) -> list[str]:
         return [member.name for member in self.members]
+
+    def member_facts(self) -> list[MemberFacts]:
+        """What a front end shows of each member: where it runs, its size, whether it is lost."""
+        return [MemberFacts(m.name, m.model.placement, m.model.n_params, m.model.lost) for m in self.members]
 
     @property
     def plain_generation(self) -> bool:

@@ -16,9 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from specem_local.engine import AnswerStream, Ensemble
-from specem_local.engine.request import AnswerRequest
-from specem_local.engine.tools import recorded_turns
+from specem_local.engine import AnswerRequest, AnswerStream, Ensemble, recorded_turns
 from specem_local.errors import ShuttingDown
 from specem_local.events import Event
 from specem_local.storage.chats import Turn

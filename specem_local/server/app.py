@@ -26,8 +26,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specem_local.engine import AnswerStream, Ensemble
-from specem_local.engine.tools import ReplyStream, ToolCall
+from specem_local.engine import AnswerStream, Ensemble, ReplyStream, ToolCall
 from specem_local.errors import Busy
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
@@ -60,7 +59,7 @@ class EnsembleServer:
         self.line = AnswerQueue(ensemble, options.queue, options.record)
         self.created = int(time.time())
         self.modified = ol.now()
-        self.size = sum(member.model.n_params for member in ensemble.members)  # for Ollama's "size"
+        self.size = sum(member.parameters for member in ensemble.member_facts())  # for Ollama's "size"
         routes = [
             Route("/", self.root, methods=["GET", "HEAD"]),
             Route("/health", self.health),
@@ -95,7 +94,7 @@ class EnsembleServer:
                 "status": "ok",
                 "model": oa.MODEL_ID,
                 "members": self.ensemble.model_names,
-                "lost": {m.name: m.model.lost for m in self.ensemble.members if m.model.lost},  # back next answer
+                "lost": {m.name: m.lost for m in self.ensemble.member_facts() if m.lost},  # back next answer
                 "places": line.places,
                 "answering": line.answering,
                 "waiting": line.waiting,
@@ -105,13 +104,13 @@ class EnsembleServer:
         )
 
     async def models(self, _request: HttpRequest) -> Response:
-        runs_on = {member.name: member.model.placement for member in self.ensemble.members}
+        runs_on = {member.name: member.placement for member in self.ensemble.member_facts()}
         return JSONResponse(oa.models_list(self.ensemble.model_names, self.created, runs_on))
 
     async def model(self, request: HttpRequest) -> Response:
         """``client.models.retrieve("specem")``: the one model, or a 404 naming it."""
         wanted = request.path_params["model"]
-        runs_on = {member.name: member.model.placement for member in self.ensemble.members}
+        runs_on = {member.name: member.placement for member in self.ensemble.member_facts()}
         [served] = oa.models_list(self.ensemble.model_names, self.created, runs_on)["data"]
         if wanted != served["id"]:
             message = f"the model {wanted[:80]!r} does not exist; this server serves {served['id']!r}"

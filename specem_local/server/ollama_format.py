@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk
-from specem_local.engine.tools import ToolCall, ToolReply, whole_part
+from specem_local.engine import Ask, FormatAsk, ToolCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text, parse_messages

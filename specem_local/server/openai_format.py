@@ -16,8 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk
-from specem_local.engine.tools import StreamedCall, ToolReply, whole_part
+from specem_local.engine import Ask, FormatAsk, StreamedCall, ToolReply, whole_part
 from specem_local.events import FinalEvent, RoundEvent, StartEvent
 from specem_local.server.errors import ApiError
 

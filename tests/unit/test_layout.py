@@ -121,6 +121,22 @@ def test_research_imports_only_the_faces():
     assert deep == []
 
 
+def test_front_ends_import_the_engines_face():
+    """The server, the commands and the chat app use the engine through its face
+    (``specem_local/engine/__init__.py``), never a module inside it, so the engine can be
+    rearranged under them (issue 54)."""
+    front_ends = ("specem_local.server", "specem_local.commands", "specem_tui")
+    face = _face_names("specem_local.engine")
+    deep = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith(front_ends)
+        for target in sorted(targets)
+        if target.startswith("specem_local.engine.") and target.removeprefix("specem_local.engine.") not in face
+    ]
+    assert deep == []
+
+
 def _face_names(face: str) -> set[str]:
     """The names a package's face imports (``from specem_local.engine import feedback`` names
     the module ``feedback`` through the face)."""

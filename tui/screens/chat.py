@@ -124,9 +124,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
     def status_text(self) -> str:
         settings = self.settings.ensemble
         mode = "plain generation (1 model)" if len(self.settings.models) == 1 else f"{len(self.settings.models)} models"
-        taking_part = [m for m in self.ensemble.members if m.name in self.settings.models]
-        places = {m.model.placement.split(" ")[0] for m in taking_part}
-        remote = [f"{m.name}: {m.model.placement}" for m in taking_part if m.model.placement.startswith("RPC")]
+        taking_part = [m for m in self.ensemble.member_facts() if m.name in self.settings.models]
+        places = {m.placement.split(" ")[0] for m in taking_part}
+        remote = [f"{m.name}: {m.placement}" for m in taking_part if m.placement.startswith("RPC")]
         return printable(
             f"{mode} on {' + '.join(sorted(places))}\n"
             + "".join(f"{line}\n" for line in remote)

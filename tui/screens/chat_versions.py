@@ -17,8 +17,16 @@ from typing import Any
 
 from textual.containers import VerticalScroll
 
-from specem_local.engine import AnswerStream, Ensemble, learned
-from specem_local.engine.choices import ENSEMBLE, best_rewards, leaderboard, pick_rewards, thumbs_rewards
+from specem_local.engine import (
+    ENSEMBLE,
+    AnswerStream,
+    Ensemble,
+    best_rewards,
+    leaderboard,
+    learned,
+    pick_rewards,
+    thumbs_rewards,
+)
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate
 from specem_local.storage.chats import GIVEN, Chat, Turn, picked_start, with_version_shown

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.style import Style
 from textual.widgets import DataTable, Footer, Static
 
-from specem_local.engine.vote import candidate_label, explain, winning_candidate
+from specem_local.engine import candidate_label, explain, winning_candidate
 from specem_local.events import Candidate, RoundEvent
 from specem_local.text import printable
 

@@ -15,7 +15,7 @@ from textual.reactive import reactive
 from textual.style import Style
 from textual.widgets import Collapsible, Markdown, Static
 
-from specem_local.engine.tools import reply_from_text
+from specem_local.engine import reply_from_text
 from specem_local.events import finish_note, member_news
 from specem_local.storage.chat_files import speaker
 from specem_local.storage.chats import GIVEN, Turn, code_blocks
