@@ -67,7 +67,8 @@ class Ask:
 
 ASK_KEYS = (*FORMAT_KEYS, "output_format", "think", "models")  # an ask's keywords besides the settings
 SETTING_NAMES = frozenset(item.name for item in describe(EnsembleSettings)) | frozenset(
-    item.name for item in describe(LoadSettings)  # said by prepare: read when the models load
+    item.name
+    for item in describe(LoadSettings)  # said by prepare: read when the models load
 )
 
 

@@ -26,7 +26,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specem_local.engine import AnswerStream, Ensemble, ReplyStream, ToolCall
+from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import Busy
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
@@ -34,6 +34,7 @@ from specem_local.server import openai_format as oa
 from specem_local.server.answers import AnswerQueue
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
+from specem_local.server.replies import Pieces
 
 # Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
@@ -203,7 +204,7 @@ class EnsembleServer:
             request,
             events,
             stream,
-            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, *ol.reply_text(parsed, final))),
+            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, whole=True)),
         )
 
     async def _start(
@@ -247,20 +248,13 @@ class EnsembleServer:
     async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         start: StartEvent | None = None
         first = True
-        reply = ReplyStream() if parsed.tools else None  # a tool reply streams as its pieces
+        pieces = Pieces(parsed.tools)
         try:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
-                elif isinstance(event, RoundEvent) and event.text and event.phase == "reasoning":
-                    thought = {"reasoning_content": event.text}  # before the content, as llama.cpp's server sends it
-                    yield json.dumps(oa.round_chunk(parsed, event, first, thought), ensure_ascii=False)
-                    first = False
-                elif isinstance(event, RoundEvent) and event.text:
-                    delta = oa.tool_delta(*reply.feed(event.text)) if reply is not None else None
-                    if delta == {}:
-                        continue  # envelope punctuation: nothing a client shows
-                    yield json.dumps(oa.round_chunk(parsed, event, first, delta), ensure_ascii=False)
+                elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
+                    yield json.dumps(oa.piece_chunk(parsed, piece, first), ensure_ascii=False)
                     first = False
                 elif isinstance(event, FinalEvent):
                     for chunk in oa.final_chunks(parsed, start, event, first):
@@ -271,24 +265,16 @@ class EnsembleServer:
 
     async def _ndjson_lines(self, parsed: ol.Request, events: AsyncIterator[Event], chat: bool) -> AsyncIterator[str]:
         start: StartEvent | None = None
-        reply = ReplyStream() if parsed.tools else None
+        pieces = Pieces(parsed.tools)
         try:
             async for event in events:
                 if isinstance(event, StartEvent):
                     start = event
-                elif isinstance(event, RoundEvent) and event.text and event.phase == "reasoning":
-                    yield json.dumps(ol.round_line(chat, event), ensure_ascii=False) + "\n"
-                elif isinstance(event, RoundEvent) and event.text and reply is not None:
-                    content, moved = reply.feed(event.text)
-                    if content:
-                        yield json.dumps(ol.round_line(chat, event, content), ensure_ascii=False) + "\n"
-                    done = tuple(ToolCall(c.name or "", json.loads(c.arguments)) for _, c, _, _ in moved if c.complete)
-                    if done:
-                        yield json.dumps(ol.tool_line(done), ensure_ascii=False) + "\n"
-                elif isinstance(event, RoundEvent) and event.text:
-                    yield json.dumps(ol.round_line(chat, event), ensure_ascii=False) + "\n"
+                elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
+                    for line in ol.piece_lines(chat, piece):
+                        yield json.dumps(line, ensure_ascii=False) + "\n"
                 elif isinstance(event, FinalEvent):
-                    yield json.dumps(ol.final_line(chat, parsed, start, event, ""), ensure_ascii=False) + "\n"
+                    yield json.dumps(ol.final_line(chat, parsed, start, event, whole=False), ensure_ascii=False) + "\n"
         except Exception as error:  # Ollama ends a broken stream with an error line
             yield json.dumps(http_error(error, answering=True).body("/api")) + "\n"
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk, ToolCall, ToolReply, whole_part
-from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.engine import Ask, FormatAsk, ToolCall
+from specem_local.events import FinalEvent, StartEvent
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text, parse_messages
+from specem_local.server.replies import Piece, answer_facts, prompt_tokens, round_facts, whole_reply
 
 MODEL_NAME = "specem"
 TAGGED = f"{MODEL_NAME}:latest"
@@ -230,45 +231,28 @@ def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = (), thinkin
     return {"message": message}
 
 
-def tool_line(calls: tuple[ToolCall, ...]) -> dict[str, Any]:
-    """Calls streamed as Ollama streams them: each once, complete."""
-    return {"model": TAGGED, "created_at": now(), **_text_field(True, "", calls), "done": False}
-
-
-def reply_text(request: Request, final: FinalEvent) -> tuple[str, tuple[ToolCall, ...]]:
-    """A whole answer's text and calls: with tools, the message's text (or none) and the calls."""
-    if request.tools:  # cut short: what is whole of it, never the envelope
-        reply = final.parsed if isinstance(final.parsed, ToolReply) else whole_part(final.text)
-        return reply.content or "", reply.calls
-    return final.text, ()
-
-
-def round_line(chat: bool, event: RoundEvent, text: str | None = None) -> dict[str, Any]:
-    """A round's segment as a line (``text``: what of it a client shows, for a tool reply); a
-    round of thinking as ``thinking``."""
-    said = event.text if text is None else text
-    fields = _text_field(chat, "", thinking=said) if event.phase == "reasoning" else _text_field(chat, said)
-    return {
-        "model": TAGGED,
-        "created_at": now(),
-        **fields,
-        "done": False,
-        "x_specem": {
-            "round": event.index,
-            "author": event.author,
-            "candidates": len(event.candidates),
-            **({"lost": event.lost} if event.lost else {}),
-        },
-    }
+def piece_lines(chat: bool, piece: Piece) -> list[dict[str, Any]]:
+    """A round's piece as lines: its thinking as ``thinking``, its text, and the calls it made
+    whole in a line of their own, each once, complete (as Ollama streams calls)."""
+    lines = []
+    if piece.reasoning or piece.text:
+        fields = _text_field(chat, piece.text, thinking=piece.reasoning)
+        lines.append({"model": TAGGED, "created_at": now(), **fields, "done": False})
+        lines[0]["x_specem"] = round_facts(piece.event, vote=False)
+    if piece.calls:
+        calls = tuple(call for _, call in piece.calls)
+        lines.append({"model": TAGGED, "created_at": now(), **_text_field(True, "", calls), "done": False})
+    return lines
 
 
 def final_line(
-    chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, text: str, calls: tuple = ()
+    chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, whole: bool
 ) -> dict[str, Any]:
-    """The line that ends an answer (``text`` and ``calls``: the whole answer when not
-    streamed, else empty), with Ollama's statistics: durations in nanoseconds; prompt reading
-    is part of ``eval_duration``, since the ensemble reads prompts as part of its first round."""
-    prompt_tokens = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
+    """The line that ends an answer (``whole``: with the whole answer, when not streamed),
+    with Ollama's statistics: durations in nanoseconds; prompt reading is part of
+    ``eval_duration``, since the ensemble reads prompts as part of its first round."""
+    reply = whole_reply(final, request.tools) if whole else None
+    text, calls = (reply.content or "", reply.calls) if reply is not None else ("", ())
     return {
         "model": TAGGED,
         "created_at": now(),
@@ -277,17 +261,10 @@ def final_line(
         "done_reason": DONE_REASON.get(final.finish_reason, "stop"),
         "total_duration": int((time.monotonic() - request.started) * 1e9),
         "load_duration": 0,
-        "prompt_eval_count": prompt_tokens,
+        "prompt_eval_count": prompt_tokens(start),
         "eval_count": final.tokens,
         "eval_duration": int(final.seconds * 1e9),
-        "x_specem": {
-            "wins": final.wins,
-            "weights": final.weights,
-            "rounds": final.rounds,
-            "absent": start.absent if start is not None else {},
-            "lost": final.lost,
-            **({"notes": list(start.notes)} if start is not None and start.notes else {}),
-        },
+        "x_specem": answer_facts(start, final),
     }
 
 

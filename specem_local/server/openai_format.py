@@ -16,9 +16,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk, StreamedCall, ToolReply, whole_part
-from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.engine import Ask, FormatAsk, ToolCall
+from specem_local.events import FinalEvent, StartEvent
 from specem_local.server.errors import ApiError
+from specem_local.server.replies import Piece, answer_facts, finish_name, prompt_tokens, round_facts, whole_reply
 
 MODEL_ID = "specem"
 # Fields the ensemble cannot honour: a 400 naming them, never a silent ignore.
@@ -272,72 +273,38 @@ def _base(request: Request, kind: str) -> dict[str, Any]:
 def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
     """Token counts: the prompt as the largest tokenizer counted it, the answer in its authors'
     tokens (its thinking included, and counted apart, as OpenAI's reasoning models count it)."""
-    prompt = max(start.prompt_tokens.values()) if start and start.prompt_tokens else 0
-    total = prompt + final.tokens
-    counts: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": final.tokens, "total_tokens": total}
+    prompt = prompt_tokens(start)
+    counts: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": final.tokens}
+    counts["total_tokens"] = prompt + final.tokens
     if final.reasoning_tokens:
         counts["completion_tokens_details"] = {"reasoning_tokens": final.reasoning_tokens}
     return counts
 
 
-def round_chunk(
-    request: Request, event: RoundEvent, first: bool, delta: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A round's segment as a chunk: its text, or ``delta`` (a tool reply's pieces)."""
-    delta = {"content": event.text} if delta is None else delta
-    if first:
-        delta = {"role": "assistant", **delta}
+def piece_chunk(request: Request, piece: Piece, first: bool) -> dict[str, Any]:
+    """A round's piece as a chunk: its thinking as ``reasoning_content`` (as llama.cpp's server
+    sends it), its text as ``content``, each call made whole as OpenAI streams calls (its
+    index, id, type, name and arguments in one piece)."""
+    delta: dict[str, Any] = {"role": "assistant"} if first else {}
+    if piece.reasoning:
+        delta["reasoning_content"] = piece.reasoning
+    if piece.text:
+        delta["content"] = piece.text
+    if piece.calls:
+        delta["tool_calls"] = [{"index": i, **_call(c)} for i, c in piece.calls]
     return {
         **_base(request, "chat.completion.chunk"),
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-        "x_specem": {
-            "round": event.index,
-            "author": event.author,
-            "candidates": len(event.candidates),
-            "decision": event.decision,
-            "weights": event.weights,
-            **({"lost": event.lost} if event.lost else {}),
-        },
+        "x_specem": round_facts(piece.event),
     }
 
 
-def tool_delta(content: str, moved: list[tuple[int, StreamedCall, str, bool]]) -> dict[str, Any]:
-    """A tool reply's pieces as OpenAI streams them: the message's text as it comes, and each
-    call once it is whole (its index, id, type, name and arguments in one piece), so a reply cut
-    by ``max_tokens`` never leaves a client holding arguments that do not parse."""
-    delta: dict[str, Any] = {"content": content} if content else {}
-    whole = [(index, call) for index, call, _, _ in moved if call.complete]
-    calls = [
-        {"index": i, "id": _call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for i, c in whole
-    ]
-    if calls:
-        delta["tool_calls"] = calls
-    return delta
-
-
-def _call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
 
 
 def _finish_reason(final: FinalEvent) -> str:
-    if isinstance(final.parsed, ToolReply) and final.parsed.calls and final.finish_reason == "eos":
-        return "tool_calls"
-    return FINISH.get(final.finish_reason, "stop")
-
-
-def _summary(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
-    """What the ensemble says of a whole answer, beside OpenAI's fields: who won, the weights,
-    and the members that were out of it from the start (``absent``) or lost on the way."""
-    return {
-        "wins": final.wins,
-        "weights": final.weights,
-        "rounds": final.rounds,
-        "specem_finish_reason": final.finish_reason,
-        "absent": start.absent if start is not None else {},
-        "lost": final.lost,
-        **({"notes": list(start.notes)} if start is not None and start.notes else {}),
-    }
+    return finish_name(final, FINISH, "stop", "tool_calls")
 
 
 def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, first: bool) -> list[dict[str, Any]]:
@@ -347,7 +314,7 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
         {
             **_base(request, "chat.completion.chunk"),
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish_reason(final)}],
-            "x_specem": _summary(start, final),
+            "x_specem": answer_facts(start, final),
         }
     ]
     if request.include_usage:
@@ -359,16 +326,11 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
     message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
     if final.reasoning:  # thought before the format: llama.cpp's and DeepSeek's field
         message["reasoning_content"] = final.reasoning
-    reply = final.parsed
-    if request.tools and not isinstance(reply, ToolReply):  # cut short: what is whole of it, never the envelope
-        reply = whole_part(final.text)
     if request.tools:
+        reply = whole_reply(final, tools=True)
         message["content"] = reply.content
         if reply.calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                for c in reply.calls
-            ]
+            message["tool_calls"] = [_call(c) for c in reply.calls]
     return {
         **_base(request, "chat.completion"),
         "choices": [
@@ -380,7 +342,7 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
             }
         ],
         "usage": usage(start, final),
-        "x_specem": _summary(start, final),
+        "x_specem": answer_facts(start, final),
     }
 
 

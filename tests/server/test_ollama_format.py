@@ -7,6 +7,7 @@ import pytest
 
 from specem_local.events import Candidate, RoundEvent
 from specem_local.server import ollama_format as ol
+from specem_local.server.replies import Pieces
 from specem_local.server.errors import ApiError
 
 
@@ -33,10 +34,11 @@ def test_show_describes_the_ensemble_in_ollamas_keys():
 def test_a_rounds_line_says_who_wrote_it_among_how_many_and_who_was_lost():
     candidates = tuple(Candidate(m, "Paris", False, {}, {}, 0.5) for m in ("a", "b"))
     event = RoundEvent(2, "Paris", "a", "vote", candidates, {"a": 0.6}, (), {}, {}, {}, 0.1, 4, lost={"c": "crashed"})
-    line = ol.round_line(True, event)
+    [line] = ol.piece_lines(True, Pieces(tools=False).of(event))
     assert line["message"] == {"role": "assistant", "content": "Paris"} and line["done"] is False
     assert line["x_specem"] == {"round": 2, "author": "a", "candidates": 2, "lost": {"c": "crashed"}}
-    thought = ol.round_line(False, RoundEvent(1, "Hmm", "a", "vote", (), {}, (), {}, {}, {}, 0.1, 1, phase="reasoning"))
+    reasoning = RoundEvent(1, "Hmm", "a", "vote", (), {}, (), {}, {}, {}, 0.1, 1, phase="reasoning")
+    [thought] = ol.piece_lines(False, Pieces(tools=False).of(reasoning))
     assert (thought["response"], thought["thinking"], thought["x_specem"]) == (
         "",
         "Hmm",

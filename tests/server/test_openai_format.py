@@ -7,6 +7,7 @@ import pytest
 from specem_local.errors import SettingError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import openai_format as oa
+from specem_local.server.replies import Pieces
 from specem_local.server.errors import ApiError
 from specem_local.settings import EnsembleSettings, with_overrides
 
@@ -145,7 +146,7 @@ def events():
 def test_chunks_and_the_completion_follow_openais_shapes():
     request = oa.parse_request(body(stream=True, stream_options={"include_usage": True}))
     start, round_event, final = events()
-    chunk = oa.round_chunk(request, round_event, first=True)
+    chunk = oa.piece_chunk(request, Pieces(tools=False).of(round_event), first=True)
     assert chunk["object"] == "chat.completion.chunk" and chunk["choices"][0]["delta"] == {
         "role": "assistant",
         "content": "Hi",

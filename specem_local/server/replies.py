@@ -1,0 +1,96 @@
+"""What an answer says back, whatever the API: the pieces a streamed answer is written in (its
+thinking, its text, each tool call once whole), a whole answer's text and calls, how it ended,
+its token counts and the ensemble's own facts (``x_specem``). Each API's module
+(``openai_format``, ``ollama_format``) only puts these in its own shape, as llama.cpp's server
+has one result that writes itself for each API.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from specem_local.engine import ReplyStream, ToolCall, ToolReply, whole_part
+from specem_local.events import FinalEvent, RoundEvent, StartEvent
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one round adds to a streamed reply, as a client shows it: thinking (before a
+    format), text (the answer, or a tool reply's message), and the calls it made whole."""
+
+    event: RoundEvent
+    reasoning: str = ""
+    text: str = ""
+    calls: tuple[tuple[int, ToolCall], ...] = ()  # (the call's index in the reply, the call)
+
+
+class Pieces:
+    """A streamed answer's rounds as the pieces a client shows. With tools, the envelope the
+    members write is never shown: its message's text as it comes, each call once it is whole
+    (a reply cut by ``max_tokens`` never leaves a client holding arguments that do not parse)."""
+
+    def __init__(self, tools: bool) -> None:
+        self.envelope = ReplyStream() if tools else None
+
+    def of(self, event: RoundEvent) -> Piece | None:
+        """The round's piece; None when it adds nothing a client shows (punctuation of the
+        envelope, an empty segment)."""
+        if not event.text:
+            return None
+        if event.phase == "reasoning":
+            return Piece(event, reasoning=event.text)
+        if self.envelope is None:
+            return Piece(event, text=event.text)
+        content, moved = self.envelope.feed(event.text)
+        calls = tuple((i, ToolCall(c.name or "", json.loads(c.arguments))) for i, c, _, _ in moved if c.complete)
+        return Piece(event, text=content, calls=calls) if content or calls else None
+
+
+def whole_reply(final: FinalEvent, tools: bool) -> ToolReply:
+    """A whole answer's text and calls: with tools, its message (or none) and calls; an
+    envelope cut short gives what of it is whole, never the envelope itself."""
+    if not tools:
+        return ToolReply(content=final.text)
+    return final.parsed if isinstance(final.parsed, ToolReply) else whole_part(final.text)
+
+
+def called(final: FinalEvent) -> bool:
+    """Whether the answer ended in tool calls (the finish every API names apart)."""
+    return isinstance(final.parsed, ToolReply) and bool(final.parsed.calls) and final.finish_reason == "eos"
+
+
+def finish_name(final: FinalEvent, names: dict[str, str], default: str, calls: str) -> str:
+    """How the answer ended, in an API's words: ``calls`` when it ended in tool calls, else
+    ``names`` of the ensemble's finish reason (``default`` for the rest)."""
+    return calls if called(final) else names.get(final.finish_reason, default)
+
+
+def prompt_tokens(start: StartEvent | None) -> int:
+    """The prompt's tokens, as the member whose tokenizer counted most of them counted them."""
+    return max(start.prompt_tokens.values()) if start is not None and start.prompt_tokens else 0
+
+
+def round_facts(event: RoundEvent, *, vote: bool = True) -> dict[str, Any]:
+    """A round's ``x_specem``: who wrote it, among how many candidates (``vote``: how it was
+    chosen and the weights after it), the members lost in it."""
+    facts: dict[str, Any] = {"round": event.index, "author": event.author, "candidates": len(event.candidates)}
+    if vote:
+        facts.update(decision=event.decision, weights=event.weights)
+    return {**facts, **({"lost": event.lost} if event.lost else {})}
+
+
+def answer_facts(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+    """A whole answer's ``x_specem``: who won how many rounds, the weights, the members out of
+    it from the start (``absent``) or lost on the way, and what its format serves only
+    approximately (``notes``)."""
+    return {
+        "wins": final.wins,
+        "weights": final.weights,
+        "rounds": final.rounds,
+        "specem_finish_reason": final.finish_reason,
+        "absent": start.absent if start is not None else {},
+        "lost": final.lost,
+        **({"notes": list(start.notes)} if start is not None and start.notes else {}),
+    }
