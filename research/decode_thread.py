@@ -4,7 +4,7 @@
    tokens, one row each per step) in one batch; milliseconds a step and the tokens per second
    against one row.
 2. The thread: 16 GSM8K dev answers, 4 at once in one process, with every shared batch decoded
-   on the turn-taker's own thread (as shipped) and on whichever answer's thread comes last (as
+   on the batcher's own thread (as shipped) and on whichever answer's thread comes last (as
    before): milliseconds of a 4-row batch (median), this process's voluntary context switches
    and its share of the cores. llama.cpp's CPU backend decodes on an OpenMP team that belongs
    to the calling thread.
@@ -24,7 +24,7 @@ import json
 import resource
 import statistics
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +66,6 @@ def hand_over_us(count: int = 20000) -> float:
         return round((time.perf_counter() - started) / count * 1e6, 1)
 
 
-class Inline:
-    """Runs a batch where it is handed over, on the answer's thread (as before the decoding thread)."""
-
-    def submit(self, function: Any, *args: Any) -> Future:
-        done: Future = Future()
-        done.set_result(function(*args))
-        return done
-
-
 def answered(ensemble: Ensemble, asked: list[str], at_once: int) -> tuple[int, float]:
     """The answer tokens and seconds of ``asked``, ``at_once`` answers at a time."""
     started = time.perf_counter()
@@ -87,26 +78,19 @@ def four_at_once(ensemble: Ensemble, asked: list[str], one_thread: bool) -> dict
     """The answers 4 at once, each batch decoded on the decoding thread or (``one_thread``
     False) on the thread that hands it over."""
     batches: list[float] = []
-    turns = ensemble.runner.turns
-    shared = type(ensemble.runner.members[0].model.shared)  # the places' shared model
-    decode_together, decoder = shared._decode_together, turns._decoder
+    batcher = ensemble.runner.batcher
 
-    def timed(self: Any, group: list[Any]) -> None:
-        started = time.perf_counter()
-        decode_together(self, group)
-        if sum(len(decode.rows) for decode in group) == 4:
-            batches.append(time.perf_counter() - started)
+    def timed(rows: int, seconds: float) -> None:
+        if rows == 4:
+            batches.append(seconds)
 
-    shared._decode_together = timed
-    if not one_thread:
-        turns._decoder = Inline()  # type: ignore[assignment]
+    batcher.on_batch, batcher.one_thread = timed, one_thread
     try:
         before, cpu_before = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
         tokens, seconds = answered(ensemble, asked, 4)
         after = resource.getrusage(resource.RUSAGE_SELF)
     finally:
-        shared._decode_together = decode_together
-        turns._decoder = decoder
+        batcher.on_batch, batcher.one_thread = None, True
     return {
         "tokens_per_second": round(tokens / seconds, 1),
         "four_row_batch_ms": round(statistics.median(batches) * 1000, 1),
@@ -121,7 +105,7 @@ def wait_gains(ensemble: Ensemble, asked: list[str], waits: list[float]) -> dict
     alone = tokens / seconds
     gains = {}
     for wait in waits:
-        ensemble.runner.turns.max_wait = wait
+        ensemble.runner.batcher.max_wait = wait
         tokens, seconds = answered(ensemble, asked, 4)
         gains[str(wait)] = round(tokens / seconds / alone, 2)
     return {"one_at_a_time_tokens_per_second": round(alone, 1), "gain_at_4_by_wait": gains}

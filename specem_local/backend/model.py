@@ -1,4 +1,4 @@
-"""One GGUF model with one llama.cpp context: the ``model.LanguageModel`` protocol implemented
+"""One GGUF model with one llama.cpp context: the ``protocol.LanguageModel`` protocol implemented
 with llama.cpp. It owns the C resources (freed context first, then model), turns llama.cpp's
 return codes into exceptions, and offers the few operations the ensemble needs: tokenize,
 decode a batch of (token, position, sequence) rows with logits for chosen rows, and the
@@ -117,7 +117,7 @@ class LlamaModel(LlamaVocabulary):
     # -- lifetime ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _freed_on_ctrl_c(self) -> Iterator[None]:
-        """A loading step that Ctrl-C stops (see ``_ctrl_c_deferred``); what was loaded is freed."""
+        """A loading step that Ctrl-C stops (see ``library.ctrl_c_deferred``); what was loaded is freed."""
         try:
             with ctrl_c_deferred():
                 yield

@@ -1,12 +1,17 @@
 """The engine: the ``Ensemble`` and one answer's round loop, with everything a round calls.
 
-``ensemble`` owns the loaded members, one answer at a time, cancel and close; ``answer_stream``
-is one answer as its caller iterates it (members lost earlier brought back first); ``loading``
-turns a config into members; ``rounds`` runs one answer (draft, verify, vote, learn, broadcast)
-as a stream of events, ``roster`` says who takes part in it (model exit, lost members);
-``member`` is one model's part in it; ``drafting``, ``contrastive``, ``vote``,
-``feedback``, ``sampling``, ``segments`` and ``prompting`` are its pure steps; ``learned`` and
-``choices`` carry weights across answers (calibration, your picks).
+``ask`` is one answer as asked (what every front end builds) and ``request`` the checked
+request ``Ensemble.prepare`` makes of it; ``ensemble`` owns the loaded members, cancel and
+close; ``runner`` is the one scheduler (places, the line for them, steps) and ``places`` runs
+several answers at once in shared batches; ``answer_stream`` is one answer as its caller
+iterates it (members lost earlier brought back first); ``many`` runs many items; ``loading``
+turns a config into members; ``rounds`` runs one answer (draft, vote, commit) in its
+``phases`` (thinking first, then the answer); ``roster`` says who takes part (model exit, lost
+members); ``member`` is one model's part; ``drafting``, ``verifying``, ``contrastive``,
+``vote``, ``feedback``, ``sampling``, ``segments``, ``prompting`` and ``thinking`` are its
+steps; ``formats``, ``format_compiler``, ``schemas``, ``conditions`` and ``tools`` shape
+answers a program can parse; ``learned`` and ``choices`` carry weights across answers
+(calibration, your picks). Front ends use this face, never the modules under it.
 
 May import: ``backend``, ``models``, ``storage``, ``events``, ``settings``, ``errors``, ``dirs``.
 Knows nothing of the front ends.

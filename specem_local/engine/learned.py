@@ -2,7 +2,7 @@
 
 SpecEM learns its weights during one answer and forgets them after it; one answer is too
 short to learn who is strong. ``specem calibrate`` sets an ensemble's starting weights from
-labelled items (``feedback.calibration``), kept in ``store.WeightStore`` by its members, and
+labelled items (``feedback.calibration``), kept in ``storage.weights.WeightStore`` by its members, and
 every answer starts from them. With ``carry_weights``, each answer also hands on what it
 learned to the next (``feedback.carried``); measured on the demo trio, that label-free
 learning drifts towards the member the others agree with, not the strong one, so it is off

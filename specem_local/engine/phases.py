@@ -1,5 +1,5 @@
 """An answer's phases, named as llama.cpp's server names a slot's state: ``Reasoning`` (thinking
-first, in free text, under a budget: ``thinking.py``) and ``Answering`` (the answer itself, under
+first, in free text, under a budget: ``thinking.py``) and ``Writing`` (the answer itself, under
 its output format's matcher when it has one). A round asks its phase what it may do; the switch
 from one to the other is the reasoning phase's, and nothing else about it lives elsewhere.
 """
@@ -19,7 +19,7 @@ from specem_local.events import Phase, Switch
 RunEach = Callable[..., list]  # RoundLoop.run_each: a function over members' indices
 
 
-class Answering:
+class Writing:
     """The answer itself: free text, or text its output format's matcher accepts (each member
     drafts under a matcher over its own tokens, and the committed text is matched once more)."""
 
@@ -86,7 +86,7 @@ class Reasoning:
     def switch(
         self, request: AnswerRequest, members: list[Member], following: list[int], reasoning: str, why: Switch,
         drafters: int, run_each: RunEach,
-    ) -> Answering:  # fmt: skip
+    ) -> Writing:  # fmt: skip
         """The format's phase after the reasoning, each following member ready for it: a bridge
         every member reads (``think_bridge``: a new short user turn asking for the format, or
         text in the same assistant turn). ``ContextFull`` when a member's prompt of that phase
@@ -103,16 +103,16 @@ class Reasoning:
             except PromptTooLong as error:
                 raise ContextFull(str(error)) from None
             run_each(lambda i: members[i].start(list(prompts[i]), True), following, losses_raise=False)
-        answering = Answering(request.output_format, "")
+        answering = Writing(request.output_format, "")
         answering.arm(members)
         return answering
 
 
-def first_phase(request: AnswerRequest) -> Answering | Reasoning:
+def first_phase(request: AnswerRequest) -> Writing | Reasoning:
     """Where an answer begins: thinking first when its request plans it, else the answer."""
     if request.think.budget:
         return Reasoning(request.think.budget)
-    return Answering(request.output_format, request.prefix)
+    return Writing(request.output_format, request.prefix)
 
 
 def unarm(members: list[Member]) -> None:

@@ -3,7 +3,7 @@ runs parallel slots over one unified KV memory.
 
 Each place has its own ``Member`` objects over a ``PlaceModel``: a view of the shared model with
 its own range of sequence ids, so an answer's KV operations never touch another's. Every decode
-goes through ``DecodeTurns``: one batch at a time over all models (two models decoding at once
+goes through ``Batcher``: one batch at a time over all models (two models decoding at once
 on the same cores slow each other far more than 2x), and a batch goes when every answer inside a
 step is waiting for a decode, so the rows of the answers that wait on the same model (one per
 answer while they draft, every answer's candidates while they verify, a new answer's prompt)
@@ -17,7 +17,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ MAX_WAIT = 0.05
 
 @dataclass
 class Decode:
-    """One place's decode waiting for its turn: ``targets`` set for a scoring decode."""
+    """One place's decode waiting for its batch: ``targets`` set for a scoring decode."""
 
     model: SharedModel
     rows: list[BatchRow]
@@ -55,12 +55,15 @@ class Decode:
         return id(self.model), self.targets is not None, self.normalise
 
 
-class DecodeTurns:
-    """Whose decode runs next when several answers run at once (see the module's docstring)."""
+class Batcher:
+    """Gathers the decodes of answers running at once into shared batches and decodes each on
+    one thread (see the module's docstring). ``one_thread`` False decodes a batch on the thread
+    that hands it over instead, and ``on_batch(rows, seconds)`` is told of each batch: the two
+    seams ``research/decode_thread.py`` measures the decoding thread by."""
 
     def __init__(self, max_wait: float = MAX_WAIT) -> None:
         self.max_wait = max_wait
-        self._turn = threading.Condition()
+        self._state = threading.Condition()
         self._pending: list[Decode] = []
         self._busy = False
         self._idle_since = time.monotonic()  # when the last batch ended
@@ -72,36 +75,38 @@ class DecodeTurns:
         # each (four answers' threads on 2 cores: a 4-row decode 66-72 ms against 56 ms from one
         # thread, 118k context switches against 4.6k). So every batch is decoded on this one.
         self._decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specem-decode")
+        self.one_thread = True
+        self.on_batch: Callable[[int, float], None] | None = None
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
         """An answer's step runs: its decodes may wait for the other steps' decodes."""
-        with self._turn:
+        with self._state:
             self.in_step += 1
         try:
             yield
         finally:
-            with self._turn:
+            with self._state:
                 self.in_step -= 1
-                self._turn.notify_all()
+                self._state.notify_all()
 
     def run(self, decode: Decode) -> Any:
         """Wait for ``decode``'s batch to run (this thread may run it, with others'); its result.
         A batch goes when every thread in a step waits for a decode, or when the oldest decode
         has waited ``max_wait`` since the last batch ended."""
-        with self._turn:
+        with self._state:
             self._pending.append(decode)
-            self._turn.notify_all()
+            self._state.notify_all()
             while not decode.done:
                 if self._busy:
-                    self._turn.wait()
+                    self._state.wait()
                     continue
                 oldest = min(d.since for d in self._pending)
                 waited = time.monotonic() - max(oldest, self._idle_since)
                 if len(self._pending) >= self.in_step or waited >= self.max_wait:
                     self._run_next()
                 else:
-                    self._turn.wait(timeout=self.max_wait - waited)
+                    self._state.wait(timeout=self.max_wait - waited)
         if decode.error is not None:
             raise decode.error
         return decode.result
@@ -120,24 +125,30 @@ class DecodeTurns:
         for pending in group:
             self._pending.remove(pending)
         self._busy = True
-        self._turn.release()
+        self._state.release()
+        started = time.perf_counter()
         try:
-            decoded = self._decoder.submit(group[0].model.run, group)  # never raises
-            try:
-                decoded.result()
-            except BaseException:  # Ctrl-C: a batch stuck on another machine is given up, and
-                group[0].model.interrupt()  # its decodes get their results (or errors) first
-                concurrent.futures.wait([decoded])
-                raise
+            if not self.one_thread:
+                group[0].model.run(group)
+            else:
+                decoded = self._decoder.submit(group[0].model.run, group)  # never raises
+                try:
+                    decoded.result()
+                except BaseException:  # Ctrl-C: a batch stuck on another machine is given up, and
+                    group[0].model.interrupt()  # its decodes get their results (or errors) first
+                    concurrent.futures.wait([decoded])
+                    raise
+            if self.on_batch is not None:
+                self.on_batch(sum(len(decode.rows) for decode in group), time.perf_counter() - started)
         finally:
-            self._turn.acquire()
+            self._state.acquire()
             self._busy = False
             self._idle_since = time.monotonic()
             self.batches += 1
             self.decodes += len(group)
             for pending in group:
                 pending.done = True
-            self._turn.notify_all()
+            self._state.notify_all()
 
     def close(self) -> None:
         """End the decoding thread (after the batch it runs, if any)."""
@@ -147,11 +158,11 @@ class DecodeTurns:
 class SharedModel:
     """A loaded model that ``places`` answers use at once, ``per_place`` sequences each."""
 
-    def __init__(self, model: LanguageModel, places: int, turns: DecodeTurns) -> None:
+    def __init__(self, model: LanguageModel, places: int, batcher: Batcher) -> None:
         self.model = model
         self.places = places
         self.per_place = model.n_seq_max // places
-        self.turns = turns
+        self.batcher = batcher
         self.lock = threading.Lock()  # llama.cpp's context is used by one thread at a time
 
     def interrupt(self) -> None:
@@ -224,7 +235,7 @@ def _part(scores: RowScores, start: int, count: int) -> RowScores:
 class PlaceModel:
     """One place's view of a shared model: sequence ids ``0 .. per_place - 1`` of its own, the
     whole KV memory (places share it: the runner admits an answer only when its cells fit),
-    decodes in turn with the other places'."""
+    decodes in shared batches with the other places'."""
 
     def __init__(self, shared: SharedModel, place: int) -> None:
         self.shared = shared
@@ -237,11 +248,11 @@ class PlaceModel:
 
     def decode(self, rows: Sequence[BatchRow]) -> np.ndarray:
         moved = [BatchRow(r.token, r.position, r.seq_id + self.base, r.wants_logits) for r in rows]
-        return self.shared.turns.run(Decode(self.shared, moved))
+        return self.shared.batcher.run(Decode(self.shared, moved))
 
     def decode_scores(self, rows: Sequence[BatchRow], targets: Sequence[int], *, normalise: bool) -> RowScores:
         moved = [BatchRow(r.token, r.position, r.seq_id + self.base, r.wants_logits) for r in rows]
-        return self.shared.turns.run(Decode(self.shared, moved, list(targets), normalise))
+        return self.shared.batcher.run(Decode(self.shared, moved, list(targets), normalise))
 
     def seq_copy(self, source: int, target: int, start: int = -1, end: int = -1) -> None:
         with self.shared.lock:
@@ -269,7 +280,7 @@ class PlaceModel:
     def interrupt(self) -> None:
         """Stop waiting for a step only when no other answer is in one (the step may hold their
         rows too); otherwise the cancelled answer stops at its next check."""
-        if self.shared.turns.in_step <= 1:
+        if self.shared.batcher.in_step <= 1:
             self.shared.model.interrupt()
 
     def restart(self) -> None:
@@ -280,9 +291,9 @@ class PlaceModel:
         """The runner closes the shared model once, after every place."""
 
 
-def place_members(members: Sequence[Member], places: int, turns: DecodeTurns) -> list[list[Member]]:
+def place_members(members: Sequence[Member], places: int, batcher: Batcher) -> list[list[Member]]:
     """Each place's members over views of the same models (the first place's included)."""
-    shared = [SharedModel(member.model, places, turns) for member in members]
+    shared = [SharedModel(member.model, places, batcher) for member in members]
     return [
         [Member(member.spec, model.view(place), member.prompt_format) for member, model in zip(members, shared)]
         for place in range(places)

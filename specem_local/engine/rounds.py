@@ -21,7 +21,7 @@ from specem_local.engine import feedback, vote
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.engine.phases import Answering, Reasoning, first_phase, unarm
+from specem_local.engine.phases import Writing, Reasoning, first_phase, unarm
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
@@ -88,7 +88,7 @@ class RoundLoop:
         self.cancel = cancel
         self._run_each = run_each
         self.absent = absent or {}  # lost members that could not be brought back: name -> why
-        self.phase: Answering | Reasoning = first_phase(request)
+        self.phase: Writing | Reasoning = first_phase(request)
         self.written = Written(dict.fromkeys(self.names, 0))
         self.roster = Roster(members, settings, self.weights, settings.model_exit and start.origin != "prior")
         self.lost_since: dict[str, str] = {}  # members lost since the last event, for the next one
@@ -152,7 +152,7 @@ class RoundLoop:
                     self.run_each(lambda i: self.members[i].start(prompts[i], reuse), self.roster.following)
                 except MemberLost:
                     self._take_losses()
-            if isinstance(self.phase, Answering):
+            if isinstance(self.phase, Writing):
                 self.phase.arm(self.members)
             while not finish:
                 if self.cancel.is_set():
@@ -217,7 +217,7 @@ class RoundLoop:
     def final_event(self, finish: FinishReason) -> FinalEvent:
         """The answer's final record, as it stands."""
         written = self.written
-        answering = written.switched is not None or isinstance(self.phase, Answering)  # (a switch may find no room)
+        answering = written.switched is not None or isinstance(self.phase, Writing)  # (a switch may find no room)
         contrast = self.roster.contrast
         return FinalEvent(
             text=written.text if answering else "",

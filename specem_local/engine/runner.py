@@ -32,7 +32,7 @@ from typing import Protocol, TypeVar
 
 from specem_local.engine.learned import StartingWeights, remember, starting_weights
 from specem_local.engine.member import Member
-from specem_local.engine.places import DecodeTurns, place_members
+from specem_local.engine.places import Batcher, place_members
 from specem_local.errors import Busy, SpecemError
 from specem_local.events import Event, FinalEvent
 from specem_local.settings import EnsembleSettings
@@ -78,8 +78,8 @@ class AnswerRunner:
         parallel: int = 1,
     ) -> None:
         self.models = [member.model for member in members]  # what close() frees
-        self.turns = DecodeTurns()
-        self.places = [list(members)] if parallel == 1 else place_members(members, parallel, self.turns)
+        self.batcher = Batcher()
+        self.places = [list(members)] if parallel == 1 else place_members(members, parallel, self.batcher)
         self.members = self.places[0]
         self.threads_per_model = threads_per_model
         self.weight_store = weight_store
@@ -87,9 +87,9 @@ class AnswerRunner:
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=len(self.members), thread_name_prefix="specem"
         )
-        self._state = threading.Condition()  # guards _open, _line, _steps, _closed and the pace
+        self._state = threading.Condition()  # guards _open, _queue, _steps, _closed and the pace
         self._open: dict[int, Opened] = {}  # place -> the answer holding it
-        self._line: list[weakref.ref[Cancellable]] = []  # answers waiting for a place, first come first served
+        self._queue: list[weakref.ref[Cancellable]] = []  # answers waiting for a place, first come first served
         self._steps = 0  # steps running now
         self._closed = False
         self._in_step = threading.local()  # .active: this thread runs a step (or a part of one)
@@ -131,7 +131,7 @@ class AnswerRunner:
                     f"{max(limit - self.parallel, 0)} waiting; try again shortly",
                     retry_after=self.retry_after(),
                 )
-            self._line.append(weakref.ref(answer))
+            self._queue.append(weakref.ref(answer))
 
     def begin(self, answer: Cancellable, cells: int = 0) -> int | None:
         """Give ``answer`` a place (the one it holds, if any) and return it, when its turn comes:
@@ -144,7 +144,7 @@ class AnswerRunner:
             if held is not None:
                 return held
             if not any(a is answer for a in self._waiting()):
-                self._line.append(weakref.ref(answer))
+                self._queue.append(weakref.ref(answer))
             try:
                 while True:
                     if self._closed:
@@ -160,7 +160,7 @@ class AnswerRunner:
                         raise SpecemError(self._all_open_message(bool(free)))
                     self._state.wait(timeout=0.5)
             finally:
-                self._line = [ref for ref in self._line if ref() is not None and ref() is not answer]
+                self._queue = [ref for ref in self._queue if ref() is not None and ref() is not answer]
                 self._state.notify_all()
             self._open[free[0]] = Opened(weakref.ref(answer), cells, threading.get_ident(), time.monotonic())
             return free[0]
@@ -193,8 +193,8 @@ class AnswerRunner:
 
     def _waiting(self) -> list[Cancellable]:
         """The answers in line, first first (one that was dropped has left it)."""
-        waiting = [ref() for ref in self._line]
-        self._line = [ref for ref, answer in zip(self._line, waiting) if answer is not None]
+        waiting = [ref() for ref in self._queue]
+        self._queue = [ref for ref, answer in zip(self._queue, waiting) if answer is not None]
         return [answer for answer in waiting if answer is not None]
 
     def _fits(self, cells: int, free: list[int]) -> bool:
@@ -214,7 +214,7 @@ class AnswerRunner:
     def retry_after(self) -> int:
         """Seconds until a place is likely, for a request turned away: the answers waiting,
         at the recent pace."""
-        return max(1, math.ceil(self.answer_seconds * (len(self._line) + 1) / self.parallel))
+        return max(1, math.ceil(self.answer_seconds * (len(self._queue) + 1) / self.parallel))
 
     def at_place(self, place: int, members: Sequence[Member]) -> list[Member]:
         """``members`` (of any place) as the members of ``place``."""
@@ -228,7 +228,7 @@ class AnswerRunner:
                 if opened.answer() is answer:
                     del self._open[place]
                     self.answer_seconds = 0.7 * self.answer_seconds + 0.3 * (time.monotonic() - opened.since)
-            self._line = [ref for ref in self._line if ref() is not None and ref() is not answer]
+            self._queue = [ref for ref in self._queue if ref() is not None and ref() is not answer]
             self._state.notify_all()
 
     def wake(self) -> None:
@@ -258,7 +258,7 @@ class AnswerRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        self.turns.close()
+        self.batcher.close()
         for model in self.models:
             model.close()
 
@@ -271,7 +271,7 @@ class AnswerRunner:
             self._steps += 1
         self._in_step.active = True
         try:
-            with self.turns.step():
+            with self.batcher.step():
                 return next(steps)
         finally:
             self._in_step.active = False

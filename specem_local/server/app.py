@@ -57,7 +57,7 @@ class EnsembleServer:
     def __init__(self, ensemble: Ensemble, options: ServerOptions) -> None:
         self.ensemble = ensemble
         self.options = options
-        self.line = AnswerQueue(ensemble, options.queue, options.record)
+        self.answers = AnswerQueue(ensemble, options.queue, options.record)
         self.created = int(time.time())
         self.modified = ol.now()
         self.size = sum(member.parameters for member in ensemble.member_facts())  # for Ollama's "size"
@@ -82,25 +82,25 @@ class EnsembleServer:
     def shut_down(self) -> None:
         """The server is stopping: the answer in flight ends now (cancelled, its stream closed
         as usual) and requests still waiting are answered 503."""
-        self.line.close()
+        self.answers.close()
 
     # -- plain routes ----------------------------------------------------------------------------
     async def root(self, _request: HttpRequest) -> Response:
         return PlainTextResponse("specem is running: OpenAI's API at /v1, Ollama's at /api\n")
 
     async def health(self, _request: HttpRequest) -> Response:
-        line = self.line
+        queue = self.answers
         return JSONResponse(
             {
                 "status": "ok",
                 "model": oa.MODEL_ID,
                 "members": self.ensemble.model_names,
                 "lost": {m.name: m.lost for m in self.ensemble.member_facts() if m.lost},  # back next answer
-                "places": line.places,
-                "answering": line.answering,
-                "waiting": line.waiting,
-                "answered": line.answered,
-                "cancelled": line.cancelled,
+                "places": queue.places,
+                "answering": queue.answering,
+                "waiting": queue.waiting,
+                "answered": queue.answered,
+                "cancelled": queue.cancelled,
             }
         )
 
@@ -166,7 +166,7 @@ class EnsembleServer:
         parsed, stream = started
         assert stream is not None  # OpenAI's route has no load request: messages are required
         gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
-        events = self.line.events(stream, gone)
+        events = self.answers.events(stream, gone)
         if parsed.stream:  # the background task lets the answer go if the stream never starts
             return EventSourceResponse(
                 self._sse_chunks(parsed, events),
@@ -193,7 +193,7 @@ class EnsembleServer:
         if stream is None:  # a load request
             return JSONResponse(ol.load_line(chat))
         gone = None if parsed.stream else request.is_disconnected
-        events = self.line.events(stream, gone)
+        events = self.answers.events(stream, gone)
         if parsed.stream:
             return StreamingResponse(
                 self._ndjson_lines(parsed, events, chat),
@@ -221,7 +221,7 @@ class EnsembleServer:
                 await asyncio.to_thread(self.ensemble.check_options, parsed.ask)
                 return parsed, None
             prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.ask)
-            return parsed, self.line.start(prepared, parsed.messages)
+            return parsed, self.answers.start(prepared, parsed.messages)
         except Busy as busy:
             return http_error(busy).response(request.url.path, {"Retry-After": str(busy.retry_after)})
         except Exception as error:  # a request's fault (ApiError, SpecemError), or a bug: a 500, logged

@@ -15,7 +15,7 @@ import pytest
 from specem_local.backend.protocol import BatchRow, ContextFull, MemberLost, StepAbandoned
 from specem_local.backend.scoring import RowScores
 from specem_local.engine import Ensemble
-from specem_local.engine.places import Decode, DecodeTurns, SharedModel, _part
+from specem_local.engine.places import Batcher, Decode, SharedModel, _part
 from specem_local.errors import SpecemError
 from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import fake_member
@@ -58,15 +58,15 @@ def test_answers_run_together_are_the_answers_run_alone_and_share_batches():
         solo = [alone.generate(word).text for word in WORDS]
         solo_decodes = alone.members[0].model.decodes
     with ensemble(4) as together:
-        turns, model = together.runner.turns, together.runner.models[0]
-        turns.max_wait = 5.0  # a batch goes only when every answer in a step waits for a decode: shared, always
+        batcher, model = together.runner.batcher, together.runner.models[0]
+        batcher.max_wait = 5.0  # a batch goes only when every answer in a step waits for a decode: shared, always
         answered = {a.index: a.final.text for a in together.answers(WORDS)}
         assert model.violations == []
-        assert turns.decodes > turns.batches  # rows of several answers per batch
+        assert batcher.decodes > batcher.batches  # rows of several answers per batch
         assert model.decodes < solo_decodes
     assert [answered[i] for i in range(len(WORDS))] == solo
     assert all(f"You said {word}" in text for word, text in zip(WORDS, solo))
-    assert together.runner.turns.batches  # (the closed runner keeps its counts)
+    assert together.runner.batcher.batches  # (the closed runner keeps its counts)
 
 
 def test_every_shared_batch_is_decoded_on_one_thread():
@@ -86,7 +86,7 @@ def test_every_shared_batch_is_decoded_on_one_thread():
             model.decode, model.decode_scores = recorded(model.decode), recorded(model.decode_scores)
         for answered in together.answers(WORDS, ordered=True):
             assert answered.final.text.startswith(f"You said {WORDS[answered.index]}")
-        assert together.runner.turns.decodes > together.runner.turns.batches  # batches were shared
+        assert together.runner.batcher.decodes > together.runner.batcher.batches  # batches were shared
     assert len(decoding) == 1 and threading.get_ident() not in decoding
     assert not [t for t in threading.enumerate() if t.ident in decoding]  # closing the ensemble ended it
 
@@ -154,7 +154,7 @@ def test_a_shared_batch_with_no_room_is_taken_back_and_each_decode_runs_alone():
     """Two places' prompts that fit one at a time but not together (a fragmented cache): the
     batch is taken back, each runs alone, and each gets its own rows."""
     model = FakeModel("abc", n_seq_max=8, max_batch=5)
-    shared = SharedModel(model, 2, DecodeTurns())
+    shared = SharedModel(model, 2, Batcher())
     first, second = shared.view(0), shared.view(1)
     rows = [BatchRow(token, position, 0, position == 3) for position, token in enumerate(model.tokenize("wxyz"))]
     alone = [Decode(shared, [BatchRow(r.token, r.position, r.seq_id + v.base, r.wants_logits) for r in rows])
@@ -180,46 +180,46 @@ class Recorded:
 
 def test_the_largest_group_goes_first_and_a_decode_passed_over_twice_goes_next():
     runs: list = []
-    turns = DecodeTurns()
+    batcher = Batcher()
     a, b = Recorded(runs), Recorded(runs)
     waiting = Decode(b, ["b"], since=0.0)  # the oldest, of its own kind
-    turns._pending = [waiting, Decode(a, ["a1"], since=1.0), Decode(a, ["a2"], since=2.0)]
-    with turns._turn:
-        turns._run_next()
+    batcher._pending = [waiting, Decode(a, ["a1"], since=1.0), Decode(a, ["a2"], since=2.0)]
+    with batcher._state:
+        batcher._run_next()
         assert runs == [[["a1"], ["a2"]]] and waiting.passed == 1 and not waiting.done
-        turns._pending += [Decode(a, ["a3"]), Decode(a, ["a4"])]
-        turns._run_next()
+        batcher._pending += [Decode(a, ["a3"]), Decode(a, ["a4"])]
+        batcher._run_next()
         assert runs[-1] == [["a3"], ["a4"]] and waiting.passed == 2
-        turns._pending += [Decode(a, ["a5"]), Decode(a, ["a6"])]
-        turns._run_next()
+        batcher._pending += [Decode(a, ["a5"]), Decode(a, ["a6"])]
+        batcher._run_next()
         assert runs[-1] == [["b"]] and waiting.done  # passed over twice: its turn, though its group is smaller
-    assert turns.batches == 3 and turns.decodes == 5
+    assert batcher.batches == 3 and batcher.decodes == 5
 
 
 def test_a_decode_waits_for_the_other_steps_at_most_max_wait():
-    turns = DecodeTurns(max_wait=0.3)
+    batcher = Batcher(max_wait=0.3)
     runs: list = []
-    with turns.step(), turns.step():  # two answers in a step; the other sends nothing
+    with batcher.step(), batcher.step():  # two answers in a step; the other sends nothing
         started = time.monotonic()
-        turns.run(Decode(Recorded(runs), ["x"]))
+        batcher.run(Decode(Recorded(runs), ["x"]))
         waited = time.monotonic() - started
     assert 0.25 <= waited < 3 and runs == [[["x"]]]
     started = time.monotonic()
-    turns.run(Decode(Recorded(runs), ["y"]))  # no answer in a step: it goes at once
+    batcher.run(Decode(Recorded(runs), ["y"]))  # no answer in a step: it goes at once
     assert time.monotonic() - started < 0.25
 
 
 def test_a_decode_waits_for_the_other_steps_decode_and_they_share_one_batch():
     """Two answers in a step: the first decode waits for the other's, and both rows go into one
     batch (what the waiting is for), long before ``max_wait``."""
-    turns = DecodeTurns(max_wait=5.0)
+    batcher = Batcher(max_wait=5.0)
     runs: list = []
     model, both_in_step = Recorded(runs), threading.Barrier(2, timeout=10)
 
     def answer(word: str) -> None:
-        with turns.step():
+        with batcher.step():
             both_in_step.wait()
-            turns.run(Decode(model, [word]))
+            batcher.run(Decode(model, [word]))
 
     other = threading.Thread(target=answer, args=("y",))
     started = time.monotonic()
@@ -228,7 +228,7 @@ def test_a_decode_waits_for_the_other_steps_decode_and_they_share_one_batch():
     other.join(10)
     assert not other.is_alive()
     assert len(runs) == 1 and sorted(runs[0]) == [["x"], ["y"]]  # one batch held both rows
-    assert turns.batches == 1 and turns.decodes == 2
+    assert batcher.batches == 1 and batcher.decodes == 2
     assert time.monotonic() - started < 4  # it went when the other came, not at max_wait
 
 
@@ -258,8 +258,8 @@ def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended()
     """The batch runs on the decoding thread: Ctrl-C in the waiting one stops a batch stuck on
     another machine at once, never hands its rows back half done, and never lets the next
     batch start beside it."""
-    turns, stuck = DecodeTurns(), Stuck()
-    shared = SharedModel(stuck, 2, turns)
+    batcher, stuck = Batcher(), Stuck()
+    shared = SharedModel(stuck, 2, batcher)
     decode = Decode(shared, [BatchRow(66, 0, 0, True)])
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python's own
     # A real signal wakes a wait: sent to this thread alone, and only while the handler above is
@@ -269,7 +269,7 @@ def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended()
     try:
         ctrl_c.start()
         with pytest.raises(KeyboardInterrupt):
-            turns.run(decode)
+            batcher.run(decode)
     finally:
         ctrl_c.cancel()
         ctrl_c.join(10)
@@ -279,13 +279,13 @@ def test_ctrl_c_while_a_batch_decodes_gives_it_up_and_raises_once_it_has_ended()
     assert interrupted - started < 5 and stuck.ended and stuck.ended[0] <= interrupted
     assert decode.done and isinstance(decode.error, StepAbandoned)
     stuck.silent = False  # it answers again: the next batch runs
-    assert not turns._busy and len(turns.run(Decode(shared, [BatchRow(66, 0, 4, True)]))) == 1
-    turns.close()
+    assert not batcher._busy and len(batcher.run(Decode(shared, [BatchRow(66, 0, 4, True)]))) == 1
+    batcher.close()
 
 
 def test_every_decode_of_a_failed_batch_gets_its_error():
     model = FakeModel("abc", n_seq_max=8)
-    shared = SharedModel(model, 2, DecodeTurns())
+    shared = SharedModel(model, 2, Batcher())
     model.lose("the machine stopped answering")
     group = [Decode(shared, [BatchRow(66, 0, seq, True)]) for seq in (0, 4)]
     shared.run(group)
@@ -294,7 +294,7 @@ def test_every_decode_of_a_failed_batch_gets_its_error():
 
 def test_a_place_moves_only_its_own_sequences():
     model = FakeModel("abc", n_seq_max=8)
-    shared = SharedModel(model, 2, DecodeTurns())
+    shared = SharedModel(model, 2, Batcher())
     mine, other = shared.view(1), shared.view(0)
     assert (mine.base, mine.n_seq_max, other.base) == (4, 4, 0)
     for view in (mine, other):
@@ -317,11 +317,11 @@ def test_a_cancel_interrupts_a_shared_step_only_when_no_other_answer_is_in_one()
     model = FakeModel("abc", n_seq_max=8)
     interrupted = []
     model.interrupt = lambda: interrupted.append(1)
-    turns = DecodeTurns()
-    view = SharedModel(model, 2, turns).view(0)
-    with turns.step():
+    batcher = Batcher()
+    view = SharedModel(model, 2, batcher).view(0)
+    with batcher.step():
         view.interrupt()
-        with turns.step():
+        with batcher.step():
             view.interrupt()
     assert interrupted == [1]
 

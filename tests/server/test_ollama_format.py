@@ -7,8 +7,8 @@ import pytest
 
 from specem_local.events import Candidate, RoundEvent
 from specem_local.server import ollama_format as ol
-from specem_local.server.replies import Pieces
 from specem_local.server.errors import ApiError
+from specem_local.server.replies import Pieces
 
 
 def test_show_describes_the_ensemble_in_ollamas_keys():

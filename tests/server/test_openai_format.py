@@ -7,8 +7,8 @@ import pytest
 from specem_local.errors import SettingError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import openai_format as oa
-from specem_local.server.replies import Pieces
 from specem_local.server.errors import ApiError
+from specem_local.server.replies import Pieces
 from specem_local.settings import EnsembleSettings, with_overrides
 
 

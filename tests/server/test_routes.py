@@ -69,7 +69,7 @@ async def test_a_bad_seed_is_a_400_naming_it_and_the_next_request_answers(http, 
 async def settled(server) -> None:
     """The line is empty again (the worker hands the end to the loop just after the final event)."""
     for _ in range(500):
-        if not server.line.answering and server.line.waiting == 0:
+        if not server.answers.answering and server.answers.waiting == 0:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the answer line did not settle")
@@ -143,7 +143,7 @@ async def test_a_page_on_another_site_cannot_run_an_answer(http, server):
             headers={"Origin": "http://evil.example.com", "Content-Type": content_type},
         )
         assert response.status_code == 403 and "--allow-origin" in response.text
-    assert server.line.answered == 0
+    assert server.answers.answered == 0
     preflight = await http.options(
         "/v1/chat/completions",
         headers={"Origin": "http://evil.example.com", "Access-Control-Request-Method": "POST"},
