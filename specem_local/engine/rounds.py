@@ -21,7 +21,7 @@ from specem_local.engine import feedback, vote
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
-from specem_local.engine.phases import Writing, Reasoning, first_phase, unarm
+from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
