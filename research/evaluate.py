@@ -30,10 +30,10 @@ from specem_local.commands import (
 )
 from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
+from specem_local.labelled import Task, load_tasks
 from specem_local.models import Config, tomllib
 from specem_local.settings import EnsembleSettings, checked_values, with_overrides
 from specem_research.stats import mcnemar_exact_p, wilson_interval
-from specem_research.tasks import Task, load_tasks
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:

@@ -25,9 +25,8 @@ from typing import Any
 
 from specem_local import Ensemble
 from specem_local.commands import config_from_args
-from specem_research.bfcl import calls_correct
+from specem_local.labelled import Task, calls_correct, load_tasks
 from specem_research.stats import mcnemar_exact_p, wilson_interval
-from specem_research.tasks import Task, load_tasks
 
 MAX_TOKENS = 128
 

@@ -20,7 +20,7 @@ from typing import Any
 from specem_local import Ensemble
 from specem_local.commands import config_from_args
 from specem_local.engine import Member
-from specem_research.tasks import load_tasks
+from specem_local.labelled import load_tasks
 
 DATA = Path(__file__).parent / "data"
 

@@ -24,10 +24,9 @@ from typing import Any
 
 import jsonschema
 
-from specem_research.grading import extract_number
+from specem_local.labelled import ENDED, extract_number
 from specem_research.paired_runs import answers
 from specem_research.stats import mcnemar_exact_p
-from specem_research.tasks import ENDED
 
 Z_ONE_SIDED_95 = 1.6449
 

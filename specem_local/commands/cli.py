@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_flags(serve)
     serve.set_defaults(handler=cmd_serve)
 
-    from specem_research import adaptive, bench, calibrate, evaluate, pool
+    from specem_local.commands import calibrate
+    from specem_research import adaptive, bench, evaluate, pool
 
     bench.add_parser(commands, common)
     calibrate.add_parser(commands, common)

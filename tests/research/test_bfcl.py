@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from specem_research.bfcl import calls_correct, json_schema, tool_name
-from specem_research.tasks import load_tasks
+from specem_local.labelled import calls_correct, load_tasks, tool_name
+from specem_research.bfcl import json_schema
 from tests.conftest import ROOT
 
 TRIANGLE = {

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specem_local.commands.cli import main
-from specem_research.tasks import Task
+from specem_local.labelled import Task
 
 SIX_SEVENS = Task("1", "What is six times seven?", "42")
 WHOLE = '{"reasoning": "six sevens are 42", "answer": 42}'

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specem_research.grading import extract_choice, extract_number, numbers_equal
+from specem_local.labelled import extract_choice, extract_number, numbers_equal
 from specem_research.stats import (
     majority_right,
     mcnemar_exact_p,

@@ -14,11 +14,12 @@ PACKAGES = {"specem_local": ROOT / "specem_local", "specem_tui": ROOT / "tui", "
 FOUNDATION = {"errors", "settings", "dirs", "events", "text"}
 MAY_IMPORT = {
     "models": set(),
+    "labelled": set(),
     "storage": set(),
     "backend": {"models"},
     "engine": {"backend", "models", "storage"},
     "server": {"engine", "backend", "models", "storage"},
-    "commands": {"server", "engine", "backend", "models", "storage", "specem_research"},  # mounts `specem eval`
+    "commands": {"server", "engine", "backend", "models", "storage", "labelled", "specem_research"},  # `specem eval`
     "specem_tui": {"engine", "backend", "models", "storage"},
 }
 

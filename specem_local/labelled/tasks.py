@@ -13,7 +13,7 @@ from typing import Any
 
 from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
-from specem_research.grading import extract_choice, extract_number, normalise_number, numbers_equal
+from specem_local.labelled.grading import extract_choice, extract_number, normalise_number, numbers_equal
 
 NUMERIC_INSTRUCTION = "Solve the problem step by step, then write the final answer as: The answer is N."
 CHOICE_INSTRUCTION = "Answer with the letter of the correct choice, as: The answer is X."
@@ -74,7 +74,7 @@ class Task:
 def grade_calls(text: str, task: Task) -> tuple[str | None, bool]:
     """An envelope's calls, and whether BFCL's rule takes them (a message, or text that is not
     an envelope, is wrong)."""
-    from specem_research.bfcl import calls_correct
+    from specem_local.labelled.calls import calls_correct
 
     try:
         calls = json.loads(text).get("tool_calls")
@@ -121,6 +121,7 @@ def tool_task(data: dict[str, Any], number: int) -> Task:
     for key, value in (("tools", tools), ("functions", functions), ("answer", calls)):
         if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
             raise ValueError(f'a tool-call item needs "{key}", a non-empty list of objects')
+    assert isinstance(tools, list) and isinstance(functions, list) and isinstance(calls, list)  # checked above
     question = str(messages[-1].get("content", ""))
     item_id = str(data.get("id", number))
     return Task(item_id, question, "", (), tuple(tools), tuple(functions), tuple(messages), tuple(calls))

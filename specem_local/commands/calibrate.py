@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specem_local.commands import (
+from specem_local.commands.terminal import (
     add_settings_flags,
     config_from_args,
     print_table,
@@ -25,7 +25,7 @@ from specem_local.commands import (
     whole_number,
 )
 from specem_local.errors import SpecemError
-from specem_research.tasks import load_tasks
+from specem_local.labelled import load_tasks
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -53,6 +53,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             for member in verifiers:
                 final = ensemble.generate(task.prompt, models=[member.name], **overrides)
                 wrong[member.name] += not task.grade(final.text)[1]
+        if ensemble.weight_store is None:
+            raise SpecemError("this ensemble keeps no weights, so there is nothing to calibrate")
         calibrate(ensemble.weight_store, ensemble.members, settings, wrong, len(tasks))
         after = ensemble.starting_weights(**overrides)
     print(f"calibrated on {len(tasks)} items of {args.tasks}")
