@@ -33,16 +33,22 @@ for module in "$@"; do
       selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py"]' ;;
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
-    engine/rounds.py)
+    engine/ask.py)
+      selection='["tests/unit/test_ask.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py"]' ;;
+    engine/request.py)
+      selection='["tests/engine/test_thinking_room.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
+    server/replies.py)
+      selection='["tests/server/test_replies.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
+    engine/rounds.py|engine/phases.py)
       selection='["tests/engine/test_round.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
-      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
+      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
       selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py"]' ;;
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py)
-      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_agent_loops.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
@@ -57,14 +63,15 @@ for module in "$@"; do
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
-  # each selected test takes under 2 s: one past 8 s is a mutant that hangs (caught, at that cost)
+  # each selected test takes under 2 s: one past 15 s is a mutant that hangs, counted apart as a timeout
+  # (tests/conftest.py ends the run with mutmut's timeout code), never as a kill
   cat >> "$work/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["specem_local"]
 only_mutate = ["specem_local/$module"]
 also_copy = ["tui", "research", "scripts", "docs", "README.md", "models.toml", ".ci"]
-pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "8"]
+pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x", "--timeout", "15"]
 pytest_add_cli_args_test_selection = $selection
 EOF
   names=()

@@ -3,8 +3,10 @@ the mutants marked equivalent left out, the survivors written with their diffs.
 
     python scripts/mutation_score.py MODULE RESULTS EQUIVALENTS [--diffs-from DIR --mutmut PATH] --report FILE
 
-A mutant a test caught is killed (a timeout or a crash under the mutant counts too); one no test
-caught, or no test ran, survived. ``EQUIVALENTS`` lists mutants that change no behaviour, one per
+A mutant a test caught is killed (a crash under the mutant counts too); one whose tests only hang
+(mutmut's timeout, or a test stopped by pytest-timeout: ``tests/conftest.py`` exits with
+mutmut's timeout code then) is a timeout, reported apart and not a kill; one no test caught, or
+no test ran, survived. ``EQUIVALENTS`` lists mutants that change no behaviour, one per
 line, ``NAME  # why``: they are left out of the score, each with its reason.
 """
 
@@ -16,7 +18,8 @@ import math
 import subprocess
 from pathlib import Path
 
-CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
+CAUGHT = {"killed", "segfault", "caught by type check", "suspicious"}
+HUNG = "timeout"
 NOT_RUN = "not checked"  # outside a sample (MUTATION_SAMPLE): not counted
 
 
@@ -60,12 +63,13 @@ def main() -> None:
     marked = {name: why for name, why in equivalents(Path(args.equivalents)).items() if name in statuses}
     counted = {name: status for name, status in statuses.items() if name not in marked}
     killed = sum(status in CAUGHT for status in counted.values())
-    survivors = sorted(name for name, status in counted.items() if status not in CAUGHT)
+    hung = sum(status == HUNG for status in counted.values())
+    survivors = sorted(name for name, status in counted.items() if status not in CAUGHT and status != HUNG)
     score = killed / len(counted) if counted else 0.0
     by_status = collections.Counter(statuses.values())
     summary = (
-        f"{args.module}: {len(statuses)} mutants, {killed} killed, {len(survivors)} survived, "
-        f"{len(marked)} equivalent (left out): {score:.1%} killed"
+        f"{args.module}: {len(statuses)} mutants, {killed} killed, {hung} timed out (not kills), "
+        f"{len(survivors)} survived, {len(marked)} equivalent (left out): {score:.1%} killed"
     )
     if len(statuses) < generated:
         low, high = interval(killed, len(counted))
@@ -73,6 +77,7 @@ def main() -> None:
     print(summary, flush=True)
     lines = [summary, f"by status: {dict(by_status)}", ""]
     lines += [f"equivalent: {name}  # {why}" for name, why in sorted(marked.items())]
+    lines += [f"timed out: {name}" for name, status in sorted(counted.items()) if status == HUNG]
     for name in survivors:
         diff = ""
         if args.diffs_from and args.mutmut:

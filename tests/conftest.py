@@ -5,6 +5,7 @@ without any model."""
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable
@@ -19,6 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MODEL_TESTS = ROOT / "tests" / "real_models"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """Under mutation testing, a test stopped by pytest-timeout ends the run with mutmut's own
+    timeout code (36): a mutant that only hangs is a timeout, reported apart, never a kill."""
+    report = yield
+    if os.environ.get("MUTANT_UNDER_TEST") and report.failed and "Timeout" in str(report.longrepr):  # type: ignore[attr-defined]
+        os._exit(36)
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
