@@ -38,6 +38,17 @@ def json_ready(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One token of the answer as its author drafted it: its text and bytes, its log-probability
+    in the author's own distribution, and the most likely tokens there (``top``)."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One model's draft in a round and what every verifier thought of it."""
 
@@ -98,6 +109,11 @@ class RoundEvent(_Record):
     confidence: float | None = None  # with vote_gate: the leading draft's least token probability
     lost: dict[str, str] = dataclasses.field(default_factory=dict)  # members lost since the last event: name -> why
     phase: Phase = "answer"  # "reasoning": thought before the format (not part of the answer's text)
+    sure: float | None = None  # how sure this segment is, as the answer's calibrator reads its evidence alone
+    least_probability: float | None = None  # the author's least token probability in the segment
+    margin: float | None = None  # a voted round: the winner's lead over the runner-up in the weighted vote
+    agreement: float | None = None  # a voted round: the share of verifiers that ranked the winner first
+    logprobs: tuple[TokenLogprob, ...] = ()  # each token of the segment, when asked (``logprobs``)
     type: str = "round"
 
 
@@ -120,6 +136,10 @@ class FinalEvent(_Record):
     reasoning: str = ""  # what was thought before the format (``text`` is the answer alone)
     reasoning_tokens: int = 0  # of ``tokens``
     switched: Switch | None = None  # why the reasoning ended; None: there was none, or it never ended
+    confidence: float | None = None  # the probability that the answer is right (calibrated: ``confidence_from``)
+    confidence_from: str = ""  # what the calibrator was fitted on, in words
+    evidence: dict[str, float] = dataclasses.field(default_factory=dict)  # what it was read from (evidence.FEATURES)
+    unsure: bool = False  # confidence below ``abstain_below``: the answer is given, marked unsure
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.
@@ -200,10 +220,18 @@ def _record(cls: type, data: Any) -> Any:
             raise ValueError(f"{cls.__name__} record: {field.name} = {str(value)[:40]} is not a {hints[field.name]}")
         if field.name == "candidates":
             value = tuple(_record(Candidate, item) for item in value)
+        elif field.name == "logprobs":
+            value = tuple(_token_logprob(item) for item in value)
         elif isinstance(value, list):
             value = tuple(value)
         values[field.name] = value
     return cls(**values)
+
+
+def _token_logprob(data: Any) -> TokenLogprob:
+    token = _record(TokenLogprob, data)
+    top = tuple((str(text), float(logprob)) for text, logprob in token.top)
+    return TokenLogprob(token.token, token.logprob, tuple(int(b) for b in token.bytes), top)
 
 
 def _fits(value: Any, hint: Any) -> bool:

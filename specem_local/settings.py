@@ -99,6 +99,21 @@ class EnsembleSettings:
         low=0,
         high=32_768,
     )
+    logprobs: int = setting(
+        -1,
+        "answer",
+        "each answer token's log-probability in its author's distribution, with this many most likely "
+        "alternatives (0 to 20; -1 = none)",
+        low=-1,
+        high=20,
+    )
+    abstain_below: float = setting(
+        0.0,
+        "answer",
+        "an answer whose confidence is below this is marked unsure (its text is kept; 0 = never)",
+        low=0,
+        high=1,
+    )
 
     scoring: str = setting(
         "logprob",

@@ -153,7 +153,10 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
     record: dict[str, Any] = {"id": line.id, "line": line.number, "text": final.text, "parsed": plain(final.parsed)}
     if final.reasoning:
         record["reasoning"] = final.reasoning
-    return {**record, "finish_reason": final.finish_reason, "tokens": final.tokens, "seconds": round(final.seconds, 3)}
+    record.update(finish_reason=final.finish_reason, tokens=final.tokens, seconds=round(final.seconds, 3))
+    if final.confidence is not None:
+        record["confidence"] = round(final.confidence, 4)
+    return record
 
 
 def plain(parsed: Any) -> Any:
@@ -221,16 +224,28 @@ class Results:
         self.file.close()
 
 
+def review_path(target: Path) -> Path:
+    """Where ``--min-confidence`` writes the answers a person should look at: beside OUT."""
+    return target.with_name(f"{target.stem}.review{target.suffix or '.jsonl'}")
+
+
 def run_batch(
-    ensemble: Any, lines: list[BatchLine], target: Path, in_order: bool, record: Recorder | None = None
+    ensemble: Any,
+    lines: list[BatchLine],
+    target: Path,
+    in_order: bool,
+    record: Recorder | None = None,
+    min_confidence: float | None = None,
 ) -> int:
     """Answer every line (``read_lines``) OUT holds no answer for; 0 when every line was
-    answered. ``record``: called with each answer's stream as it starts (the history)."""
+    answered. ``record``: called with each answer's stream as it starts (the history).
+    ``min_confidence``: answers less sure than this are written to ``review_path`` too."""
     done = answered_ids(target, {line.id for line in lines})
     todo = [line for line in lines if line.id not in done]
     progress = Progress(len(todo), sys.stderr)
     failed = 0
     sink = Results(target)
+    review = Results(review_path(target)) if min_confidence is not None else None
     try:
         for line in [line for line in todo if line.ask is None]:
             failed += _write(sink, line, None, line.error, progress)
@@ -243,10 +258,15 @@ def run_batch(
             for got in answered:
                 error = _said(got.error) if got.error is not None else None
                 failed += _write(sink, ready[got.index], got.final, error, progress)
+                unsure = got.final is not None and (got.final.confidence or 0.0) < (min_confidence or 0.0)
+                if review is not None and unsure and got.final.finish_reason != "cancelled":
+                    review.add(result_of(ready[got.index], got.final, None))
         finally:
             answered.close()  # (Ctrl-C, a full disk) the answers still running are cancelled; OUT keeps whole lines
     finally:
         sink.close()
+        if review is not None:
+            review.close()
         progress.end()
     total = len(lines) - len(done & {line.id for line in lines})
     print(f"specem: {total - failed} of {total} answered into {target}" + (f"; {failed} failed" if failed else ""),

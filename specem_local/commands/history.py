@@ -16,6 +16,17 @@ from specem_local.text import printable, when
 MAX_COUNT = 1_000_000_000  # SQLite's LIMIT takes a 64-bit integer; no history holds more chats
 
 
+def probability(text: str) -> float:
+    """A probability from the command line, 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not from 0 to 1")
+    return value
+
+
 def cmd_history_list(args: argparse.Namespace) -> int:
     chats = History().chats(limit=args.count or None, origin=args.origin)
     if args.json:
@@ -39,6 +50,18 @@ def cmd_history_search(args: argparse.Namespace) -> int:
     else:
         rows = [[m.chat_id, when(m.updated), m.role, m.snippet] for m in found]
         print_table(["ID", "UPDATED", "ROLE", "MATCH"], rows)
+    return 0
+
+
+def cmd_history_unsure(args: argparse.Namespace) -> int:
+    found = History().unsure(args.below, limit=args.count or -1)
+    if args.json:
+        print(json.dumps([answer.__dict__ for answer in found], ensure_ascii=False, indent=1))
+    elif not found:
+        print(f"No answer with a confidence below {args.below}.", file=sys.stderr)
+    else:
+        rows = [[a.chat_id, when(a.updated), f"{a.confidence:.2f}", a.begins] for a in found]
+        print_table(["ID", "UPDATED", "CONFIDENCE", "ANSWER"], rows)
     return 0
 
 
@@ -84,6 +107,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     search.add_argument("--json", action="store_true", help="as JSON")
     search.set_defaults(handler=cmd_history_search)
+    unsure = actions.add_parser("unsure", help="answers the ensemble was unsure of, least sure first")
+    unsure.add_argument("--below", type=probability, default=0.5, help="a confidence below this (default 0.5)")
+    unsure.add_argument(
+        "-n", "--count", type=whole_number(0, MAX_COUNT), default=20, help="how many (default 20; 0 = all)"
+    )
+    unsure.add_argument("--json", action="store_true", help="as JSON")
+    unsure.set_defaults(handler=cmd_history_unsure)
     show = actions.add_parser("show", help="one chat, as Markdown (or --json with every round)")
     show.add_argument("id", help="a chat id from `specem history list`")
     show.add_argument("--json", action="store_true", help="the whole record: every round and final event")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from specem_local.commands.batch import BatchLine, check_batch_arguments, read_lines, run_batch
 from specem_local.commands.functions import call_function, load_functions, terminal_asker
+from specem_local.commands.history import probability
 from specem_local.commands.terminal import (
     add_settings_flags,
     config_from_args,
@@ -77,6 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specem_local.settings import with_overrides
 
     check_batch_arguments(args.prompt, args.batch, args.output)
+    if args.min_confidence is not None and args.batch is None:
+        raise SettingError("--min-confidence goes with --batch (for one answer: --abstain-below)", "min_confidence")
     prompt = read_prompt(args.prompt) if args.batch is None else ""
     functions = load_functions(args.functions) if args.functions else []
     if args.approve and not functions:
@@ -96,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
         recorder = None if recording_off(args.no_log) else batch_recorder()
         with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
-            return run_batch(ensemble, lines, Path(args.output), args.in_order, recorder)
+            return run_batch(ensemble, lines, Path(args.output), args.in_order, recorder, args.min_confidence)
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)
@@ -210,17 +213,26 @@ class AnswerPrinter:
                 print(file=sys.stderr)  # the thinking's last line ends before the answer
             if last:
                 self.parsed(event)
+                sure_line(event)
             return
         print()
         ending = finish_note(event)
         if ending:
             print(f"[{ending}]", file=sys.stderr)
+        sure_line(event)
         if self.args.authors:
             print_legend(event, self.colours, self.colour, origin)
 
     def parsed(self, final: FinalEvent) -> None:
         if not self.args.json:
             print_parsed(final, self.max_tokens)
+
+
+def sure_line(final: FinalEvent) -> None:
+    """How sure the answer is, on stderr: ``[confidence 0.83]``, ``[unsure: confidence 0.21]``."""
+    if final.confidence is not None:
+        said = "unsure: confidence" if final.unsure else "confidence"
+        print(f"[{said} {final.confidence:.2f}]", file=sys.stderr, flush=True)
 
 
 def think_argument(args: argparse.Namespace) -> Any:
@@ -349,6 +361,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     many.add_argument("--batch", metavar="IN.jsonl", help="one request per line, up to --parallel answered at once")
     many.add_argument("-o", "--output", metavar="OUT.jsonl", help="with --batch: the results, one per line (resumable)")
     many.add_argument("--in-order", action="store_true", help="with --batch: write the results in the order of IN")
+    many.add_argument(
+        "--min-confidence",
+        type=probability,
+        metavar="P",
+        help="with --batch: answers less sure than P are also written to OUT.review.jsonl, for a person to check",
+    )
     shape = run.add_argument_group("an answer a program can parse (printed alone, once whole)")
     shape.add_argument("--schema", metavar="FILE", help="a JSON Schema the answer must match")
     shape.add_argument("--format", choices=("json",), help="json: any JSON object")

@@ -19,7 +19,7 @@ from specem_local.engine import feedback, thinking
 from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.ask import Ask, ask_from
 from specem_local.engine.formats import FormatMatcher, OutputFormat, with_instruction
-from specem_local.engine.learned import key_of
+from specem_local.engine.learned import confidence_calibrator, key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.many import Answered, answer_many, start_for
 from specem_local.engine.member import Member, can_draft_and_verify
@@ -248,6 +248,7 @@ class Ensemble:
             think=think_plan,
             asked=tuple(asked),
             cells=longest + settings.max_tokens + round_cells(settings, drafters),
+            calibrator=confidence_calibrator(members),
         )
 
     def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:

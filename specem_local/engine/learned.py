@@ -24,6 +24,7 @@ import numpy as np
 
 from specem_local.engine import feedback
 from specem_local.engine.choices import choice_change
+from specem_local.engine.evidence import Calibrator
 from specem_local.engine.member import Member
 from specem_local.events import WeightsOrigin
 from specem_local.settings import EnsembleSettings
@@ -83,6 +84,20 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
         weights = entry["anchor"]
         records[entry["key"]] = StoredWeights(entry["key"], weights, weights, 0, entry["calibrated_items"], 0.0)
     return records
+
+
+def confidence_calibrator(members: list[Member]) -> Calibrator:
+    """The calibrator of an answer's confidence for these members: the one fitted for this
+    ensemble (shipped with the built-in ensembles, ``data/confidence.json``), else the one
+    fitted on the demo trio, which its ``fitted_on`` says."""
+    calibrators = _shipped_calibrators()
+    return calibrators.get(key_of(members), calibrators["*"])
+
+
+@functools.cache
+def _shipped_calibrators() -> dict[str, Calibrator]:
+    text = resources.files("specem_local").joinpath("data").joinpath("confidence.json").read_text("utf-8")
+    return {entry["key"]: Calibrator.from_dict(entry["calibrator"]) for entry in json.loads(text)}
 
 
 def starting_weights(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specem_local.engine.evidence import Calibrator
 from specem_local.engine.formats import OutputFormat
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import EXTRA_TOKENS, Member
@@ -51,6 +52,7 @@ class AnswerRequest:
     think: ThinkPlan = field(default_factory=ThinkPlan)  # thinking before the format (its budget in tokens; 0: none)
     asked: tuple[Message, ...] = ()  # the conversation as asked (no format instruction): the thinking builds on it
     cells: int = 0  # KV cells the answer may hold at most, in any member, in every phase: what its place reserves
+    calibrator: Calibrator | None = None  # how sure the answer is, from its evidence (evidence.py)
 
 
 def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:

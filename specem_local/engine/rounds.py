@@ -9,16 +9,19 @@ and commits, through the members (``member.py``), the vote (``vote.py``) and the
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
+from specem_local.engine.evidence import RoundEvidence, answer_evidence, segment_evidence, token_choices
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
@@ -56,6 +59,7 @@ class Written:
     switched: Switch | None = None
     first_segment: float | None = None
     started: float = field(default_factory=time.perf_counter)
+    evidence: list[RoundEvidence] = field(default_factory=list)  # each drafted round's (evidence.py)
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,23 @@ class RoundLoop:
             reasoning=written.reasoning if answering else written.text,  # stopped while it thought: all reasoning
             reasoning_tokens=written.reasoning_tokens if answering else written.tokens,
             switched=written.switched,
+            **self._confidence(finish),
         )
+
+    def _confidence(self, finish: FinishReason) -> dict[str, Any]:
+        """How sure the answer is, from its rounds' evidence (``evidence.py``); unsure below the
+        ``abstain_below`` setting. An answer never begun or cancelled has none."""
+        calibrator, written = self.request.calibrator, self.written
+        if calibrator is None or finish == "cancelled" or not written.evidence:
+            return {}
+        evidence = answer_evidence(written.evidence, finish == "eos", written.tokens)
+        confidence = calibrator.probability(evidence)
+        return {
+            "confidence": confidence,
+            "confidence_from": calibrator.fitted_on,
+            "evidence": {name: value for name, value in evidence.items() if math.isfinite(value)},
+            "unsure": confidence < self.settings.abstain_below,
+        }
 
     # -- a round: draft, vote, commit --------------------------------------------------------------
     def _round(self) -> tuple[RoundEvent | None, FinishReason | None]:
@@ -260,6 +280,8 @@ class RoundLoop:
         self.written.wins[self.names[writer]] += 1
         self.written.contrast_changed += winning.contrast_changed or 0
         segment, finish = self._append(winning)
+        evidence = segment_evidence(winning, voted.result if voted.result.combined is not None else None)
+        self.written.evidence.append(evidence)
         candidates = round_candidates(
             self.names, voted.drafts, voted.groups, voted.scores, voted.result, drafted, self._amateur_names
         )
@@ -282,8 +304,22 @@ class RoundLoop:
             ranked_first_by=tuple(self.names[v] for v in voted.result.ranked_first_by),
             discounted=self._name(voted.result.discounted, drafted.author),
             confidence=drafted.confidence,
+            **self._sureness(evidence, winning, writer),
         )
         return event, finish
+
+    def _sureness(self, evidence: RoundEvidence, winning: Draft, writer: int) -> dict[str, Any]:
+        """A round's own evidence for its event, how sure the calibrator reads it alone, and its
+        tokens' log-probabilities when asked (``logprobs``)."""
+        calibrator, top = self.request.calibrator, self.settings.logprobs
+        alone = answer_evidence([evidence], True, self.written.tokens)
+        return {
+            "sure": calibrator.probability(alone) if calibrator is not None and evidence.logprobs else None,
+            "least_probability": math.exp(min(evidence.logprobs)) if evidence.logprobs else None,
+            "margin": evidence.margin,
+            "agreement": evidence.agreement,
+            "logprobs": token_choices(winning, top, self.members[writer].model.token_bytes) if top >= 0 else (),
+        }
 
     def _draft(self) -> RoundDrafts | FinishReason:
         """Every drafter's candidates for this round, or why there can be none. Every verifier

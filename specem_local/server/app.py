@@ -34,7 +34,7 @@ from specem_local.server import openai_format as oa
 from specem_local.server.answers import AnswerQueue
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
-from specem_local.server.replies import Pieces
+from specem_local.server.replies import Pieces, Whole
 
 # Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
@@ -175,9 +175,7 @@ class EnsembleServer:
                 background=BackgroundTask(stream.close),
                 shutdown_grace_period=STREAM_GRACE,  # a stop cancels the answer: its stream then ends as usual
             )
-        return await self._whole(
-            request, events, stream, lambda start, final: JSONResponse(oa.completion(parsed, start, final))
-        )
+        return await self._whole(request, events, stream, lambda whole: JSONResponse(oa.completion(parsed, whole)))
 
     async def ollama_chat(self, request: HttpRequest) -> Response:
         return await self._ollama_answer(request, ol.parse_chat, chat=True)
@@ -204,7 +202,7 @@ class EnsembleServer:
             request,
             events,
             stream,
-            lambda start, final: JSONResponse(ol.final_line(chat, parsed, start, final, whole=True)),
+            lambda whole: JSONResponse(ol.final_line(chat, parsed, whole)),
         )
 
     async def _start(
@@ -232,18 +230,18 @@ class EnsembleServer:
         request: HttpRequest,
         events: AsyncIterator[Event],
         stream: AnswerStream,
-        respond: Callable[[StartEvent | None, FinalEvent], Response],
+        respond: Callable[[Whole], Response],
     ) -> Response:
         """A whole answer as one response, or the error that ended it."""
         try:
-            start, final = await self._collect(events, request)
+            whole = await self._collect(events, request)
         except Exception as error:  # the request's fault (400), the machines' (503), or a bug (500, logged)
             return http_error(error, answering=True).response(request.url.path)
         finally:
             stream.close()  # a no-op once it has ended; else it leaves the line
-        if final is None:
+        if whole.final is None:
             return HttpError(499, "the client went away").response(request.url.path)
-        return respond(start, final)
+        return respond(whole)
 
     async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         start: StartEvent | None = None
@@ -271,26 +269,25 @@ class EnsembleServer:
                 if isinstance(event, StartEvent):
                     start = event
                 elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
-                    for line in ol.piece_lines(chat, piece):
+                    for line in ol.piece_lines(chat, piece, parsed.logprobs and not parsed.tools):
                         yield json.dumps(line, ensure_ascii=False) + "\n"
                 elif isinstance(event, FinalEvent):
-                    yield json.dumps(ol.final_line(chat, parsed, start, event, whole=False), ensure_ascii=False) + "\n"
+                    ended = Whole(start, event)  # streamed: the answer's text and tokens went in the lines
+                    yield json.dumps(ol.final_line(chat, parsed, ended, streamed=True), ensure_ascii=False) + "\n"
         except Exception as error:  # Ollama ends a broken stream with an error line
             yield json.dumps(http_error(error, answering=True).body("/api")) + "\n"
 
-    async def _collect(
-        self, events: AsyncIterator[Event], request: HttpRequest
-    ) -> tuple[StartEvent | None, FinalEvent | None]:
-        start = None
+    async def _collect(self, events: AsyncIterator[Event], request: HttpRequest) -> Whole:
+        """The answer's events gathered; its final event None when the client went away."""
+        whole = Whole()
         async for event in events:
-            if isinstance(event, StartEvent):
-                start = event
-            elif isinstance(event, FinalEvent):
-                return start, event
+            whole.add(event)
+            if whole.final is not None:
+                return whole
             if await request.is_disconnected():
                 await events.aclose()  # type: ignore[attr-defined]
-                return start, None
-        return start, None
+                return whole
+        return whole
 
     # -- the request -----------------------------------------------------------------------------
     async def _json_body(self, request: HttpRequest) -> Any:

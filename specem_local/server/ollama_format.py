@@ -16,10 +16,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from specem_local.engine import Ask, FormatAsk, ToolCall
-from specem_local.events import FinalEvent, StartEvent
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text, parse_messages
-from specem_local.server.replies import Piece, answer_facts, prompt_tokens, round_facts, whole_reply
+from specem_local.server.replies import (
+    Piece,
+    Whole,
+    answer_facts,
+    logprobs_content,
+    prompt_tokens,
+    round_facts,
+    whole_reply,
+)
 
 MODEL_NAME = "specem"
 TAGGED = f"{MODEL_NAME}:latest"
@@ -65,6 +72,7 @@ class Request:
     stream: bool  # Ollama streams unless told not to
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
+    logprobs: bool = False  # each token's log-probability on each line (Ollama's ``logprobs``)
     tools: bool = False  # tools were offered: the answer is calls or a message
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the field it came from ("options.num_predict")
 
@@ -160,8 +168,22 @@ def parse_chat(body: Any) -> Request:
     if tools is not None and body.get("format") not in (None, ""):
         raise ApiError(400, "give tools or format, not both", "format")
     output = FormatAsk(tools=tools) if tools is not None else _format(body)
-    ask = Ask(messages, _settings(body), output, body.get("think"))
-    return Request(messages, ask, _stream(body), time.monotonic(), tools=tools is not None, fields=_named(body))
+    settings = _settings(body)
+    logprobs = _logprobs(body, settings)
+    ask = Ask(messages, settings, output, body.get("think"))
+    return Request(messages, ask, _stream(body), time.monotonic(), tools=tools is not None, fields=_named(body),
+                   logprobs=logprobs)  # fmt: skip
+
+
+def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """Ollama's ``logprobs`` (true: each token's log-probability) and ``top_logprobs`` (how many
+    of the most likely tokens in each place), as the ``logprobs`` setting."""
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ApiError(400, "logprobs must be true or false", "logprobs")
+    if wanted or top:
+        settings["logprobs"] = top or 0  # its range is checked with the settings
+    return bool(wanted or top)
 
 
 def _format(body: dict[str, Any]) -> FormatAsk | None:
@@ -195,7 +217,9 @@ def parse_generate(body: Any) -> Request:
         return Request([], Ask("", settings, output, think), stream, time.monotonic(), load_only=True)
     messages = [{"role": "system", "content": system}] if system else []
     asked = [*messages, {"role": "user", "content": prompt}]
-    return Request(asked, Ask(asked, settings, output, think), stream, time.monotonic(), fields=_named(body))
+    logprobs = _logprobs(body, settings)
+    return Request(asked, Ask(asked, settings, output, think), stream, time.monotonic(), fields=_named(body),
+                   logprobs=logprobs)  # fmt: skip
 
 
 def _named(body: dict[str, Any]) -> dict[str, str]:
@@ -203,7 +227,7 @@ def _named(body: dict[str, Any]) -> dict[str, str]:
     names what the client wrote (``options.num_predict``), not the ensemble's own name."""
     options: dict[str, Any] = body["options"] if isinstance(body.get("options"), dict) else {}
     named = {OPTIONS[name]: f"options.{name}" for name in options if name in OPTIONS}
-    named.update(schema="format", json="format")
+    named.update(schema="format", json="format", logprobs="top_logprobs")
     if "num_predict" in options:
         named["max_tokens"] = "options.num_predict"
     if "stop" in options:
@@ -231,13 +255,15 @@ def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = (), thinkin
     return {"message": message}
 
 
-def piece_lines(chat: bool, piece: Piece) -> list[dict[str, Any]]:
+def piece_lines(chat: bool, piece: Piece, logprobs: bool = False) -> list[dict[str, Any]]:
     """A round's piece as lines: its thinking as ``thinking``, its text, and the calls it made
     whole in a line of their own, each once, complete (as Ollama streams calls)."""
     lines = []
     if piece.reasoning or piece.text:
         fields = _text_field(chat, piece.text, thinking=piece.reasoning)
         lines.append({"model": TAGGED, "created_at": now(), **fields, "done": False})
+        if logprobs and piece.text and not piece.calls:
+            lines[0]["logprobs"] = logprobs_content(piece.event.logprobs)
         lines[0]["x_specem"] = round_facts(piece.event, vote=False)
     if piece.calls:
         calls = tuple(call for _, call in piece.calls)
@@ -245,18 +271,23 @@ def piece_lines(chat: bool, piece: Piece) -> list[dict[str, Any]]:
     return lines
 
 
-def final_line(
-    chat: bool, request: Request, start: StartEvent | None, final: FinalEvent, whole: bool
-) -> dict[str, Any]:
-    """The line that ends an answer (``whole``: with the whole answer, when not streamed),
-    with Ollama's statistics: durations in nanoseconds; prompt reading is part of
-    ``eval_duration``, since the ensemble reads prompts as part of its first round."""
-    reply = whole_reply(final, request.tools) if whole else None
+def final_line(chat: bool, request: Request, whole: Whole, streamed: bool = False) -> dict[str, Any]:
+    """The line that ends an answer (not ``streamed``: with the whole answer and its tokens'
+    log-probabilities when asked), with Ollama's statistics: durations in nanoseconds; prompt
+    reading is part of ``eval_duration``, since the ensemble reads prompts as part of its first
+    round."""
+    start, final = whole.start, whole.final
+    assert final is not None
+    reply = None if streamed else whole_reply(final, request.tools)
     text, calls = (reply.content or "", reply.calls) if reply is not None else ("", ())
+    tokens = (
+        {"logprobs": logprobs_content(whole.tokens)} if request.logprobs and not streamed and not request.tools else {}
+    )
     return {
         "model": TAGGED,
         "created_at": now(),
         **_text_field(chat, text, calls, final.reasoning if text or calls else ""),
+        **tokens,
         "done": True,
         "done_reason": DONE_REASON.get(final.finish_reason, "stop"),
         "total_duration": int((time.monotonic() - request.started) * 1e9),

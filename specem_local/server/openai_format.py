@@ -13,13 +13,23 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from specem_local.engine import Ask, FormatAsk, ToolCall
-from specem_local.events import FinalEvent, StartEvent
+from specem_local.events import FinalEvent, StartEvent, TokenLogprob
 from specem_local.server.errors import ApiError
-from specem_local.server.replies import Piece, answer_facts, finish_name, prompt_tokens, round_facts, whole_reply
+from specem_local.server.replies import (
+    Piece,
+    Whole,
+    answer_facts,
+    finish_name,
+    logprobs_content,
+    prompt_tokens,
+    round_facts,
+    whole_reply,
+)
 
 MODEL_ID = "specem"
 # Fields the ensemble cannot honour: a 400 naming them, never a silent ignore.
@@ -27,8 +37,6 @@ UNSUPPORTED = {
     "functions": "functions (the legacy function calling; use tools)",
     "function_call": "functions (function calling)",
     "logit_bias": "logit_bias",
-    "logprobs": "logprobs",
-    "top_logprobs": "logprobs",
     "audio": "audio output",
     "prediction": "predicted outputs",
 }
@@ -40,6 +48,7 @@ class Request:
     ask: Ask  # the answer as asked: the conversation, its settings, format and thinking
     stream: bool = False
     include_usage: bool = False
+    logprobs: bool = False  # each token's log-probability, in ``choices[].logprobs.content``
     tools: bool = False  # tools were offered: the answer is calls or a message
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
@@ -87,6 +96,7 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         settings["ignore_eos"] = body["ignore_eos"]
     if body.get("stop") is not None:
         settings["stop"] = _stops(body["stop"])
+    wants_logprobs = _logprobs(body, settings)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
@@ -106,9 +116,23 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
         Ask(messages, settings, output, think),
         stream,
         bool(options.get("include_usage")),
+        wants_logprobs,
         output is not None and output.tools is not None,
-        fields={**sent, **formats},
+        fields={**sent, **formats, "logprobs": "top_logprobs"},
     )
+
+
+def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """``logprobs`` (true: each token's log-probability) and ``top_logprobs`` (0 to 20 of the
+    most likely tokens in each place), as the ``logprobs`` setting."""
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ApiError(400, "logprobs must be true or false", "logprobs")
+    if top is not None and not wanted:
+        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    if wanted:
+        settings["logprobs"] = 0 if top is None else top  # its range is checked with the settings
+    return bool(wanted)
 
 
 EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
@@ -292,11 +316,22 @@ def piece_chunk(request: Request, piece: Piece, first: bool) -> dict[str, Any]:
         delta["content"] = piece.text
     if piece.calls:
         delta["tool_calls"] = [{"index": i, **_call(c)} for i, c in piece.calls]
+    logprobs = _logprobs_of(request, piece.event.logprobs) if piece.text else None
     return {
         **_base(request, "chat.completion.chunk"),
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-        "x_specem": round_facts(piece.event),
+        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}],
+        "x_specem": {
+            **round_facts(piece.event),
+            **({"sure": piece.event.sure} if piece.event.sure is not None else {}),
+        },
     }
+
+
+def _logprobs_of(request: Request, tokens: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+    """``choices[].logprobs`` when asked (a tool reply's envelope is no content: none)."""
+    if not request.logprobs or request.tools:
+        return None
+    return {"content": logprobs_content(tokens), "refusal": None}
 
 
 def _call(call: ToolCall) -> dict[str, Any]:
@@ -322,7 +357,9 @@ def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, 
     return chunks
 
 
-def completion(request: Request, start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
+def completion(request: Request, whole: Whole) -> dict[str, Any]:
+    start, final = whole.start, whole.final
+    assert final is not None
     message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
     if final.reasoning:  # thought before the format: llama.cpp's and DeepSeek's field
         message["reasoning_content"] = final.reasoning
@@ -337,7 +374,7 @@ def completion(request: Request, start: StartEvent | None, final: FinalEvent) ->
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": _logprobs_of(request, whole.tokens),
                 "finish_reason": _finish_reason(final),
             }
         ],

@@ -8,11 +8,12 @@ has one result that writes itself for each API.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from specem_local.engine import ReplyStream, ToolCall, ToolReply, whole_part
-from specem_local.events import FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,24 @@ class Pieces:
         return Piece(event, text=content, calls=calls) if content or calls else None
 
 
+@dataclass
+class Whole:
+    """A whole answer as a route collects it: its start, its final event, and its tokens with
+    their log-probabilities (the answer's rounds, when asked)."""
+
+    start: StartEvent | None = None
+    final: FinalEvent | None = None
+    tokens: list[TokenLogprob] = field(default_factory=list)
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, StartEvent):
+            self.start = event
+        elif isinstance(event, RoundEvent) and event.phase == "answer":
+            self.tokens += event.logprobs
+        elif isinstance(event, FinalEvent):
+            self.final = event
+
+
 def whole_reply(final: FinalEvent, tools: bool) -> ToolReply:
     """A whole answer's text and calls: with tools, its message (or none) and calls; an
     envelope cut short gives what of it is whole, never the envelope itself."""
@@ -74,10 +93,12 @@ def prompt_tokens(start: StartEvent | None) -> int:
 
 def round_facts(event: RoundEvent, *, vote: bool = True) -> dict[str, Any]:
     """A round's ``x_specem``: who wrote it, among how many candidates (``vote``: how it was
-    chosen and the weights after it), the members lost in it."""
+    chosen and the weights after it), how sure it is alone (``sure``), the members lost in it."""
     facts: dict[str, Any] = {"round": event.index, "author": event.author, "candidates": len(event.candidates)}
     if vote:
         facts.update(decision=event.decision, weights=event.weights)
+    if event.sure is not None:
+        facts["sure"] = round(event.sure, 4)
     return {**facts, **({"lost": event.lost} if event.lost else {})}
 
 
@@ -93,4 +114,27 @@ def answer_facts(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
         "absent": start.absent if start is not None else {},
         "lost": final.lost,
         **({"notes": list(start.notes)} if start is not None and start.notes else {}),
+        **sureness(final),
     }
+
+
+def sureness(final: FinalEvent) -> dict[str, Any]:
+    """How sure the answer is: ``confidence`` (the calibrated probability that it is right), what
+    the calibrator was fitted on, and ``unsure`` (below ``abstain_below``)."""
+    if final.confidence is None:
+        return {}
+    return {"confidence": round(final.confidence, 4), "confidence_from": final.confidence_from, "unsure": final.unsure}
+
+
+def logprobs_content(tokens: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """Tokens with their log-probabilities as OpenAI's ``logprobs.content`` (and Ollama's
+    ``logprobs``) have them: token, logprob, bytes, and the most likely tokens in its place."""
+    return [
+        {
+            "token": t.token,
+            "logprob": t.logprob,
+            "bytes": list(t.bytes),
+            "top_logprobs": [{"token": text, "logprob": lp, "bytes": list(text.encode())} for text, lp in t.top],
+        }
+        for t in tokens
+    ]

@@ -47,6 +47,17 @@ class ChatSummary:
     messages: int
 
 
+@dataclass(frozen=True)
+class UnsureAnswer:
+    """An answer the ensemble was unsure of: its chat, how sure, how it begins."""
+
+    chat_id: str
+    title: str
+    confidence: float
+    begins: str
+    updated: float
+
+
 FIRST_LOOK_WAIT = 1.0  # seconds a read waits for a writer before reading without its first look
 
 
@@ -194,6 +205,17 @@ class History:
         fts_query(query)  # an empty search is said before the history is opened
         with self._reading() as db:
             return search(db, query, limit)
+
+    def unsure(self, below: float, limit: int = 20) -> list[UnsureAnswer]:
+        """Answers whose confidence is below ``below``, least sure first (issue 55)."""
+        rows = self._read(
+            "SELECT m.chat_id, c.title, json_extract(m.final, '$.confidence'), m.content, m.updated FROM messages m"
+            " JOIN chats c ON c.id = m.chat_id WHERE json_extract(m.final, '$.confidence') < ?"
+            " ORDER BY 3, m.updated DESC LIMIT ?",
+            (below, limit),
+        )
+        return [UnsureAnswer(chat, title, float(sure), " ".join(text.split())[:80], updated)
+                for chat, title, sure, text, updated in rows]  # fmt: skip
 
     def segments_won(self) -> dict[str, int]:
         """Per model, the segments it wrote in every answer in the history (every version)."""

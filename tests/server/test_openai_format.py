@@ -8,7 +8,7 @@ from specem_local.errors import SettingError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import openai_format as oa
 from specem_local.server.errors import ApiError
-from specem_local.server.replies import Pieces
+from specem_local.server.replies import Pieces, Whole
 from specem_local.settings import EnsembleSettings, with_overrides
 
 
@@ -60,7 +60,8 @@ def test_messages_take_text_parts_and_developer_is_system():
         ([1], 400, None),
         (body(model="llama3"), 404, "model"),
         (body(n=3), 400, "n"),
-        (body(logprobs=True), 400, "logprobs"),
+        (body(logprobs="yes"), 400, "logprobs"),
+        (body(top_logprobs=3), 400, "top_logprobs"),
         (body(response_format={"type": "xml"}), 400, "response_format.type"),
         (body(response_format="json"), 400, "response_format"),
         (body(response_format={"type": "json_schema", "json_schema": {"schema": {}}}), 400, "response_format"),
@@ -159,7 +160,7 @@ def test_chunks_and_the_completion_follow_openais_shapes():
         "completion_tokens": 1,
         "total_tokens": 16,
     }
-    whole = oa.completion(request, start, final)
+    whole = oa.completion(request, Whole(start, final))
     assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["content"] == "Hi"
     assert whole["id"] == chunk["id"] == ending["id"]
 

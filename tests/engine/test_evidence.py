@@ -1,0 +1,112 @@
+"""How sure an answer is (issue 55), as plain functions and on fake members: each round's
+evidence from its author's token probabilities and the vote, the answer's aggregated over its
+rounds, a logistic calibrator fitted on labelled answers, and the confidence every answer
+carries (``FinalEvent.confidence``; ``abstain_below`` marks it unsure, never changes it)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from specem_local.engine.evidence import (
+    FEATURES,
+    Calibrator,
+    RoundEvidence,
+    answer_evidence,
+    fit,
+    token_logprobs,
+    vote_evidence,
+)
+from specem_local.events import FinalEvent, RoundEvent, event_from_dict
+from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
+from tests.engine.test_places import echo
+
+
+def test_token_logprobs_are_each_tokens_log_softmax_in_the_row_that_predicted_it():
+    rows = [np.array([0.0, math.log(3.0)]), np.array([math.log(4.0), 0.0])]
+    normalisers = np.array([math.log(4.0), math.log(5.0)])
+    assert token_logprobs(rows, [1, 1], normalisers) == pytest.approx((math.log(0.75), math.log(0.2)))
+    assert token_logprobs([np.array([-1e9, 0.0])], [0], np.array([0.0])) == (-20.0,)  # floored
+
+
+def test_a_voted_rounds_margin_and_agreement():
+    combined = np.array([0.6, 0.3, 0.1])
+    shares = np.array([[0.7, 0.2, 0.1], [0.3, 0.6, 0.1], [np.nan, np.nan, np.nan]])
+    margin, agreement = vote_evidence(combined, shares, 0, 1, ranked_first_by=(0,))
+    assert margin == pytest.approx(0.3) and agreement == pytest.approx(0.5)  # two verifiers scored it, one first
+    assert vote_evidence(None, shares, 0, None, ()) == (None, None)
+    assert vote_evidence(combined, shares, 0, None, (0, 1))[0] is None  # no runner-up: no margin
+
+
+def test_an_answers_evidence_takes_its_weakest_token_and_its_weakest_vote():
+    rounds = [
+        RoundEvidence((-0.1, -0.2), 0.4, 1.0),
+        RoundEvidence((-3.0,), None, None),
+        RoundEvidence((-0.05,), 0.1, 0.5),
+    ]
+    evidence = answer_evidence(rounds, ended=True, tokens=4)
+    assert evidence["least_logprob"] == -3.0 and evidence["least_margin"] == 0.1
+    assert evidence["mean_logprob"] == pytest.approx((-0.1 - 0.2 - 3.0 - 0.05) / 4)
+    assert evidence["mean_agreement"] == 0.75 and evidence["voted"] == pytest.approx(2 / 3)
+    assert evidence["ended"] == 1.0 and evidence["log_tokens"] == pytest.approx(math.log(5))
+    empty = answer_evidence([], ended=False, tokens=0)
+    assert math.isnan(empty["least_logprob"]) and empty["voted"] == 0.0 and empty["ended"] == 0.0
+
+
+def test_a_fitted_calibrator_ranks_and_calibrates_the_answers_it_learned_from():
+    generator = random.Random(0)
+    evidence, right = [], []
+    for _ in range(400):
+        mean = generator.uniform(-2.0, 0.0)
+        p = 1 / (1 + math.exp(-(3 * mean + 3)))
+        evidence.append({"mean_logprob": mean, "least_logprob": mean * 3, "ended": 1.0})
+        right.append(generator.random() < p)
+    calibrator = fit(evidence, right, "simulated")
+    predicted = [calibrator.probability(e) for e in evidence]
+    assert abs(sum(predicted) - sum(right)) < 8  # calibrated in the large
+    assert calibrator.probability({"mean_logprob": -0.1, "least_logprob": -0.3, "ended": 1}) > 0.8
+    assert calibrator.probability({"mean_logprob": -1.9, "least_logprob": -5.7, "ended": 1}) < 0.3
+    again = Calibrator.from_dict(calibrator.to_dict())
+    assert again == calibrator and len(again.weights) == len(FEATURES)
+    with pytest.raises(ValueError):
+        fit(evidence[:3], [True] * 3, "one class")
+
+
+def test_a_missing_feature_takes_its_fitted_fill():
+    calibrator = Calibrator((1.0, *([0.0] * (len(FEATURES) - 1))), 0.0, (-2.0, *([0.0] * (len(FEATURES) - 1))), "x")
+    assert calibrator.probability({}) == pytest.approx(1 / (1 + math.exp(2.0)))
+    assert calibrator.probability({"least_logprob": math.nan}) == calibrator.probability({})
+
+
+def test_every_answer_and_round_says_how_sure_it_is_and_abstain_below_marks_it_unsure():
+    with fake_ensemble(echo("a", 1, n_params=3000), echo("b", 1), max_tokens=40) as ensemble:
+        events = list(ensemble.stream(QUESTION))
+        final = events[-1]
+        assert isinstance(final, FinalEvent) and final.confidence is not None and 0 < final.confidence < 1
+        assert final.confidence_from and not final.unsure
+        assert set(final.evidence) <= set(FEATURES) and "mean_logprob" in final.evidence
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert all(r.sure is not None and 0 < r.least_probability <= 1 for r in rounds if r.author)
+        assert any(r.margin is not None and r.agreement is not None for r in rounds)  # the fakes disagree: voted
+        assert event_from_dict(final.to_dict()).confidence == final.confidence
+        unsure = ensemble.generate(QUESTION, abstain_below=0.999)
+        assert unsure.unsure and unsure.text == final.text  # marked, never changed
+
+
+def test_logprobs_give_each_committed_token_with_its_alternatives_in_the_authors_distribution():
+    member = fake_member("a", "Paris is the capital.")
+    with fake_ensemble(member, max_tokens=60) as ensemble:
+        events = list(ensemble.stream(QUESTION, logprobs=2))
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        tokens = [t for r in rounds for t in r.logprobs]
+        assert "".join(t.token for t in tokens) == events[-1].text == "Paris is the capital."
+        assert all(len(t.top) == 2 and t.top[0][1] >= t.top[1][1] and t.logprob <= 0 for t in tokens)
+        assert all(t.top[0][0] == t.token for t in tokens)  # greedy: the chosen token is the likeliest
+        assert bytes(b for t in tokens for b in t.bytes).decode() == events[-1].text
+        again = event_from_dict(rounds[0].to_dict())
+        assert again.logprobs == rounds[0].logprobs
+        plain = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
+        assert all(r.logprobs == () for r in plain)  # not asked: none
