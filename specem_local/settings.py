@@ -107,6 +107,14 @@ class EnsembleSettings:
         low=-1,
         high=20,
     )
+    confidence_check: str = setting(
+        "none",
+        "answer",
+        "pay for a surer confidence: after the answer, each other member answers alone (witnesses), or the "
+        "heaviest member samples check_samples more answers (samples); agreeing final answers raise it",
+        choices=("none", "witnesses", "samples"),
+    )
+    check_samples: int = setting(1, "answer", "with confidence_check = samples: how many more answers", low=1, high=8)
     abstain_below: float = setting(
         0.0,
         "answer",

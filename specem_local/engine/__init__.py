@@ -29,6 +29,8 @@ from specem_local.engine.choices import (
     thumbs_rewards,
 )
 from specem_local.engine.ensemble import Ensemble
+from specem_local.engine.evidence import Calibrator, answer_agreement, final_answer
+from specem_local.engine.evidence import fit as fit_calibrator
 from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.formats import FormatMatcher, OutputFormat, member_matcher, output_format_from
 from specem_local.engine.learned import built_in_calibrations, calibrate, names_in, stored_weights
@@ -56,6 +58,7 @@ __all__ = [
     "AnswerRunner",
     "AnswerStream",
     "Ask",
+    "Calibrator",
     "Ensemble",
     "FormatAsk",
     "FormatMatcher",
@@ -67,6 +70,7 @@ __all__ = [
     "ToolCall",
     "ToolReply",
     "allowed_tokens",
+    "answer_agreement",
     "ask_from",
     "best_rewards",
     "built_in_calibrations",
@@ -75,6 +79,8 @@ __all__ = [
     "choice_change",
     "explain",
     "feedback",
+    "final_answer",
+    "fit_calibrator",
     "gpu_layers_for",
     "leaderboard",
     "learned",

@@ -18,11 +18,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
+from specem_local.engine.checking import check_requests, with_check
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.rounds import RoundLoop, weights_dict
 from specem_local.engine.runner import AnswerRunner
-from specem_local.errors import NoMemberLeft, SpecemError
+from specem_local.errors import NoMemberLeft, Signal, SpecemError
 from specem_local.events import Event, FinalEvent
 
 _END = object()
@@ -117,13 +118,31 @@ class AnswerStream(Iterator[Event]):
             self.close()
             raise
         if isinstance(event, FinalEvent):
-            event = self._parsed(event)
+            event = self._parsed(self._checked(event))
             self._final = event
             assert self._loop is not None
             self._runner.remember(self._loop.members, self.request.settings, self._loop.start, event)
             self.close()
         self._write(event)
         return event
+
+    def _checked(self, final: FinalEvent) -> FinalEvent:
+        """The answer with its paid check, when asked (``checking.py``): each checking answer
+        runs here, in the answer's place, one step at a time; one that fails leaves the answer
+        unchecked."""
+        assert self._loop is not None
+        checks = []
+        try:
+            for request in check_requests(self.request, self._loop.members, final):
+                member = list(request.members)
+                loop = RoundLoop(request, member, request.start, self._cancelled, self._runner.run_each)
+                steps = loop.run()
+                while not isinstance(event := self._runner.step(steps), FinalEvent):
+                    pass
+                checks.append(event)
+        except (SpecemError, Signal):
+            return final
+        return with_check(final, checks, self.request)
 
     def _parsed(self, event: FinalEvent) -> FinalEvent:
         """A whole answer with a format, as a program reads it (the format ended it: "eos")."""

@@ -248,7 +248,7 @@ class Ensemble:
             think=think_plan,
             asked=tuple(asked),
             cells=longest + settings.max_tokens + round_cells(settings, drafters),
-            calibrator=confidence_calibrator(members),
+            calibrator=confidence_calibrator(members, settings.confidence_check),
         )
 
     def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:

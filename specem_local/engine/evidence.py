@@ -11,6 +11,7 @@ first. An answer's evidence aggregates those over its rounds with a minimum or a
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 from specem_local.engine.member import Draft
 from specem_local.engine.vote import Tally
 from specem_local.events import TokenLogprob
+from specem_local.labelled import extract_number
 
 FEATURES = (
     "least_logprob",  # the least likely token of the answer (log-probability, the author's own)
@@ -30,6 +32,7 @@ FEATURES = (
     "voted",  # the share of rounds that were voted (the others had one candidate)
     "ended",  # 1 when the answer ended by itself, 0 when a limit cut it
     "log_tokens",  # log(1 + the answer's tokens)
+    "witnesses",  # paid: the share of checking answers (other members, or samples) with the same final answer
 )
 FLOOR = -20.0  # a log-probability below this is taken as this (a token the author all but ruled out)
 
@@ -110,6 +113,29 @@ def answer_evidence(rounds: Sequence[RoundEvidence], ended: bool, tokens: int) -
         "ended": 1.0 if ended else 0.0,
         "log_tokens": math.log1p(tokens),
     }
+
+
+def final_answer(text: str, parsed: object = None) -> str | None:
+    """What two answers must share to agree: a parsed answer (a format's value) as JSON, else
+    the final number of the text (``labelled.extract_number``), else its last non-empty line,
+    its case and spacing ignored; None for an empty answer."""
+    if parsed is not None:
+        return json.dumps(parsed, sort_keys=True, default=str)
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.dumps(json.loads(text), sort_keys=True)
+        except ValueError:
+            pass
+    number = extract_number(text)
+    if number is not None:
+        return repr(round(number, 6))
+    lines = [" ".join(line.split()).lower() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def answer_agreement(first: object, second: object) -> float:
+    """1 when two final answers are the same (neither missing), else 0."""
+    return 1.0 if first is not None and first == second else 0.0
 
 
 @dataclass(frozen=True)

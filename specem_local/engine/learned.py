@@ -86,18 +86,18 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
     return records
 
 
-def confidence_calibrator(members: list[Member]) -> Calibrator:
-    """The calibrator of an answer's confidence for these members: the one fitted for this
-    ensemble (shipped with the built-in ensembles, ``data/confidence.json``), else the one
-    fitted on the demo trio, which its ``fitted_on`` says."""
+def confidence_calibrator(members: list[Member], check: str = "none") -> Calibrator:
+    """The calibrator of an answer's confidence for these members and this paid check
+    (``confidence_check``): the one fitted for this ensemble (shipped with the built-in
+    ensembles, ``data/confidence.json``), else the general one, which its ``fitted_on`` says."""
     calibrators = _shipped_calibrators()
-    return calibrators.get(key_of(members), calibrators["*"])
+    return calibrators.get((key_of(members), check)) or calibrators.get(("*", check)) or calibrators[("*", "none")]
 
 
 @functools.cache
-def _shipped_calibrators() -> dict[str, Calibrator]:
+def _shipped_calibrators() -> dict[tuple[str, str], Calibrator]:
     text = resources.files("specem_local").joinpath("data").joinpath("confidence.json").read_text("utf-8")
-    return {entry["key"]: Calibrator.from_dict(entry["calibrator"]) for entry in json.loads(text)}
+    return {(e["key"], e.get("check", "none")): Calibrator.from_dict(e["calibrator"]) for e in json.loads(text)}
 
 
 def starting_weights(

@@ -110,3 +110,26 @@ def test_logprobs_give_each_committed_token_with_its_alternatives_in_the_authors
         assert again.logprobs == rounds[0].logprobs
         plain = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
         assert all(r.logprobs == () for r in plain)  # not asked: none
+
+
+def test_a_paid_check_has_the_other_members_answer_alone_and_counts_who_agrees():
+    from specem_local.engine.evidence import final_answer
+
+    assert final_answer("so it is 1,000.") == final_answer("The answer is 1000") != final_answer("999")
+    assert final_answer('{"b": 1, "a": 2}') == final_answer('{"a": 2, "b": 1}')
+    assert final_answer("Yes\n\n  It  is PARIS ") == final_answer("it is paris") and final_answer("  ") is None
+    agreeing = [
+        fake_member("a", "It is 42.", n_params=3000),
+        fake_member("b", "So 42."),
+        fake_member("c", "I think 7."),
+    ]
+    with fake_ensemble(*agreeing, max_tokens=40) as ensemble:
+        free = ensemble.generate(QUESTION)
+        checked = ensemble.generate(QUESTION, confidence_check="witnesses")
+        assert "witnesses" not in free.evidence and checked.evidence["witnesses"] == 0.5  # b agrees, c does not
+        assert checked.text == free.text and checked.seconds > 0
+        sampled = ensemble.generate(QUESTION, confidence_check="samples", check_samples=2)
+        assert sampled.evidence["witnesses"] == 1.0  # the heaviest member, sampled twice, says 42 again
+        cancelled = ensemble.stream(QUESTION, confidence_check="witnesses")
+        cancelled.cancel()
+        assert cancelled.final().evidence == {}  # nothing written: nothing checked

@@ -17,7 +17,7 @@ MAY_IMPORT = {
     "labelled": set(),
     "storage": set(),
     "backend": {"models"},
-    "engine": {"backend", "models", "storage"},
+    "engine": {"backend", "models", "storage", "labelled"},
     "server": {"engine", "backend", "models", "storage"},
     "commands": {"server", "engine", "backend", "models", "storage", "labelled", "specem_research"},  # `specem eval`
     "specem_tui": {"engine", "backend", "models", "storage"},

@@ -1,0 +1,183 @@
+"""How sure an answer is (issue 55): fit the confidence calibrator on development answers and
+measure it on confirm answers nothing was chosen on.
+
+Reads ``specem eval`` runs (their ``items.jsonl``: each system's answer, its ``correct``, its
+``confidence`` and ``evidence``). ``fit`` fits the logistic calibrator (``engine/evidence.py``)
+on one system's answers and writes it; ``report`` scores a system's answers on a confirm run:
+
+- AUROC (how well the score ranks right answers above wrong ones) with a bootstrap 95% interval,
+  AURC (the area under the risk-coverage curve: lower is better), accuracy on the most sure
+  30 / 50 / 80% of answers, and ECE (expected calibration error, 10 equal-width bins);
+- beside it, on the same answers, the free baselines a single model has: its mean token
+  log-probability and its least token probability (the author's, here the best member's);
+- and the paid checks, computed from the run's other answers: the share of the witnesses
+  (the other members, each alone, greedy) whose final answer equals the ensemble's, and the
+  best member's k samples (``--samples RUN...``, ``specem eval --sampled`` runs) agreeing.
+
+    python -m specem_research.confidence fit RUN --system ensemble --name NAME --output FILE
+    python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
+        [--witness MEMBER ...] [--samples RUN ...] --output FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specem_local.engine import Calibrator, answer_agreement, fit_calibrator
+
+CHECK = "witnesses"  # the paid feature's name in a calibrator fitted with it
+
+
+def items(run: Path) -> list[dict[str, Any]]:
+    """A run's items, the last record of each id (a resumed item is written again)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for line in (run / "items.jsonl").read_text("utf-8").splitlines():
+        record = json.loads(line)
+        by_id[record["id"]] = record
+    return list(by_id.values())
+
+
+def auroc(scores: Sequence[float], right: Sequence[bool]) -> float:
+    """The probability that a right answer scores above a wrong one (ties: half)."""
+    pos = [s for s, r in zip(scores, right) if r]
+    neg = [s for s, r in zip(scores, right) if not r]
+    if not pos or not neg:
+        return math.nan
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    ranks = np.empty(len(order))
+    values = np.concatenate([pos, neg])[order]
+    i = 0
+    while i < len(values):  # average ranks over ties
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def bootstrap_interval(scores: Sequence[float], right: Sequence[bool], draws: int = 2000) -> tuple[float, float]:
+    """A 95% percentile interval of the AUROC over items resampled with replacement (seed 0)."""
+    generator = random.Random(0)
+    n, values = len(scores), []
+    for _ in range(draws):
+        picked = [generator.randrange(n) for _ in range(n)]
+        value = auroc([scores[i] for i in picked], [right[i] for i in picked])
+        if not math.isnan(value):
+            values.append(value)
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def risk_coverage(scores: Sequence[float], right: Sequence[bool]) -> tuple[float, dict[str, float]]:
+    """AURC (mean error over the most sure k answers, k = 1..n) and the accuracy of the most
+    sure 30, 50 and 80% of the answers."""
+    order = np.argsort(-np.asarray(scores), kind="mergesort")
+    correct = np.asarray(right, dtype=np.float64)[order]
+    cumulative = np.cumsum(correct) / np.arange(1, len(correct) + 1)
+    aurc = float(np.mean(1 - cumulative))
+    selective = {f"{int(share * 100)}%": float(cumulative[max(round(share * len(correct)), 1) - 1])
+                 for share in (0.3, 0.5, 0.8)}  # fmt: skip
+    return aurc, selective
+
+
+def ece(probabilities: Sequence[float], right: Sequence[bool], bins: int = 10) -> float:
+    """Expected calibration error: the answers binned by probability (equal widths), the gap
+    between each bin's mean probability and its accuracy, weighted by its size."""
+    p, y = np.asarray(probabilities), np.asarray(right, dtype=np.float64)
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    return float(sum(abs(p[which == b].mean() - y[which == b].mean()) * np.sum(which == b) / len(p)
+                     for b in range(bins) if np.any(which == b)))  # fmt: skip
+
+
+def measures(scores: Sequence[float], right: Sequence[bool], probabilities: bool = False) -> dict[str, Any]:
+    """Everything ``report`` says of one score over the same answers."""
+    aurc, selective = risk_coverage(scores, right)
+    low, high = bootstrap_interval(scores, right)
+    out = {"auroc": auroc(scores, right), "auroc_ci95": [low, high], "aurc": aurc, "selective_accuracy": selective}
+    if probabilities:
+        out["ece"] = ece(scores, right)
+    return out
+
+
+def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequence[str],
+                samples: Sequence[Path]) -> list[dict[str, Any]]:  # fmt: skip
+    """Each item's answer by ``system`` with the paid checks' agreement in its evidence: the share
+    of ``witnesses`` (other systems of the run) and of the best member's ``samples`` (other runs)
+    whose final answer is the system's."""
+    sampled = [{record["id"]: record for record in items(run)} for run in samples]
+    out = []
+    for record in run_items:
+        answer = record["systems"].get(system)
+        if answer is None or answer.get("evidence") is None:
+            continue
+        others = [record["systems"][w] for w in witnesses if w in record["systems"]]
+        others += [
+            s[record["id"]]["systems"][next(iter(s[record["id"]]["systems"]))] for s in sampled if record["id"] in s
+        ]
+        evidence = dict(answer["evidence"])
+        if others:
+            evidence[CHECK] = sum(answer_agreement(answer["extracted"], o["extracted"]) for o in others) / len(others)
+        out.append({**answer, "evidence": evidence, "id": record["id"]})
+    return out
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
+    calibrator = fit_calibrator([a["evidence"] for a in answers], [a["correct"] for a in answers], args.name)
+    args.output.write_text(json.dumps(calibrator.to_dict(), indent=1) + "\n")
+    print(f"fitted on {len(answers)} answers ({sum(a['correct'] for a in answers)} right): {args.output}")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
+    right = [bool(a["correct"]) for a in answers]
+    calibrator = Calibrator.from_dict(json.loads(args.calibrator.read_text())) if args.calibrator else None
+    evidence = [a["evidence"] for a in answers]
+    report: dict[str, Any] = {"run": str(args.run), "system": args.system, "answers": len(answers), "right": sum(right)}
+    if calibrator is not None:
+        report["calibrated"] = measures([calibrator.probability(e) for e in evidence], right, probabilities=True)
+        report["calibrator"] = calibrator.to_dict()
+    report["as_shipped"] = measures([a["confidence"] for a in answers], right, probabilities=True)
+    for name in ("mean_logprob", "least_logprob", CHECK):
+        values = [e.get(name, math.nan) for e in evidence]
+        if all(math.isfinite(v) for v in values):
+            report[name] = measures(values, right)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    for name in ("calibrated", "as_shipped", "mean_logprob", "least_logprob", CHECK):
+        if name in report:
+            entry = report[name]
+            low, high = entry["auroc_ci95"]
+            said = f", ECE {entry['ece']:.3f}" if "ece" in entry else ""
+            print(f"{name:>14}: AUROC {entry['auroc']:.3f} ({low:.3f}-{high:.3f}), AURC {entry['aurc']:.3f}, "
+                  f"selective {entry['selective_accuracy']}{said}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m specem_research.confidence", description=__doc__.split("\n\n")[0])
+    actions = parser.add_subparsers(dest="action", required=True)
+    for action, handler in (("fit", cmd_fit), ("report", cmd_report)):
+        sub = actions.add_parser(action)
+        sub.add_argument("run", type=Path, help="a specem eval output folder")
+        sub.add_argument("--system", default="ensemble")
+        sub.add_argument("--witness", action="append", default=[], help="another system of the run, as a witness")
+        sub.add_argument("--samples", action="append", type=Path, default=[], help="a sampled run of the best member")
+        sub.add_argument("--output", type=Path, required=True)
+        if action == "fit":
+            sub.add_argument("--name", required=True, help="what it was fitted on, in words")
+        else:
+            sub.add_argument("--calibrator", type=Path, help="a fitted calibrator (fit's output)")
+        sub.set_defaults(handler=handler)
+    args = parser.parse_args()
+    args.handler(args)
+
+
+if __name__ == "__main__":
+    main()
