@@ -36,6 +36,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     tasks = load_tasks(Path(args.tasks))[: args.limit]
     overrides: dict[str, Any] = {"greedy": True, **settings_overrides(args)}
+    if args.confidence:
+        return calibrate_confidence(args, tasks, overrides)
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         verifiers = [m for m in ensemble.members if m.spec.verifies]
         if len(ensemble.members) < 2:
@@ -68,11 +70,43 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: dict[str, Any]) -> int:
+    """``--confidence``: the ensemble answers every item as it would answer the user, each answer
+    is graded, and the calibrator of its confidence is fitted on them and kept (for these
+    members and the ``confidence_check`` setting); said with how well it ranked these items."""
+    from tqdm import tqdm
+
+    from specem_local.engine import Ensemble, fit_calibrator, keep_calibrator
+
+    with Ensemble.from_config(config_from_args(args)) as ensemble:
+        evidence, right = [], []
+        for task in tqdm(tasks, desc="calibrate confidence", unit="item", file=sys.stderr):
+            final = ensemble.generate(task.prompt, **overrides)
+            evidence.append(final.evidence)
+            right.append(task.grade(final.text, final.finish_reason)[1])
+        check = overrides.get("confidence_check", ensemble.settings.confidence_check)
+        try:
+            calibrator = fit_calibrator(evidence, right, f"{len(tasks)} of your items ({Path(args.tasks).name})")
+        except ValueError:
+            raise SpecemError(
+                f"the ensemble got {sum(right)} of {len(right)} items right: fitting needs right and wrong answers; "
+                "give more items, or harder ones"
+            ) from None
+        kept = keep_calibrator(ensemble.members, check, calibrator)
+    print(f"confidence calibrated on {len(tasks)} items of {args.tasks} ({sum(right)} right), check {check!r}: {kept}")
+    return 0
+
+
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "calibrate", parents=[common], help="set the ensemble's starting weights from labelled items"
     )
     parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
     parser.add_argument("--limit", type=whole_number(1, 10**9), default=20, help="use the first N items (default 20)")
+    parser.add_argument(
+        "--confidence",
+        action="store_true",
+        help="fit how sure an answer is, from the ensemble's answers to the items (not the starting weights)",
+    )
     add_settings_flags(parser)
     parser.set_defaults(handler=cmd_calibrate)

@@ -33,7 +33,7 @@ from specem_local.engine.evidence import Calibrator, answer_agreement, final_ans
 from specem_local.engine.evidence import fit as fit_calibrator
 from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.formats import FormatMatcher, OutputFormat, member_matcher, output_format_from
-from specem_local.engine.learned import built_in_calibrations, calibrate, names_in, stored_weights
+from specem_local.engine.learned import built_in_calibrations, calibrate, keep_calibrator, names_in, stored_weights
 from specem_local.engine.loading import gpu_layers_for, prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
@@ -82,6 +82,7 @@ __all__ = [
     "final_answer",
     "fit_calibrator",
     "gpu_layers_for",
+    "keep_calibrator",
     "leaderboard",
     "learned",
     "make_sampler",

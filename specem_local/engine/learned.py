@@ -19,9 +19,11 @@ import json
 import time
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
+from specem_local.dirs import data_dir
 from specem_local.engine import feedback
 from specem_local.engine.choices import choice_change
 from specem_local.engine.evidence import Calibrator
@@ -88,16 +90,48 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
 
 def confidence_calibrator(members: list[Member], check: str = "none") -> Calibrator:
     """The calibrator of an answer's confidence for these members and this paid check
-    (``confidence_check``): the one fitted for this ensemble (shipped with the built-in
-    ensembles, ``data/confidence.json``), else the general one, which its ``fitted_on`` says."""
-    calibrators = _shipped_calibrators()
-    return calibrators.get((key_of(members), check)) or calibrators.get(("*", check)) or calibrators[("*", "none")]
+    (``confidence_check``): the user's (``specem calibrate --confidence``), else the one fitted
+    for this ensemble (shipped with the built-in ensembles, ``data/confidence.json``), else the
+    general one; its ``fitted_on`` says which."""
+    key, shipped = key_of(members), _shipped_calibrators()
+    return (
+        _calibrators(user_calibrators_path()).get((key, check))
+        or shipped.get((key, check))
+        or shipped.get(("*", check))
+        or shipped[("*", "none")]
+    )
+
+
+def keep_calibrator(members: list[Member], check: str, calibrator: Calibrator) -> Path:
+    """Keep a calibrator the user fitted for these members and check (it is used from the next
+    answer on); returns where it is kept."""
+    path = user_calibrators_path()
+    entries = json.loads(path.read_text("utf-8")) if path.exists() else []
+    key = key_of(members)
+    entries = [e for e in entries if (e.get("key"), e.get("check", "none")) != (key, check)]
+    entries.append({"key": key, "check": check, "calibrator": calibrator.to_dict()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries, indent=1) + "\n", "utf-8")
+    return path
+
+
+def user_calibrators_path() -> Path:
+    return data_dir() / "confidence.json"
+
+
+def _calibrators(path: Path) -> dict[tuple[str, str], Calibrator]:
+    """The calibrators a file keeps; none when it is missing or cannot be read (said by nothing:
+    the shipped ones stand in)."""
+    try:
+        entries = json.loads(path.read_text("utf-8"))
+        return {(e["key"], e.get("check", "none")): Calibrator.from_dict(e["calibrator"]) for e in entries}
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        return {}
 
 
 @functools.cache
 def _shipped_calibrators() -> dict[tuple[str, str], Calibrator]:
-    text = resources.files("specem_local").joinpath("data").joinpath("confidence.json").read_text("utf-8")
-    return {(e["key"], e.get("check", "none")): Calibrator.from_dict(e["calibrator"]) for e in json.loads(text)}
+    return _calibrators(Path(str(resources.files("specem_local").joinpath("data").joinpath("confidence.json"))))
 
 
 def starting_weights(

@@ -5,6 +5,7 @@ carries (``FinalEvent.confidence``; ``abstain_below`` marks it unsure, never cha
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -133,3 +134,23 @@ def test_a_paid_check_has_the_other_members_answer_alone_and_counts_who_agrees()
         cancelled = ensemble.stream(QUESTION, confidence_check="witnesses")
         cancelled.cancel()
         assert cancelled.final().evidence == {}  # nothing written: nothing checked
+
+
+def test_calibrate_confidence_fits_on_the_users_items_and_the_next_answer_reads_it(tmp_path, capsys, monkeypatch):
+    from specem_local.commands.cli import main
+    from specem_local.engine import Ensemble
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
+    members = [fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 42.")]
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda cls, config=None, **_: fake_ensemble(*members)))
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        "".join(json.dumps({"question": f"Q{i}?", "answer": "42" if i % 2 else "7"}) + "\n" for i in range(6))
+    )
+    assert main(["calibrate", str(items), "--confidence"]) == 0
+    said = capsys.readouterr().out
+    assert "confidence calibrated on 6 items" in said and "(3 right)" in said and "check 'none'" in said
+    assert (tmp_path / "data" / "confidence.json").exists()
+    with fake_ensemble(*[fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 42.")]) as ensemble:
+        final = ensemble.generate(QUESTION)
+    assert final.confidence_from == "6 of your items (items.jsonl)" and final.confidence == pytest.approx(0.5, abs=0.05)
