@@ -140,6 +140,8 @@ class FinalEvent(_Record):
     confidence_from: str = ""  # what the calibrator was fitted on, in words
     evidence: dict[str, float] = dataclasses.field(default_factory=dict)  # what it was read from (evidence.FEATURES)
     unsure: bool = False  # confidence below ``abstain_below``: the answer is given, marked unsure
+    escalated: str = ""  # the reserve member that answered instead, the ensemble being unsure (``escalate_below``)
+    ensemble_text: str = ""  # when escalated: the ensemble's own answer, kept
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.

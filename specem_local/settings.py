@@ -115,6 +115,14 @@ class EnsembleSettings:
         choices=("none", "witnesses", "samples"),
     )
     check_samples: int = setting(1, "answer", "with confidence_check = samples: how many more answers", low=1, high=8)
+    escalate_below: float = setting(
+        0.0,
+        "answer",
+        'an answer whose confidence is below this is answered again by the reserve member (role = "reserve") '
+        "alone, and that answer is given (0 = never; never for a streamed answer already shown)",
+        low=0,
+        high=1,
+    )
     abstain_below: float = setting(
         0.0,
         "answer",

@@ -219,6 +219,7 @@ class AnswerPrinter:
         ending = finish_note(event)
         if ending:
             print(f"[{ending}]", file=sys.stderr)
+        escalation_lines(event)
         sure_line(event)
         if self.args.authors:
             print_legend(event, self.colours, self.colour, origin)
@@ -233,6 +234,14 @@ def sure_line(final: FinalEvent) -> None:
     if final.confidence is not None:
         said = "unsure: confidence" if final.unsure else "confidence"
         print(f"[{said} {final.confidence:.2f}]", file=sys.stderr, flush=True)
+
+
+def escalation_lines(final: FinalEvent) -> None:
+    """An answer the ensemble was unsure of, answered again by its reserve member: said on
+    stderr, and the reserve's answer printed after the ensemble's."""
+    if final.escalated:
+        print(f"[the ensemble was unsure: {printable(final.escalated)} answered again]", file=sys.stderr, flush=True)
+        print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
 
 
 def think_argument(args: argparse.Namespace) -> Any:

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
-from specem_local.engine.checking import check_requests, with_check
+from specem_local.engine.checking import check_requests, escalated, escalation_request, with_check
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.rounds import RoundLoop, weights_dict
@@ -51,6 +51,7 @@ class AnswerStream(Iterator[Event]):
         self._loop: RoundLoop | None = None
         self._steps: Iterator[Event] | None = None
         self._final: FinalEvent | None = None
+        self._place: int | None = None
         self._ended = False
         self._record: Record | None = None
         self._make_record: Callable[[], Record | None] | None = None
@@ -93,7 +94,7 @@ class AnswerStream(Iterator[Event]):
             raise StopIteration
         if self._steps is None:
             waited = time.perf_counter()
-            place = self._runner.begin(self, self.request.cells)
+            place = self._place = self._runner.begin(self, self.request.cells)
             if place is None:  # cancelled while it waited for a place: it never ran
                 self._final = never_ran(self.request, time.perf_counter() - waited)
                 self._write(self._final)
@@ -118,7 +119,7 @@ class AnswerStream(Iterator[Event]):
             self.close()
             raise
         if isinstance(event, FinalEvent):
-            event = self._parsed(self._checked(event))
+            event = self._parsed(self._escalated(self._checked(event)))
             self._final = event
             assert self._loop is not None
             self._runner.remember(self._loop.members, self.request.settings, self._loop.start, event)
@@ -127,29 +128,49 @@ class AnswerStream(Iterator[Event]):
         return event
 
     def _checked(self, final: FinalEvent) -> FinalEvent:
-        """The answer with its paid check, when asked (``checking.py``): each checking answer
-        runs here, in the answer's place, one step at a time; one that fails leaves the answer
-        unchecked."""
+        """The answer with its paid check, when asked (``checking.py``); a check that fails
+        leaves the answer unchecked."""
         assert self._loop is not None
-        checks = []
         try:
-            for request in check_requests(self.request, self._loop.members, final):
-                member = list(request.members)
-                loop = RoundLoop(request, member, request.start, self._cancelled, self._runner.run_each)
-                steps = loop.run()
-                while not isinstance(event := self._runner.step(steps), FinalEvent):
-                    pass
-                checks.append(event)
+            checks = [
+                self._answer_alone(request) for request in check_requests(self.request, self._loop.members, final)
+            ]
         except (SpecemError, Signal):
             return final
         return with_check(final, checks, self.request)
 
+    def _escalated(self, final: FinalEvent) -> FinalEvent:
+        """The reserve member's answer instead of an unsure one (``escalate_below``); if it
+        fails, the ensemble's answer stands."""
+        reserve = self.request.reserve
+        if reserve is None or self._place is None:
+            return final
+        [here] = self._runner.at_place(self._place, [reserve])
+        try:
+            request = escalation_request(self.request, here, final)
+            return final if request is None else escalated(final, self._answer_alone(request), reserve.name)
+        except (SpecemError, Signal):
+            return final
+
+    def _answer_alone(self, request: AnswerRequest) -> FinalEvent:
+        """A one-member answer run here, in the answer's place, one step at a time (its events
+        are not the stream's)."""
+        loop = RoundLoop(request, list(request.members), request.start, self._cancelled, self._runner.run_each)
+        steps = loop.run()
+        while not isinstance(event := self._runner.step(steps), FinalEvent):
+            pass
+        return self._parsed_for(request, event)
+
     def _parsed(self, event: FinalEvent) -> FinalEvent:
+        return self._parsed_for(self.request, event)
+
+    @staticmethod
+    def _parsed_for(request: AnswerRequest, event: FinalEvent) -> FinalEvent:
         """A whole answer with a format, as a program reads it (the format ended it: "eos")."""
-        output_format = self.request.output_format
-        if output_format is None or event.finish_reason != "eos":
+        output_format = request.output_format
+        if output_format is None or event.finish_reason != "eos" or event.parsed is not None:
             return event
-        return dataclasses.replace(event, parsed=output_format.parse(self.request.prefix + event.text))
+        return dataclasses.replace(event, parsed=output_format.parse(request.prefix + event.text))
 
     def _new_loop(self, members: list[Member], absent: dict[str, str]) -> RoundLoop:
         """The round loop over the members present; the request's starting weights, unless the

@@ -1,9 +1,10 @@
-"""The paid check of an answer's confidence (``confidence_check``, issue 55): after the answer,
+"""What an answer's confidence pays for (issue 55). The paid check (``confidence_check``): after the answer,
 more answers to the same question from the same members (each other member alone: the
 witnesses; or the heaviest member sampled again: the samples), and the share whose final answer
 is the answer's own (``evidence.final_answer``) becomes the ``witnesses`` evidence the
 calibrator fitted for that check reads. An answer whose reasoning came first, or that was cut
-short by a cancel, is not checked."""
+short by a cancel, is not checked. Escalation (``escalate_below``): an answer less sure than the
+setting is answered again by the reserve member alone, and that answer is given instead."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import dataclasses
 import numpy as np
 
 from specem_local.engine.evidence import answer_agreement, final_answer
+from specem_local.engine.formats import with_instruction
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Member
-from specem_local.engine.request import AnswerRequest
+from specem_local.engine.request import AnswerRequest, prompt_tokens
 from specem_local.engine.thinking import ThinkPlan
 from specem_local.events import FinalEvent
 
@@ -58,3 +60,28 @@ def with_check(final: FinalEvent, checks: list[FinalEvent], request: AnswerReque
     spent = sum(check.seconds for check in checks)
     return dataclasses.replace(final, evidence=evidence, confidence=confidence, seconds=final.seconds + spent,
                                unsure=confidence < request.settings.abstain_below)  # fmt: skip
+
+
+def escalation_request(request: AnswerRequest, reserve: Member, final: FinalEvent) -> AnswerRequest | None:
+    """The reserve member's request, when ``final`` is less sure than ``escalate_below`` (and
+    came to an end or a limit); it answers alone, as a member of its own (its role is only to
+    stand by), from the conversation as asked, in the answer's format."""
+    settings = request.settings
+    if final.confidence is None or final.confidence >= settings.escalate_below or final.finish_reason not in CHECKED:
+        return None
+    member = Member(dataclasses.replace(reserve.spec, role="both"), reserve.model, reserve.prompt_format)
+    output_format = request.output_format
+    asked = list(request.asked) or list(request.messages)
+    messages = with_instruction(asked, output_format) if output_format is not None else asked
+    tokens = prompt_tokens(member, messages, settings, 1, output_format is not None)
+    quiet = dataclasses.replace(settings, confidence_check="none", escalate_below=0.0)
+    return dataclasses.replace(request, members=(member,), settings=quiet, prompts={member.name: tokens},
+                               think=ThinkPlan(0), start=StartingWeights(np.ones(1)), reserve=None,
+                               messages=tuple(messages))  # fmt: skip
+
+
+def escalated(final: FinalEvent, answer: FinalEvent, reserve: str) -> FinalEvent:
+    """The reserve's ``answer`` given instead of the unsure ``final`` (kept as ``ensemble_text``)."""
+    seconds = final.seconds + answer.seconds
+    return dataclasses.replace(answer, escalated=reserve, ensemble_text=final.text, seconds=seconds,
+                               wins={**final.wins, **answer.wins}, unsure=False)  # fmt: skip

@@ -86,7 +86,7 @@ class Ensemble:
             weight_store = weight_store or WeightStore()
         if not members:
             raise SpecemError("an ensemble needs at least one model")
-        if not can_draft_and_verify(list(members)):
+        if not can_draft_and_verify([m for m in members if not m.spec.reserve]):
             raise SpecemError("the models cannot both draft and verify; check the roles")
         self.settings = settings or EnsembleSettings()
         self.load_failures = loaded.failures if loaded else []
@@ -95,7 +95,10 @@ class Ensemble:
         self.model_files = loaded.files if loaded else {}  # name -> GGUF path, for models loaded from files
         places = loaded.parallel if loaded else parallel
         self.runner = AnswerRunner(list(members), self.threads_per_model, weight_store, self.warnings, places)
-        self.members = self.runner.members  # the first place's (views of the models when there are several)
+        # the first place's (views of the models when there are several); a reserve member answers only when
+        # the ensemble is unsure (escalate_below)
+        self.members = [m for m in self.runner.members if not m.spec.reserve]
+        self.reserve = [m for m in self.runner.members if m.spec.reserve]
         if self.settings.drafting == "threads" and self.runner.parallel > 1:
             self.runner.warn(
                 f'warning: drafting = "threads" takes effect only with parallel = 1: the {self.runner.parallel} places '
@@ -249,6 +252,7 @@ class Ensemble:
             asked=tuple(asked),
             cells=longest + settings.max_tokens + round_cells(settings, drafters),
             calibrator=confidence_calibrator(members, settings.confidence_check),
+            reserve=self.reserve[0] if self.reserve and settings.escalate_below > 0 else None,
         )
 
     def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:

@@ -53,6 +53,7 @@ class AnswerRequest:
     asked: tuple[Message, ...] = ()  # the conversation as asked (no format instruction): the thinking builds on it
     cells: int = 0  # KV cells the answer may hold at most, in any member, in every phase: what its place reserves
     calibrator: Calibrator | None = None  # how sure the answer is, from its evidence (evidence.py)
+    reserve: Member | None = None  # who answers instead when the answer is unsure (escalate_below)
 
 
 def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:

@@ -35,7 +35,7 @@ from specem_local.settings import (
     unknown_key_error,
 )
 
-ROLES = ("both", "draft", "verify")
+ROLES = ("both", "draft", "verify", "reserve")  # reserve: answers alone, only when the ensemble is unsure
 PLAIN_TEMPLATE = "plain"
 DEFAULT_PALETTE = ("magenta", "green", "cyan", "yellow", "blue", "red")
 
@@ -67,6 +67,12 @@ class ModelSpec:
             check_colour(self.color, f"model {self.name!r}")
         source_key(self)  # exactly one source, with the keys it needs
         check_rpc(self)
+
+    @property
+    def reserve(self) -> bool:
+        """Loaded, but out of the ensemble's answers: it answers alone when one is unsure
+        (``escalate_below``)."""
+        return self.role == "reserve"
 
     @property
     def drafts(self) -> bool:

@@ -10,6 +10,7 @@ the stream) and one log line; the next request is served as usual.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -218,7 +219,10 @@ class EnsembleServer:
             if not parsed.messages:  # a load request: its options are checked all the same
                 await asyncio.to_thread(self.ensemble.check_options, parsed.ask)
                 return parsed, None
-            prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.ask)
+            ask = parsed.ask
+            if parsed.stream:  # a streamed answer's text is already out when it ends: never answered again
+                ask = dataclasses.replace(ask, settings={**ask.settings, "escalate_below": 0.0})
+            prepared = await asyncio.to_thread(self.ensemble.prepare, ask)
             return parsed, self.answers.start(prepared, parsed.messages)
         except Busy as busy:
             return http_error(busy).response(request.url.path, {"Retry-After": str(busy.retry_after)})

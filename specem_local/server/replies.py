@@ -123,7 +123,10 @@ def sureness(final: FinalEvent) -> dict[str, Any]:
     the calibrator was fitted on, and ``unsure`` (below ``abstain_below``)."""
     if final.confidence is None:
         return {}
-    return {"confidence": round(final.confidence, 4), "confidence_from": final.confidence_from, "unsure": final.unsure}
+    facts = {"confidence": round(final.confidence, 4), "confidence_from": final.confidence_from, "unsure": final.unsure}
+    if final.escalated:  # the ensemble was unsure: its reserve member answered instead
+        facts.update(escalated=final.escalated, ensemble_text=final.ensemble_text)
+    return facts
 
 
 def logprobs_content(tokens: Sequence[TokenLogprob]) -> list[dict[str, Any]]:

@@ -154,3 +154,16 @@ def test_calibrate_confidence_fits_on_the_users_items_and_the_next_answer_reads_
     with fake_ensemble(*[fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 42.")]) as ensemble:
         final = ensemble.generate(QUESTION)
     assert final.confidence_from == "6 of your items (items.jsonl)" and final.confidence == pytest.approx(0.5, abs=0.05)
+
+
+def test_an_unsure_answer_is_answered_again_by_the_reserve_member_alone():
+    members = [fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 42.")]
+    reserve = fake_member("big", "Surely 41.", role="reserve", n_params=9000)
+    with fake_ensemble(*members, reserve, max_tokens=40) as ensemble:
+        assert ensemble.model_names == ["a", "b"] and [m.name for m in ensemble.reserve] == ["big"]
+        sure = ensemble.generate(QUESTION, escalate_below=0.0001)
+        assert sure.escalated == "" and sure.text == "It is 42." and "big" not in sure.wins
+        unsure = ensemble.generate(QUESTION, escalate_below=0.9999)
+        assert unsure.escalated == "big" and unsure.text == "Surely 41." and unsure.ensemble_text == "It is 42."
+        assert unsure.wins["big"] > 0 and unsure.seconds >= sure.seconds * 0.5
+        assert ensemble.generate(QUESTION).escalated == ""  # the setting is off by default
