@@ -18,6 +18,21 @@ from specem_local.events import Candidate, RoundEvent
 from specem_local.text import printable
 
 
+def sureness_said(event: RoundEvent) -> str:
+    """Why a segment is as sure as it is: its author's least token probability, and for a
+    voted round the winner's lead and how many verifiers ranked it first."""
+    if event.sure is None:
+        return ""
+    facts = []
+    if event.least_probability is not None:
+        facts.append(f"its least likely token had probability {event.least_probability:.2f} for {event.author}")
+    if event.margin is not None:
+        facts.append(f"it led the runner-up by {event.margin:.2f} of the vote")
+    if event.agreement is not None:
+        facts.append(f"{event.agreement:.0%} of the verifiers ranked it first")
+    return f" Sure: {event.sure:.2f} ({'; '.join(facts)})." if facts else f" Sure: {event.sure:.2f}."
+
+
 class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
     BINDINGS = [
         Binding("escape,q", "dismiss", "Close"),
@@ -65,7 +80,7 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
         self.query_one(
             "#inspector"
         ).border_title = f"Round {event.index} of {len(self.rounds)}  (←/→ rounds · ↑/↓ each candidate in full)"
-        self.query_one("#why", Static).update(printable(explain(event)))
+        self.query_one("#why", Static).update(printable(explain(event) + sureness_said(event)))
         table = self.query_one(DataTable)
         table.clear(columns=True)
         if not event.candidates:  # text the answer's format forced: nothing was drafted or voted on

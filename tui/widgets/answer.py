@@ -57,6 +57,14 @@ def readable(text: str) -> str:
     return f"**Calls {what}** (the chat app runs none):\n\n{calls}"
 
 
+def sureness_style(sure: float | None) -> Style:
+    """A segment's background by how sure it is: red below 0.5, yellow below 0.8, none above
+    (nor for text the format forced, which no one was unsure of)."""
+    if sure is None or sure >= 0.8:
+        return Style()
+    return Style.parse("on darkred" if sure < 0.5 else "on #5f5f00")
+
+
 class SegmentText(Static):
     """The answer as coloured segments; a click on one selects it. Each segment carries its
     index in the style's meta (not an ``@click`` action, whose link style would hide the
@@ -85,6 +93,7 @@ class AnswerView(Vertical, can_focus=True):
         ("right", "move(1)", "Next segment"),
         ("enter", "inspect", "Inspect"),
         ("m", "toggle_markdown", "Markdown"),
+        Binding("u", "toggle_sureness", "Sureness", show=False),
         Binding("left_square_bracket", "request('version', -1)", "Prev version", show=False),
         Binding("right_square_bracket", "request('version', 1)", "Next version", show=False),
         Binding("r", "request('regenerate')", "Regenerate"),
@@ -99,6 +108,7 @@ class AnswerView(Vertical, can_focus=True):
 
     selected: reactive[int] = reactive(-1)
     show_markdown: reactive[bool] = reactive(False)
+    tint_sureness: reactive[bool] = reactive(False)  # u: each segment's background by how sure it is
 
     class InspectRequested(Message):
         def __init__(self, view: AnswerView, index: int) -> None:
@@ -160,6 +170,8 @@ class AnswerView(Vertical, can_focus=True):
             style = Style.parse(self.colours.get(event.author, "white")) if event.author else Style(dim=True)
             if event.phase == "reasoning":  # thinking before the format: drawn dim
                 style += Style(dim=True, italic=True)
+            if self.tint_sureness:
+                style += sureness_style(event.sure)
             style += Style.from_meta({"segment": index})
             if index == self.selected:
                 style += Style(reverse=True)
@@ -190,9 +202,14 @@ class AnswerView(Vertical, can_focus=True):
         final = self.turn.final
         if final is not None:
             wins = "  ".join(f"{name} {count}" for name, count in self.turn.wins.items() if count)
-            parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, wins]
+            sure = f"{'unsure: ' if final.unsure else ''}confidence {final.confidence:.2f}" if final.confidence else ""
+            parts = [f"{final.tokens} tok", f"{final.seconds:.1f}s", final.finish_reason, sure, wins]
             self.border_subtitle = printable(" · ".join(part for part in parts if part))
         notes = [*self.member_lines(), self.turn.ending or (finish_note(final) if final is not None else None)]
+        if final is not None and final.unsure and final.confidence is not None:
+            notes.append(f"the ensemble is unsure of this answer: confidence {final.confidence:.2f}; u shows where")
+        if final is not None and final.escalated:
+            notes.append(f"the ensemble was unsure: {final.escalated} answered again, alone")
         said = "".join(f"\n\n*({note})*" for note in notes if note)
         drawn = self.query_one(Markdown).update(printable(readable(self.turn.content) + said))
         reasoning = self.turn.reasoning
@@ -209,6 +226,18 @@ class AnswerView(Vertical, can_focus=True):
     def watch_selected(self) -> None:
         if self.is_mounted:
             self.refresh_segments()
+
+    def watch_tint_sureness(self) -> None:
+        if self.is_mounted:
+            self.refresh_segments()
+
+    def action_toggle_sureness(self) -> None:
+        """u: tint each segment by how sure it is (the segments view, where the tint shows)."""
+        self.tint_sureness = not self.tint_sureness
+        if self.tint_sureness:
+            self.show_markdown = False
+        self.notify("Segments tinted by how sure each is: red below 0.5, yellow below 0.8." if self.tint_sureness
+                    else "Tint by sureness off.")  # fmt: skip
 
     def action_toggle_markdown(self) -> None:
         if self.turn.done:
