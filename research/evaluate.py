@@ -334,6 +334,8 @@ def run_systems(
                         "confident_rounds": final.confident_rounds,
                         "drafted_tokens": final.drafted_tokens,
                         "contrast_changed": final.contrast_changed,
+                        "confidence": final.confidence,
+                        "evidence": final.evidence,
                         **_reasoning(final),
                     }
                 done[task.id] = record

@@ -40,19 +40,19 @@ for module in "$@"; do
     server/replies.py)
       selection='["tests/server/test_replies.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
     engine/rounds.py|engine/phases.py)
-      selection='["tests/engine/test_round.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
+      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
-      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
+      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
       selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py"]' ;;
     engine/thinking.py)
-      selection='["tests/engine/test_thinking.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+      selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py)
-      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/*)

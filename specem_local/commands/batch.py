@@ -160,14 +160,15 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
 
 
 def plain(parsed: Any) -> Any:
-    """A parsed answer as JSON: a tool reply as its calls or its message."""
+    """A parsed answer as JSON: a tool reply as its calls or its message (a line's format is
+    JSON, so anything else already is)."""
     from specem_local.engine import ToolReply
 
     if isinstance(parsed, ToolReply):
         if parsed.calls:
             return {"tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls]}
         return {"content": parsed.content}
-    return parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed
+    return parsed
 
 
 class Progress:

@@ -133,7 +133,7 @@ class AnswerRunner:
                 )
             self._queue.append(weakref.ref(answer))
 
-    def begin(self, answer: Cancellable, cells: int = 0) -> int | None:
+    def begin(self, answer: Cancellable, cells: int) -> int | None:
         """Give ``answer`` a place (the one it holds, if any) and return it, when its turn comes:
         first come, first served, so an answer that fits only alone is never overtaken by later
         ones that fit beside the running answers (as llama.cpp's server defers a task). None
@@ -151,13 +151,14 @@ class AnswerRunner:
                         raise SpecemError("this ensemble has been closed")
                     if answer.cancelled:
                         return None
-                    open_places = self._open_places()
-                    free = [place for place in range(self.parallel) if place not in open_places]
+                    taken = set(self._open_places())  # places only: a dropped answer must not be held alive here
+                    free = [place for place in range(self.parallel) if place not in taken]
                     first = self._waiting()[0] is answer
-                    if first and free and (not open_places or self._fits(cells, free)):
+                    if first and free and (not taken or self._fits(cells, free)):
                         break
-                    if open_places and all(o.thread == threading.get_ident() for o in self._open.values()):
+                    if taken and all(o.thread == threading.get_ident() for o in self._open.values()):
                         raise SpecemError(self._all_open_message(bool(free)))
+                    # looks again now and then: an answer dropped without closing says nothing
                     self._state.wait(timeout=0.5)
             finally:
                 self._queue = [ref for ref in self._queue if ref() is not None and ref() is not answer]

@@ -56,3 +56,44 @@ def test_a_misspelt_flag_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as stopped:
         build_parser().parse_args(["run", "--shema", "s.json", "hi"])
     assert stopped.value.code == 2 and "unrecognized arguments: --shema" in capsys.readouterr().err
+
+
+def test_a_compiled_format_passes_through_the_keywords_and_none_is_no_format():
+    from specem_local.engine import FormatAsk as Asked
+
+    compiled = Asked(regex="[0-9]+").compiled()
+    assert ask_from("hi", {"output_format": compiled}).output is compiled
+    assert ask_from("hi", {}).output is None
+    assert ask_from("hi", {"max_tokens": 5}).compiled_format() is None
+
+
+def test_the_format_asked_compiles_each_kind_it_names():
+    assert FormatAsk(json=True).compiled().kind == "json"  # type: ignore[union-attr]
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+    assert FormatAsk(tools=tools).compiled().kind == "tools"  # type: ignore[union-attr]
+    assert FormatAsk().compiled() is None
+
+
+@pytest.mark.parametrize(
+    ("options", "says", "field"),
+    [
+        (
+            {"output_format": "json"},
+            "output_format must be a format from output_format_from (or give schema=, ...)",
+            "output_format",
+        ),
+        ({"models": "a"}, "models must be a list of the loaded models' names", "models"),
+    ],
+)
+def test_an_ask_keyword_of_the_wrong_kind_is_said_to_the_letter(options, says, field):
+    with pytest.raises(SettingError) as refused:
+        ask_from("hi", options)
+    assert str(refused.value) == says and refused.value.field == field
+
+
+def test_a_compiled_format_and_the_formats_own_keys_are_one_or_the_other():
+    compiled = FormatAsk(json=True).compiled()
+    with pytest.raises(SettingError) as refused:
+        ask_from("hi", {"output_format": compiled, "schema": {}})
+    assert str(refused.value) == "give output_format or the format's own keys (schema, tools, ...), not both"
+    assert refused.value.field == "output_format"
