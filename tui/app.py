@@ -1,5 +1,6 @@
 """``specem-chat``: the app, its start-up (loading the models in a worker), switching to
-another built-in ensemble, and the entry point."""
+another built-in ensemble, the MCP servers whose tools the chat offers (started and closed in
+a worker), and the entry point."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from textual.message import Message
 
 from specem_local.engine import Ensemble
 from specem_local.errors import SpecemError
+from specem_local.mcp import McpTools
 from specem_local.models.config import Config, builtin_ensembles, load_config, model_colours
 from specem_local.models.scan import FoundModel
 from specem_local.storage.chats import Chat
 from specem_local.storage.history import History
 from specem_local.text import printable
 from specem_tui.screens.chat import ChatScreen
+from specem_tui.screens.chat_tools import ChatTools
 from specem_tui.screens.loading import LoadingScreen
 
 Loader = Callable[..., Ensemble]  # Ensemble.from_config's signature: (config, progress=, skip_failed=)
@@ -49,6 +52,16 @@ class LoadFailed(Message):
         self.error = error
 
 
+class ToolsStarted(Message):
+    """The chat's MCP tools are up (``tools``), or could not start (``error``)."""
+
+    def __init__(self, path: str, tools: ChatTools | None, error: str | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.tools = tools
+        self.error = error
+
+
 class SpecemChatApp(App[None]):
     CSS_PATH = "specem_chat.tcss"
     TITLE = "specem-chat"
@@ -71,6 +84,10 @@ class SpecemChatApp(App[None]):
         self.loaded: Ensemble | None = None  # loaded, not yet in use (freed if we quit first)
         self.closing = False
         self._handover = threading.Lock()  # the loader hands an ensemble over, or frees it if we quit
+        self.mcp_path = ""  # the MCP config whose tools the chat offers ("": none), up or starting
+        self.chat_tools: ChatTools | None = None  # its tools, once up
+        self.starting_tools: McpTools | None = None  # its servers while they start (closed if we quit)
+        self._one_start = threading.Lock()  # one start or close of the tools at a time, in order
 
     def notify(self, message: str, *, markup: bool = False, **options: Any) -> None:
         """Plain text always, control characters made visible: notifications carry file names,
@@ -132,6 +149,59 @@ class SpecemChatApp(App[None]):
         self.notify(f"Added {name} to {path}; loading…")
         self.load_models(config)
 
+    def use_mcp(self, path: str) -> None:
+        """Offer the tools of the MCP servers ``path`` configures in the chat ("": none); the
+        servers of the config used before are closed. Off the UI thread; said when done."""
+        if path == self.mcp_path:
+            return
+        self.mcp_path = path
+        self.start_tools(path)
+
+    @work(thread=True, group="mcp")
+    def start_tools(self, path: str) -> None:
+        with self._one_start:
+            with self._handover:
+                old, self.chat_tools = self.chat_tools, None
+            if old is not None:
+                old.tools.close()
+            if not path or path != self.mcp_path:  # none wanted, or another config asked for since
+                return
+            try:
+                with self._handover:
+                    if self.closing:
+                        return
+                    tools = self.starting_tools = McpTools(path)
+                started = ChatTools.open(path, tools)
+            except SpecemError as error:
+                self.post_message(ToolsStarted(path, None, str(error)))
+                return
+            finally:
+                with self._handover:
+                    self.starting_tools = None
+            with self._handover:
+                keep = not self.closing and path == self.mcp_path
+                if keep:
+                    self.chat_tools = started
+        if not keep:
+            started.tools.close()
+            return
+        self.post_message(ToolsStarted(path, started))
+
+    def on_tools_started(self, message: ToolsStarted) -> None:
+        if message.error is not None:
+            self.notify(f"MCP servers of {message.path}: {message.error}", severity="error", timeout=10)
+        if message.tools is None:
+            return
+        for problem in message.tools.tools.problems:
+            self.notify(problem, severity="warning", timeout=15)
+        names = [tool.name for tool in message.tools.tools.tools]
+        said = (
+            f"{len(names)} MCP tools offered: {', '.join(names)}"[:300] if names else "The MCP servers offer no tools."
+        )
+        self.notify(said, timeout=10)
+        if isinstance(self.screen, ChatScreen):
+            self.screen.show_status()
+
     @work(thread=True, exclusive=True, group="load")
     def load_models(self, config: Config) -> None:
         """Runs in a worker thread; reports through messages, never waits on the UI."""
@@ -183,6 +253,11 @@ class SpecemChatApp(App[None]):
         with self._handover:
             self.closing = True
             ensembles = [e for e in (self.ensemble, self.loaded) if e is not None]
+            tools = [self.chat_tools.tools] if self.chat_tools is not None else []
+            tools += [self.starting_tools] if self.starting_tools is not None else []
+            self.chat_tools = None
+        for servers in tools:  # a call in flight ends with them, so its worker does too
+            await asyncio.to_thread(servers.close)
         for ensemble in ensembles:
             ensemble.close()
         await self.workers.wait_for_complete()

@@ -1,7 +1,8 @@
 """``specem run --functions FILE.py``: Python functions the models may call, run here, so one
 command goes through a whole agent loop (calls, results, the answer), as the ``llm`` CLI's
 ``--functions`` does. The file is the user's own code, run with their rights; a function that
-raises gives the models its error as the result, as a tool server would."""
+raises gives the models its error as the result, as a tool server would. ``call_runner`` runs
+a call by whichever source offers it: these functions, or ``--mcp``'s servers' tools."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from specem_local.errors import SettingError
 
 if TYPE_CHECKING:
     from specem_local.engine import ToolCall
+    from specem_local.mcp import McpTools
 
 MAX_RESULT = 20_000  # characters of a result the models read; past it, cut and said so
 TERMINAL = "/dev/tty"  # where --approve asks
@@ -73,8 +75,8 @@ def call_function(
     ``error: ...``, and the loop goes on: arguments the function cannot take, an exception, a
     ``sys.exit()``, a result with no JSON form. Ctrl-C still stops the command."""
     function = next(f for f in functions if f.__name__ == call.name)  # the grammar allows no other name
-    if approve is not None and not approve(f"Run {call.name}({json.dumps(call.arguments, ensure_ascii=False)})?"):
-        return f"error: the user declined to run {call.name}; it was not run"
+    if approve is not None and not approve(question(call)):
+        return declined(call)
     try:
         inspect.signature(function).bind(**call.arguments)
         result = function(**call.arguments)
@@ -85,6 +87,32 @@ def call_function(
     except (Exception, SystemExit) as error:
         text = f"error: {type(error).__name__}: {_said(error)}"
     return text if len(text) <= MAX_RESULT else f"{text[:MAX_RESULT]} [cut at {MAX_RESULT:,} characters]"
+
+
+def call_runner(
+    functions: list[Callable[..., Any]], mcp: McpTools | None = None, approve: Callable[[str], bool] | None = None
+) -> Callable[[ToolCall], str]:
+    """What runs the agent loop's calls: each by the source that offers its name (a function
+    of ``--functions``, a tool of ``--mcp``'s servers), once ``approve`` says yes to it."""
+
+    def run(call: ToolCall) -> str:
+        if approve is not None and not approve(question(call)):
+            return declined(call)
+        if mcp is not None and call.name in mcp.names:
+            return mcp.call(call.name, call.arguments)
+        return call_function(functions, call)
+
+    return run
+
+
+def question(call: ToolCall) -> str:
+    """What ``--approve`` asks before a call."""
+    return f"Run {call.name}({json.dumps(call.arguments, ensure_ascii=False)})?"
+
+
+def declined(call: ToolCall) -> str:
+    """The result the models read for a call the user declined."""
+    return f"error: the user declined to run {call.name}; it was not run"
 
 
 def _said(error: BaseException) -> str:

@@ -1,7 +1,7 @@
 """``specem run``: one prompt answered on the terminal, streamed (segments coloured by their
 authors with ``--authors``), or as JSON events (``--json``); with a format, the parsed answer
-alone on stdout once it is whole; with ``--functions``, a whole agent loop (the calls and their
-results on stderr, the final answer on stdout). Recorded in the history unless told not to.
+alone on stdout once it is whole; with ``--functions`` or ``--mcp``, a whole agent loop (the calls
+and their results on stderr, the final answer on stdout). Recorded in the history unless told not to.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specem_local.commands.batch import BatchLine, check_batch_arguments, read_lines, run_batch
-from specem_local.commands.functions import call_function, load_functions, terminal_asker
+from specem_local.commands.functions import call_runner, load_functions, terminal_asker
 from specem_local.commands.history import probability
 from specem_local.commands.terminal import (
     add_settings_flags,
@@ -36,6 +36,7 @@ from specem_local.models.config import model_colours
 
 if TYPE_CHECKING:
     from specem_local.engine import AnswerStream, OutputFormat
+    from specem_local.mcp import McpTools
     from specem_local.storage.history import AnswerRecord
 
 ANSI_COLOURS = {
@@ -74,6 +75,25 @@ def read_prompt(prompt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``specem run``; with ``--mcp``, the config's servers run for the whole command: started
+    before any model loads (one that fails is said once, and its tools left out), all ended
+    when it ends."""
+    if args.mcp is None:
+        return run_prompt(args, None)
+    from specem_local.mcp import McpTools, read_config
+
+    servers = read_config(args.mcp)  # a bad file is said before anything starts
+    if args.batch is not None:
+        raise SettingError("--mcp runs one agent loop; give each batch line its own tools instead", "tools")
+    if args.tools is not None:
+        raise SettingError("give --tools or --mcp, not both", "tools")
+    with McpTools.start(servers, start_seconds=args.mcp_timeout, call_seconds=args.mcp_timeout) as mcp:
+        for problem in mcp.problems:
+            print(f"specem: warning: {printable(problem)}", file=sys.stderr, flush=True)
+        return run_prompt(args, mcp)
+
+
+def run_prompt(args: argparse.Namespace, mcp: McpTools | None) -> int:
     from specem_local.engine import Ask, Ensemble, FormatAsk, think_plan
     from specem_local.settings import with_overrides
 
@@ -82,10 +102,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SettingError("--min-confidence goes with --batch (for one answer: --abstain-below)", "min_confidence")
     prompt = read_prompt(args.prompt) if args.batch is None else ""
     functions = load_functions(args.functions) if args.functions else []
-    if args.approve and not functions:
-        raise SettingError("--approve asks before each call of --functions; give --functions FILE.py", "tools")
+    offered: list[Any] = [*functions, *(mcp.specs if mcp is not None else [])]  # the loop's tools, both sources
+    if args.approve and not (functions or mcp):
+        raise SettingError("--approve asks before each call of --functions or --mcp; give either", "tools")
+    if mcp is not None and not offered:
+        raise SettingError(f"--mcp {args.mcp}: no tools to offer (no server started, or none lists a tool)", "mcp")
     approve = terminal_asker() if args.approve else None  # no terminal is said before any model loads
-    output = format_arguments(args, functions)  # a bad schema is said before any model loads
+    run_call = call_runner(functions, mcp, approve)
+    output = format_arguments(args, offered)  # a bad schema is said before any model loads
     config = config_from_args(args)
     think = think_argument(args)
     settings = with_overrides(config.ensemble, **settings_overrides(args))
@@ -114,14 +138,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             stream = ensemble.stream(Ask(list(messages), output=answering, think=think))
             if recorded is not None:
                 stream.log_to(recorded, lambda said: print(f"specem: warning: {said}", file=sys.stderr))
-            final, code = show.answer(stream, last=not functions)
+            final, code = show.answer(stream, last=not offered)
             if final is None:
                 return code
-            calls = final.parsed.calls if functions and final.parsed is not None else ()
+            calls = final.parsed.calls if offered and final.parsed is not None else ()
             if not calls:
-                show.parsed(final) if functions else None
+                show.parsed(final) if offered else None
                 return 0
-            results = [(call, call_function(functions, call, approve)) for call in calls]
+            results = [(call, run_call(call)) for call in calls]
             for call, result in results:
                 said = f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)}) → {result}"
                 print(f"[{printable(said)}]", file=sys.stderr, flush=True)
@@ -129,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             recorded = recorded and next_record(recorded, [result for _, result in results], prompt)
             rounds += 1
             if rounds == args.chain_limit:  # the last results: the next answer is a message that reads them
-                answering = FormatAsk(tools=functions, tool_choice="none").compiled()
+                answering = FormatAsk(tools=offered, tool_choice="none").compiled()
 
 
 def called_and_answered(results: list[tuple[Any, str]]) -> list[dict[str, Any]]:
@@ -255,10 +279,11 @@ def think_argument(args: argparse.Namespace) -> Any:
     return int(args.think) if args.think.isdigit() else args.think
 
 
-def format_arguments(args: argparse.Namespace, functions: list[Callable[..., Any]]) -> OutputFormat | None:
+def format_arguments(args: argparse.Namespace, functions: list[Any]) -> OutputFormat | None:
     """``--schema FILE``, ``--format json``, ``--grammar FILE`` (Lark or GBNF), ``--regex``,
-    ``--tools FILE`` or ``--functions FILE.py`` (``functions``, loaded): the answer's format,
-    checked and compiled once, before any model loads (a ``SettingError`` names what is wrong)."""
+    ``--tools FILE``, or the agent loop's tools (``functions``: ``--functions FILE.py``'s, loaded,
+    and ``--mcp``'s specs): the answer's format, checked and compiled once, before any model loads
+    (a ``SettingError`` names what is wrong)."""
     from specem_local.engine import FormatAsk
 
     if args.tools is not None and functions:
@@ -390,17 +415,30 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="Python functions the models may call, run here: a whole agent loop, the final answer on stdout",
     )
     shape.add_argument(
+        "--mcp",
+        metavar="CONFIG",
+        help='MCP servers whose tools the models may call (a JSON file, {"mcpServers": ...}; stdio servers), '
+        "run here: the same agent loop as --functions",
+    )
+    shape.add_argument(
+        "--mcp-timeout",
+        type=whole_number(1, 3600),
+        default=60,
+        metavar="SECONDS",
+        help="with --mcp: how long a server may take to start, and a call to answer (default 60)",
+    )
+    shape.add_argument(
         "--chain-limit",
         type=whole_number(0, 100),
         default=5,
-        help="with --functions: rounds of results at most, then the models answer with a message "
+        help="with --functions or --mcp: rounds of results at most, then the models answer with a message "
         "(default 5; 0: no limit)",
     )
     shape.add_argument(
         "--approve",
         "--tools-approve",
         action="store_true",
-        help="with --functions: ask on the terminal before each call is run",
+        help="with --functions or --mcp: ask on the terminal before each call is run",
     )
     shape.add_argument(
         "--think",

@@ -17,10 +17,12 @@ MAY_IMPORT = {
     "labelled": set(),
     "storage": set(),
     "backend": {"models"},
+    "mcp": set(),  # MCP servers' tools: the foundation and the mcp SDK only
     "engine": {"backend", "models", "storage", "labelled"},
-    "server": {"engine", "backend", "models", "storage"},
-    "commands": {"server", "engine", "backend", "models", "storage", "labelled", "specem_research"},  # `specem eval`
-    "specem_tui": {"engine", "backend", "models", "storage"},
+    "server": {"engine", "backend", "models", "storage", "mcp"},
+    # `specem eval` is a command
+    "commands": {"server", "engine", "backend", "models", "storage", "labelled", "mcp", "specem_research"},
+    "specem_tui": {"engine", "backend", "models", "storage", "mcp"},
 }
 
 

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from specem_local.engine import AnswerStream, Ask, Ensemble
+from specem_local.engine import AnswerStream, Ask, Ensemble, OutputFormat
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, Event, FinalEvent, RoundEvent, StartEvent, member_news
 from specem_local.models.config import builtin_ensembles
@@ -30,6 +30,7 @@ from specem_local.storage.chat_files import export_chat
 from specem_local.storage.chats import Chat, Turn, title_for
 from specem_local.storage.history import AnswerRecord, History
 from specem_local.text import printable
+from specem_tui.screens.chat_tools import Calling, ToolLoop
 from specem_tui.screens.chat_versions import AnswerVersions
 from specem_tui.screens.ensembles import EnsembleScreen
 from specem_tui.screens.help import HelpScreen
@@ -65,7 +66,7 @@ class AnswerFailed(Message):
         self.error = error
 
 
-class ChatScreen(AnswerVersions, Screen[None]):
+class ChatScreen(ToolLoop, AnswerVersions, Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New"),
@@ -89,6 +90,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.history = history or History()
         self.settings, self.settings_problem = remembered_settings(ensemble.settings, ensemble.model_names)
         self.inflight: InFlight | None = None  # the answer being written
+        self.calling: Calling | None = None  # the MCP tools an answer called, being run
         self.editing: Turn | None = None  # the last question, being edited in the input box
         self.warnings_said = 0  # the ensemble's warnings shown so far
         self.reset_asked = -CONFIRM_SECONDS  # when Ctrl+R last asked to confirm (time.monotonic())
@@ -120,6 +122,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
             self.notify(advice, timeout=10)
         if self.settings_problem:
             self.notify(self.settings_problem, severity="warning", timeout=10)
+        self.app.use_mcp(self.settings.mcp)  # the MCP servers the settings name (started once per app)
 
     def status_text(self) -> str:
         settings = self.settings.ensemble
@@ -133,7 +136,11 @@ class ChatScreen(AnswerVersions, Screen[None]):
             + f"L={settings.segment_tokens} T={settings.temperature:g}\n{settings.scoring}"
             f"{' · feedback' if settings.feedback else ''}{' · exit' if settings.model_exit else ''}"
             f"{' · fast' if settings.fast_finish else ''}"
+            + (f"\nMCP tools: {len(tools.tools.tools)}" if (tools := self.chat_tools()) is not None else "")
         )
+
+    def show_status(self) -> None:
+        self.query_one("#status", Static).update(self.status_text())
 
     # -- showing chats -------------------------------------------------------------------------------
     def show_title(self) -> None:
@@ -154,12 +161,13 @@ class ChatScreen(AnswerVersions, Screen[None]):
 
     # -- asking --------------------------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
-        if self.inflight is not None:
+        if self.inflight is not None or self.calling is not None:
             self.notify("Still answering; Esc stops it.", severity="warning")
             return
         editing = self.editing is not None and len(self.chat.turns) >= 2 and self.chat.turns[-2] is self.editing
         kept = len(self.chat.turns) - 2 if editing else None  # an edit asks again in place of the last question
-        answer = self.open_answer([*self.chat.messages(kept), {"role": "user", "content": message.text}])
+        output = self.tools_format()  # the MCP tools, when the settings name servers
+        answer = self.open_answer([*self.chat.messages(kept), {"role": "user", "content": message.text}], output=output)
         if answer is None:  # a bad setting or model choice fails here, before anything is shown
             return
         self.query_one(PromptInput).clear()
@@ -184,15 +192,19 @@ class ChatScreen(AnswerVersions, Screen[None]):
         conversation.scroll_end(animate=False)
         after = (lambda _turn: self.keep_edit(user_turn, replaced[0])) if replaced else None
         taken_back = (lambda: self.put_back(replaced)) if replaced else None
-        self.begin(InFlight(answer, view, asked, record, after, taken_back))
+        self.begin(InFlight(answer, view, asked, record, after, taken_back, tool_rounds=0 if output else None))
 
     def open_answer(
-        self, messages: list[dict[str, str]], models: list[str] | None = None, **overrides: object
+        self,
+        messages: list[dict[str, str]],
+        models: list[str] | None = None,
+        output: OutputFormat | None = None,
+        **overrides: object,
     ) -> AnswerStream | None:
-        """An answer to ``messages`` with the chat's settings (and ``overrides``); a bad setting
-        is said here and nothing starts."""
+        """An answer to ``messages`` with the chat's settings (and ``overrides``), in ``output``'s
+        format (the MCP tools offered); a bad setting is said here and nothing starts."""
         settings = {**dataclasses.asdict(self.settings.ensemble), **overrides}
-        ask = Ask(list(messages), settings, models=tuple(models or self.settings.models))
+        ask = Ask(list(messages), settings, output=output, models=tuple(models or self.settings.models))
         try:
             return self.ensemble.stream(ask)
         except SpecemError as error:
@@ -255,7 +267,9 @@ class ChatScreen(AnswerVersions, Screen[None]):
                 view.turn.error = message.error
             self.end_answer()
             return
-        if inflight.asked is None:  # a version of an answer: the answer shown before comes back
+        if inflight.asked is None and inflight.tool_rounds:  # an answer after tool results: gone
+            self.drop_loop_answer(view, inflight.record)
+        elif inflight.asked is None:  # a version of an answer: the answer shown before comes back
             self.drop_version(view, inflight.record)
         else:
             user_turn = self.chat.turns[-2]
@@ -279,6 +293,7 @@ class ChatScreen(AnswerVersions, Screen[None]):
         self.say_new_warnings()  # what the answer could not keep (learned weights in a damaged file)
         if inflight.after is not None:
             inflight.after(inflight.view.turn)
+        self.go_on_with_calls(inflight)  # an answer that calls MCP tools: run them, then answer again
 
     @work(group="scroll")
     async def keep_end_in_sight(self, drawn: AwaitComplete) -> None:
@@ -342,14 +357,17 @@ class ChatScreen(AnswerVersions, Screen[None]):
 
     # -- actions -------------------------------------------------------------------------------------
     def busy(self) -> bool:
-        """Whether an answer is being written (and if so, say how to stop it)."""
-        if self.inflight is not None:
+        """Whether an answer is being written or its tools run (and if so, say how to stop it)."""
+        busy = self.inflight is not None or self.calling is not None
+        if busy:
             self.notify("Stop the answer first (Esc).", severity="warning")
-        return self.inflight is not None
+        return busy
 
     def action_stop(self) -> None:
         if self.inflight is not None:
             self.inflight.stream.cancel()
+        if self.calling is not None:  # the call in progress ends; no other runs, no answer follows
+            self.calling.stopped = True
 
     def action_new_chat(self) -> None:
         if self.busy():
@@ -385,7 +403,8 @@ class ChatScreen(AnswerVersions, Screen[None]):
         def apply(settings: ChatSettings | None) -> None:
             if settings is not None:
                 self.settings = settings
-                self.query_one("#status", Static).update(self.status_text())
+                self.app.use_mcp(settings.mcp)
+                self.show_status()
                 try:
                     remember_settings(self.ensemble.settings, self.ensemble.model_names, settings)
                     self.notify("Settings apply to the next answer, and are kept for next time.")

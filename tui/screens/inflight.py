@@ -24,5 +24,6 @@ class InFlight:
     record: AnswerRecord | None = None  # the answer as the history keeps it
     after: Callable[[Turn], None] | None = None  # runs when it ends (done, stopped, failed after a segment)
     taken_back: Callable[[], None] | None = None  # runs when it fails before its first segment
+    tool_rounds: int | None = None  # offered MCP tools: the rounds of results before it (None: not offered)
     streamed: int = 0  # its rounds so far
     members_said: set[str] = field(default_factory=set)  # members said to be out of it

@@ -1,6 +1,7 @@
 """Settings for the next answer: every per-answer ``[ensemble]`` setting, grouped as in
 ``settings.GROUPS`` and built from the same description as the models.toml checks and the
-``specem`` flags, and which models take part; and a way to add a model found on this disk."""
+``specem`` flags, and which models take part; the MCP servers whose tools the chat offers (a
+config file, kept for every ensemble); and a way to add a model found on this disk."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, Switch, TextArea
 
 from specem_local.errors import SpecemError
+from specem_local.mcp import read_config
 from specem_local.models.config import tomllib
 from specem_local.models.scan import FoundModel
 from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe, with_overrides
@@ -26,20 +28,33 @@ from specem_tui.screens.found import FoundModelsScreen
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """What the settings screen edits: the per-answer settings and the models taking part."""
+    """What the settings screen edits: the per-answer settings, the models taking part, and
+    the MCP config whose servers' tools the chat offers ("": none)."""
 
     ensemble: EnsembleSettings
     models: tuple[str, ...] = field(default_factory=tuple)
+    mcp: str = ""
+
+
+MCP_KEY = "chat-mcp"  # the MCP config, kept for every ensemble
 
 
 def _key(models: list[str]) -> str:
     return "chat-settings:" + ensemble_key(models)
 
 
+def remembered_mcp() -> str:
+    try:
+        saved = Preferences().get(MCP_KEY)
+    except SpecemError:
+        return ""
+    return saved if isinstance(saved, str) else ""
+
+
 def remembered_settings(defaults: EnsembleSettings, models: list[str]) -> tuple[ChatSettings, str | None]:
     """The settings this ensemble's chat was left with last time (what differed from
     models.toml), and a problem to mention if they no longer apply."""
-    plain = ChatSettings(defaults, tuple(models))
+    plain = ChatSettings(defaults, tuple(models), remembered_mcp())
     try:
         saved = Preferences().get(_key(models))
         if not isinstance(saved, dict):
@@ -48,7 +63,7 @@ def remembered_settings(defaults: EnsembleSettings, models: list[str]) -> tuple[
     except (SpecemError, TypeError, AttributeError) as error:
         return plain, f"The settings saved last time were not applied: {error}"
     taking_part = tuple(name for name in models if name in saved.get("models", models))
-    return ChatSettings(ensemble, taking_part or tuple(models)), None
+    return ChatSettings(ensemble, taking_part or tuple(models), plain.mcp), None
 
 
 def remember_settings(defaults: EnsembleSettings, models: list[str], chosen: ChatSettings) -> None:
@@ -59,6 +74,7 @@ def remember_settings(defaults: EnsembleSettings, models: list[str], chosen: Cha
         if getattr(chosen.ensemble, item.name) != getattr(defaults, item.name)
     }
     Preferences().set(_key(models), {"changed": changed, "models": list(chosen.models)})
+    Preferences().set(MCP_KEY, chosen.mcp)
 
 
 def setting_widget(item: Setting, value: Any) -> Widget:
@@ -124,6 +140,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     else:
                         yield Static(f"{item.name}: {item.help}", classes="setting-label")
                         yield widget
+            yield Label("Tools", classes="settings-group")
+            yield Static(
+                'mcp: MCP servers whose tools the models may call in the chat (a JSON file, {"mcpServers": ...}; '
+                "stdio servers); empty: none",
+                classes="setting-label",
+            )
+            yield Input(self.current.mcp, id="mcp-config", placeholder="~/.config/specem/mcp.json")
             yield Button("Add a model from this disk…", id="add-model")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="apply")
@@ -163,4 +186,11 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         if not models:
             self.notify("Pick at least one model.", severity="error")
             return
-        self.dismiss(ChatSettings(ensemble, models))
+        mcp = self.query_one("#mcp-config", Input).value.strip()
+        try:
+            if mcp:
+                read_config(mcp)  # a bad file is said here, the form kept
+        except SpecemError as error:
+            self.notify(f"Invalid setting: {error}", severity="error")
+            return
+        self.dismiss(ChatSettings(ensemble, models, mcp))

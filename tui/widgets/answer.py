@@ -45,8 +45,8 @@ def version_label(turn: Turn) -> str:
 
 
 def readable(text: str) -> str:
-    """An answer as Markdown: a tool reply as its calls (or its message), not as raw JSON; the
-    chat app runs no tools."""
+    """An answer as Markdown: a tool reply as its calls (or its message), not as raw JSON (the
+    chat app runs them when they are its MCP servers' tools; their results follow)."""
     reply = reply_from_text(text)
     if reply is None:
         return text
@@ -54,7 +54,7 @@ def readable(text: str) -> str:
         return reply.content or ""
     calls = "\n".join(f"- `{call.name}({json.dumps(call.arguments, ensure_ascii=False)})`" for call in reply.calls)
     what = "a tool" if len(reply.calls) == 1 else f"{len(reply.calls)} tools"
-    return f"**Calls {what}** (the chat app runs none):\n\n{calls}"
+    return f"**Calls {what}**:\n\n{calls}"
 
 
 def sureness_style(sure: float | None) -> Style:
