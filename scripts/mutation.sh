@@ -36,11 +36,11 @@ for module in "$@"; do
     engine/ask.py)
       selection='["tests/unit/test_ask.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py"]' ;;
     engine/request.py)
-      selection='["tests/engine/test_thinking_room.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
+      selection='["tests/engine/test_thinking_room.py", "tests/engine/test_request_exact.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
     server/replies.py)
-      selection='["tests/server/test_replies.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
+      selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
     engine/rounds.py|engine/phases.py)
-      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
+      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
       selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)

@@ -95,10 +95,10 @@ def prompt_tokens(member: Member, messages: list[Message] | tuple[Message, ...],
         )
     if len(tokens) + after + needed > model.n_ctx:
         what = "the conversation with the format's instructions" if formatted else "the conversation"
-        advice = "a shorter schema or fewer tools" if formatted else "start a new chat"
+        advice = "use a shorter schema or fewer tools" if formatted else "start a new chat"
         raise PromptTooLong(
             f"{what} ({len(tokens)} tokens for {member.name}) leaves no room to answer in its context of "
-            f"{model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or use {advice}"
+            f"{model.n_ctx} tokens (a round needs {needed}); raise n_ctx in models.toml or {advice}"
         )
     return tuple(tokens)
 
