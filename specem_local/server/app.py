@@ -29,13 +29,16 @@ from starlette.routing import Route
 
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import Busy
-from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.events import Event
+from specem_local.server import anthropic_format as an
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
-from specem_local.server.answers import AnswerQueue
+from specem_local.server import responses_format as rf
+from specem_local.server import writers
+from specem_local.server.answers import AnswerQueue, KeptResponses
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
-from specem_local.server.replies import Pieces, Whole
+from specem_local.server.replies import Whole
 
 # Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
@@ -59,6 +62,7 @@ class EnsembleServer:
         self.ensemble = ensemble
         self.options = options
         self.answers = AnswerQueue(ensemble, options.queue, options.record)
+        self.kept = KeptResponses(self.answers.history)  # the Responses API's, for previous_response_id
         self.created = int(time.time())
         self.modified = ol.now()
         self.size = sum(member.parameters for member in ensemble.member_facts())  # for Ollama's "size"
@@ -68,6 +72,8 @@ class EnsembleServer:
             Route("/v1/models", self.models),
             Route("/v1/models/{model:path}", self.model),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/messages", self.anthropic_messages, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
             Route("/v1/completions", self.text_completions, methods=["GET", "POST"]),
             Route("/api/version", self.ollama_version),
             Route("/api/tags", self.ollama_tags),
@@ -110,12 +116,14 @@ class EnsembleServer:
         return JSONResponse(oa.models_list(self.ensemble.model_names, self.created, runs_on))
 
     async def model(self, request: HttpRequest) -> Response:
-        """``client.models.retrieve("specem")``: the one model, or a 404 naming it."""
+        """``client.models.retrieve("specem")`` (or ``"specem/NAME"``): the model, or a 404 naming it."""
         wanted = request.path_params["model"]
         runs_on = {member.name: member.placement for member in self.ensemble.member_facts()}
-        [served] = oa.models_list(self.ensemble.model_names, self.created, runs_on)["data"]
-        if wanted != served["id"]:
-            message = f"the model {wanted[:80]!r} does not exist; this server serves {served['id']!r}"
+        listed = oa.models_list(self.ensemble.model_names, self.created, runs_on)["data"]
+        served = next((entry for entry in listed if entry["id"] == wanted), None)
+        if served is None:
+            names = ", ".join(repr(entry["id"]) for entry in listed)
+            message = f"the model {wanted[:80]!r} does not exist; this server serves {names}"
             return HttpError(404, message, "not_found_error", "model").response(request.url.path)
         return JSONResponse(served)
 
@@ -123,7 +131,8 @@ class EnsembleServer:
         return JSONResponse({"version": ol.OLLAMA_VERSION})
 
     async def ollama_tags(self, _request: HttpRequest) -> Response:
-        return JSONResponse(ol.tags(self.ensemble.model_names, self.size, self.modified))
+        sizes = {member.name: member.parameters for member in self.ensemble.member_facts()}
+        return JSONResponse(ol.tags(self.ensemble.model_names, self.size, self.modified, sizes))
 
     async def ollama_running(self, _request: HttpRequest) -> Response:
         return JSONResponse(ol.running(self.ensemble.model_names, self.size))
@@ -147,7 +156,9 @@ class EnsembleServer:
     async def not_found(self, request: HttpRequest, _exc: Exception) -> Response:
         api = "Ollama's API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"
         if not request.url.path.startswith("/api/"):
-            api = "OpenAI's API: /v1/chat/completions, /v1/models (and /health)"
+            api = "OpenAI's API: /v1/chat/completions, /v1/responses, /v1/models; Anthropic's: /v1/messages"
+        if request.url.path.startswith("/v1/messages/"):
+            api = "Anthropic's Messages API at /v1/messages only (not count_tokens or batches)"
         missing = f"no route {request.url.path[:80]!r}; this server has {api}"
         return HttpError(404, missing, "not_found_error").response(request.url.path)
 
@@ -161,28 +172,115 @@ class EnsembleServer:
 
     # -- answers ---------------------------------------------------------------------------------
     async def chat_completions(self, request: HttpRequest) -> Response:
-        started = await self._start(request, oa.parse_request)
+        started = await self._start(request, lambda body: oa.parse_request(body, self.ensemble.model_names))
         if isinstance(started, Response):
             return started
         parsed, stream = started
         assert stream is not None  # OpenAI's route has no load request: messages are required
+        streams = await self._choices(request, parsed, stream)
+        if isinstance(streams, Response):
+            return streams
         gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
-        events = self.answers.events(stream, gone)
-        if parsed.stream:  # the background task lets the answer go if the stream never starts
+        events = [self.answers.events(each, gone) for each in streams]
+        if parsed.stream:  # the background task lets the answers go if the stream never starts
             return EventSourceResponse(
-                self._sse_chunks(parsed, events),
+                writers.openai_chunks(parsed, events),
+                ping=15,
+                sep="\n",
+                background=BackgroundTask(close_all, streams),
+                shutdown_grace_period=STREAM_GRACE,  # a stop cancels the answer: its stream then ends as usual
+            )
+        got = await asyncio.gather(*(self._collected(request, e, each) for e, each in zip(events, streams)))
+        wholes = [whole for whole in got if isinstance(whole, Whole)]
+        return next((w for w in got if isinstance(w, Response)), None) or JSONResponse(oa.completion(parsed, wholes))
+
+    async def _choices(
+        self, request: HttpRequest, parsed: oa.Request, first: AnswerStream
+    ) -> list[AnswerStream] | Response:
+        """The answers of a request asking for ``n``: the first, and ``n - 1`` more, each with a seed
+        of its own, all in line at once (a 429 for all when the line cannot take them)."""
+        streams = [first]
+        try:
+            for index in range(1, parsed.n):
+                ask = parsed.ask
+                seed = int(ask.settings.get("seed", self.ensemble.settings.seed)) + index
+                prepared = await asyncio.to_thread(
+                    self.ensemble.prepare, dataclasses.replace(ask, settings={**ask.settings, "seed": seed})
+                )
+                streams.append(self.answers.start(prepared, parsed.messages))
+        except Exception as error:
+            for stream in streams:
+                stream.close()
+            headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Busy) else None
+            return http_error(error, parsed.fields).response(request.url.path, headers)
+        return streams
+
+    async def responses(self, request: HttpRequest) -> Response:
+        """OpenAI's Responses API: the answer as a ``response`` object, or its events."""
+        started = await self._start(request, self._parse_responses)
+        if isinstance(started, Response):
+            return started
+        parsed, stream = started
+        assert stream is not None
+        gone = None if parsed.stream else request.is_disconnected
+        events = self.answers.events(stream, gone)
+        if parsed.stream:
+            return EventSourceResponse(
+                writers.response_events(parsed, events, lambda output: self._keep(parsed, output)),
                 ping=15,
                 sep="\n",
                 background=BackgroundTask(stream.close),
-                shutdown_grace_period=STREAM_GRACE,  # a stop cancels the answer: its stream then ends as usual
+                shutdown_grace_period=STREAM_GRACE,
             )
-        return await self._whole(request, events, stream, lambda whole: JSONResponse(oa.completion(parsed, whole)))
+        return await self._whole(request, events, stream, lambda whole: JSONResponse(self._responded(parsed, whole)))
+
+    def _parse_responses(self, body: Any) -> rf.Request:
+        """A Responses body, the response it continues looked up (a 404 when none is kept)."""
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        earlier = self.kept.items(previous) if isinstance(previous, str) else None
+        if isinstance(previous, str) and earlier is None:
+            missing = f"no response {previous[:60]!r} is kept here (it was made with store: false, or elsewhere)"
+            raise ApiError(404, missing, "previous_response_id", "not_found_error")
+        return rf.parse_request(body, earlier, self.ensemble.model_names)
+
+    def _responded(self, parsed: rf.Request, whole: Whole) -> dict[str, Any]:
+        output = rf.output_items(whole, parsed.tools)
+        self._keep(parsed, output)
+        return rf.response(parsed, whole.start, whole.final, output)
+
+    def _keep(self, parsed: rf.Request, output: list[dict[str, Any]]) -> None:
+        """A response's conversation, for a later ``previous_response_id`` (unless ``store: false``)."""
+        if parsed.store:
+            self.kept.keep(parsed.id, [*parsed.items, *output])
+
+    async def anthropic_messages(self, request: HttpRequest) -> Response:
+        """Anthropic's Messages API (Claude Code, the ``anthropic`` SDK): a ``message``, or its
+        named events (``anthropic_format.py``)."""
+        started = await self._start(request, lambda body: an.parse_request(body, self.ensemble.model_names))
+        if isinstance(started, Response):
+            return started
+        parsed, stream = started
+        assert stream is not None  # messages are required
+        gone = None if parsed.stream else request.is_disconnected  # a stream's own end cancels it
+        events = self.answers.events(stream, gone)
+        if parsed.stream:
+            return EventSourceResponse(
+                an.sse_events(parsed, events),
+                ping=15,
+                sep="\n",
+                background=BackgroundTask(stream.close),
+                shutdown_grace_period=STREAM_GRACE,
+            )
+        return await self._whole(request, events, stream, lambda whole: JSONResponse(an.message(parsed, whole)))
 
     async def ollama_chat(self, request: HttpRequest) -> Response:
-        return await self._ollama_answer(request, ol.parse_chat, chat=True)
+        return await self._ollama_answer(
+            request, lambda body: ol.parse_chat(body, self.ensemble.model_names), chat=True
+        )
 
     async def ollama_generate(self, request: HttpRequest) -> Response:
-        return await self._ollama_answer(request, ol.parse_generate, chat=False)
+        members = self.ensemble.model_names
+        return await self._ollama_answer(request, lambda body: ol.parse_generate(body, members), chat=False)
 
     async def _ollama_answer(self, request: HttpRequest, parse: Callable[[Any], ol.Request], chat: bool) -> Response:
         started = await self._start(request, parse)
@@ -195,7 +293,7 @@ class EnsembleServer:
         events = self.answers.events(stream, gone)
         if parsed.stream:
             return StreamingResponse(
-                self._ndjson_lines(parsed, events, chat),
+                writers.ollama_lines(parsed, events, chat),
                 media_type="application/x-ndjson",
                 background=BackgroundTask(stream.close),
             )
@@ -237,6 +335,13 @@ class EnsembleServer:
         respond: Callable[[Whole], Response],
     ) -> Response:
         """A whole answer as one response, or the error that ended it."""
+        whole = await self._collected(request, events, stream)
+        return whole if isinstance(whole, Response) else respond(whole)
+
+    async def _collected(
+        self, request: HttpRequest, events: AsyncIterator[Event], stream: AnswerStream
+    ) -> Whole | Response:
+        """A whole answer, or the response that says what ended it."""
         try:
             whole = await self._collect(events, request)
         except Exception as error:  # the request's fault (400), the machines' (503), or a bug (500, logged)
@@ -245,41 +350,7 @@ class EnsembleServer:
             stream.close()  # a no-op once it has ended; else it leaves the line
         if whole.final is None:
             return HttpError(499, "the client went away").response(request.url.path)
-        return respond(whole)
-
-    async def _sse_chunks(self, parsed: oa.Request, events: AsyncIterator[Event]) -> AsyncIterator[str]:
-        start: StartEvent | None = None
-        first = True
-        pieces = Pieces(parsed.tools)
-        try:
-            async for event in events:
-                if isinstance(event, StartEvent):
-                    start = event
-                elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
-                    yield json.dumps(oa.piece_chunk(parsed, piece, first), ensure_ascii=False)
-                    first = False
-                elif isinstance(event, FinalEvent):
-                    for chunk in oa.final_chunks(parsed, start, event, first):
-                        yield json.dumps(chunk, ensure_ascii=False)
-        except Exception as error:  # after the stream began: say it the way OpenAI's servers do
-            yield json.dumps(http_error(error, answering=True).body("/v1"))
-        yield "[DONE]"
-
-    async def _ndjson_lines(self, parsed: ol.Request, events: AsyncIterator[Event], chat: bool) -> AsyncIterator[str]:
-        start: StartEvent | None = None
-        pieces = Pieces(parsed.tools)
-        try:
-            async for event in events:
-                if isinstance(event, StartEvent):
-                    start = event
-                elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
-                    for line in ol.piece_lines(chat, piece, parsed.logprobs and not parsed.tools):
-                        yield json.dumps(line, ensure_ascii=False) + "\n"
-                elif isinstance(event, FinalEvent):
-                    ended = Whole(start, event)  # streamed: the answer's text and tokens went in the lines
-                    yield json.dumps(ol.final_line(chat, parsed, ended, streamed=True), ensure_ascii=False) + "\n"
-        except Exception as error:  # Ollama ends a broken stream with an error line
-            yield json.dumps(http_error(error, answering=True).body("/api")) + "\n"
+        return whole
 
     async def _collect(self, events: AsyncIterator[Event], request: HttpRequest) -> Whole:
         """The answer's events gathered; its final event None when the client went away."""
@@ -315,6 +386,12 @@ class EnsembleServer:
             raise ApiError(400, f"the request body is not valid JSON ({error})") from None
         except ValueError:  # Python's limit on integer digits (4,300): no field takes such a number
             raise ApiError(400, "the request body holds a number too long (over 4,300 digits)") from None
+
+
+def close_all(streams: list[AnswerStream]) -> None:
+    """Let the answers go (a no-op for those that have ended)."""
+    for stream in streams:
+        stream.close()
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a string, or an unterminated one to the end

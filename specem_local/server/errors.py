@@ -1,7 +1,7 @@
 """The one mapping from an exception to what a client is answered: an HTTP status and a body in
 the route's API shape (OpenAI's ``{"error": {"message", "type", "param", "code"}}``, Ollama's
-``{"error": "..."}`` under ``/api/``), for every route, the gate's barrier and the stream
-writers alike.
+``{"error": "..."}`` under ``/api/``, Anthropic's ``{"type": "error", "error": {"type", "message"}}``
+under ``/v1/messages``), for every route, the gate's barrier and the stream writers alike.
 
 A request's fault found while parsing is an ``ApiError``; the engine's are ``SpecemError``s (a
 ``SettingError`` names the setting, said as the request's own field through the request's
@@ -71,6 +71,8 @@ class HttpError:
         """The error in the shape the route's clients read."""
         if path.startswith("/api/"):
             return {"error": self.message}
+        if path == "/v1/messages" or path.startswith("/v1/messages/"):
+            return anthropic_error_body(self.status, self.message, self.param)
         return error_body(self.message, self.kind, self.param, self.code)
 
     def response(self, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -82,6 +84,27 @@ def error_body(
 ) -> dict[str, Any]:
     """An error as OpenAI's API writes it."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+# Anthropic's error types by status (its errors carry no field: the message names it).
+ANTHROPIC_ERRORS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """An error as Anthropic's API writes it: a 4xx not named above is an
+    ``invalid_request_error``, a 5xx an ``api_error``; the field at fault is said first when
+    the message does not name it."""
+    kind = ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else REQUEST_ERROR)
+    said = message if param is None or param in message else f"{param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": said}}
 
 
 def http_error(error: BaseException, fields: Mapping[str, str] | None = None, *, answering: bool = False) -> HttpError:

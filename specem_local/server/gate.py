@@ -16,6 +16,8 @@ Why each check (Ollama made the same choices after the same reports):
   runs, and allowed origins get proper CORS answers, preflight included.
 - **Content-Type**: a POST that is not ``application/json`` is refused (415), so no form or
   text body a page can send unasked ever reaches a route.
+- **The key** (``--api-key``): ``Authorization: Bearer KEY``, as OpenAI's and Ollama's clients
+  send it, or ``x-api-key: KEY``, as Anthropic's do; on every route.
 """
 
 from __future__ import annotations
@@ -73,12 +75,15 @@ class GateRules:
     allowed_origins: tuple[str, ...] = ()  # patterns with "*", or "*" for any
     api_key: str | None = None
 
-    def key_given(self, authorization: str) -> bool:
-        """Whether an ``Authorization`` header carries the key (always, when there is none)."""
+    def key_given(self, authorization: str, x_api_key: str = "") -> bool:
+        """Whether a request carries the key (always, when there is none): as ``Authorization:
+        Bearer KEY`` (OpenAI's and Ollama's clients) or ``x-api-key: KEY`` (Anthropic's)."""
         if self.api_key is None:
             return True
+        wanted = self.api_key.encode()
         scheme, _, token = authorization.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+        bearer = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), wanted)
+        return bearer or (bool(x_api_key.strip()) and hmac.compare_digest(x_api_key.strip().encode(), wanted))
 
     def host_allowed(self, header: str) -> bool:
         """Whether a ``Host`` header names this server in a way no DNS rebinding can."""
@@ -210,8 +215,8 @@ class Gate:
             await _send_headers(send, 204, [*cors, (b"allow", ALLOWED_METHODS.encode())])
             await send({"type": "http.response.body", "body": b""})
             return
-        if not self.rules.key_given(headers.get("authorization", "")):
-            message = "a valid API key is needed: send Authorization: Bearer KEY"
+        if not self.rules.key_given(headers.get("authorization", ""), headers.get("x-api-key", "")):
+            message = "a valid API key is needed: send Authorization: Bearer KEY (or x-api-key: KEY)"
             await _respond(send, path, 401, message, code="invalid_api_key", extra=cors)
             return
         if method == "POST" and not _is_json(headers.get("content-type", "")):

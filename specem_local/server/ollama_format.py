@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -73,16 +74,24 @@ class Request:
     started: float  # time.monotonic() when it arrived, for total_duration
     load_only: bool = False  # /api/generate with no prompt: "load the model", answered at once
     logprobs: bool = False  # each token's log-probability on each line (Ollama's ``logprobs``)
+    model: str = TAGGED  # as asked: the ensemble, or one member alone (``specem/NAME:latest``)
     tools: bool = False  # tools were offered: the answer is calls or a message
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the field it came from ("options.num_predict")
 
 
-def _model(body: dict[str, Any]) -> None:
+def _model(body: dict[str, Any], members: Sequence[str] = ()) -> str | None:
+    """The member a request names to answer alone (``specem/NAME``, with or without
+    ``:latest``), or None for the ensemble."""
     name = body.get("model", body.get("name"))
     if name is None:
         raise ApiError(400, "model is required: this server serves 'specem'", "model")
-    if not isinstance(name, str) or name.strip().lower() not in (MODEL_NAME, TAGGED):
-        raise ApiError(404, f"model {str(name)[:80]!r} not found; this server serves 'specem'", "model")
+    if isinstance(name, str) and name.strip().lower() in (MODEL_NAME, TAGGED):
+        return None
+    member = name.strip().removesuffix(":latest") if isinstance(name, str) else ""
+    if member.lower().startswith(f"{MODEL_NAME}/") and member[len(MODEL_NAME) + 1 :] in members:
+        return member[len(MODEL_NAME) + 1 :]
+    alone = " (and each member alone as 'specem/NAME')" if members else ""
+    raise ApiError(404, f"model {str(name)[:80]!r} not found; this server serves 'specem'{alone}", "model")
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -155,10 +164,10 @@ def _stream(body: dict[str, Any]) -> bool:
     return stream
 
 
-def parse_chat(body: Any) -> Request:
-    """An ``/api/chat`` body."""
+def parse_chat(body: Any, members: Sequence[str] = ()) -> Request:
+    """An ``/api/chat`` body (``members``: those it may name to answer alone)."""
     body = _object(body)
-    _model(body)
+    member = _model(body, members)
     _refuse_unsupported(body)
     roles = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
     if body.get("messages") in (None, []):  # how the ollama CLI and client load a model: it is loaded
@@ -170,9 +179,9 @@ def parse_chat(body: Any) -> Request:
     output = FormatAsk(tools=tools) if tools is not None else _format(body)
     settings = _settings(body)
     logprobs = _logprobs(body, settings)
-    ask = Ask(messages, settings, output, body.get("think"))
+    ask = Ask(messages, settings, output, body.get("think"), (member,) if member else None)
     return Request(messages, ask, _stream(body), time.monotonic(), tools=tools is not None, fields=_named(body),
-                   logprobs=logprobs)  # fmt: skip
+                   logprobs=logprobs, model=_tagged(member))  # fmt: skip
 
 
 def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
@@ -199,12 +208,16 @@ def _format(body: dict[str, Any]) -> FormatAsk | None:
     raise ApiError(400, 'format must be "json" or a JSON Schema object', "format")
 
 
-def parse_generate(body: Any) -> Request:
+def _tagged(member: str | None) -> str:
+    return f"{MODEL_NAME}/{member}:latest" if member else TAGGED
+
+
+def parse_generate(body: Any, members: Sequence[str] = ()) -> Request:
     """An ``/api/generate`` body: the prompt (and system) as a one-turn conversation, each
     model in its own template. ``raw`` prompts, ``suffix`` (fill-in-the-middle) and
     ``context`` are refused: the ensemble continues conversations, not token lists."""
     body = _object(body)
-    _model(body)
+    member = _model(body, members)
     _refuse_unsupported(body)
     for name in ("raw", "suffix", "context", "template"):
         if not (body.get(name) is None or body[name] is False or body[name] in ("", [])):
@@ -218,8 +231,9 @@ def parse_generate(body: Any) -> Request:
     messages = [{"role": "system", "content": system}] if system else []
     asked = [*messages, {"role": "user", "content": prompt}]
     logprobs = _logprobs(body, settings)
-    return Request(asked, Ask(asked, settings, output, think), stream, time.monotonic(), fields=_named(body),
-                   logprobs=logprobs)  # fmt: skip
+    ask = Ask(asked, settings, output, think, (member,) if member else None)
+    return Request(asked, ask, stream, time.monotonic(), fields=_named(body), logprobs=logprobs,
+                   model=_tagged(member))  # fmt: skip
 
 
 def _named(body: dict[str, Any]) -> dict[str, str]:
@@ -255,19 +269,19 @@ def _text_field(chat: bool, text: str, calls: tuple[ToolCall, ...] = (), thinkin
     return {"message": message}
 
 
-def piece_lines(chat: bool, piece: Piece, logprobs: bool = False) -> list[dict[str, Any]]:
+def piece_lines(chat: bool, piece: Piece, logprobs: bool = False, model: str = TAGGED) -> list[dict[str, Any]]:
     """A round's piece as lines: its thinking as ``thinking``, its text, and the calls it made
     whole in a line of their own, each once, complete (as Ollama streams calls)."""
     lines = []
     if piece.reasoning or piece.text:
         fields = _text_field(chat, piece.text, thinking=piece.reasoning)
-        lines.append({"model": TAGGED, "created_at": now(), **fields, "done": False})
+        lines.append({"model": model, "created_at": now(), **fields, "done": False})
         if logprobs and piece.text and not piece.calls:
             lines[0]["logprobs"] = logprobs_content(piece.event.logprobs)
         lines[0]["x_specem"] = round_facts(piece.event, vote=False)
     if piece.calls:
         calls = tuple(call for _, call in piece.calls)
-        lines.append({"model": TAGGED, "created_at": now(), **_text_field(True, "", calls), "done": False})
+        lines.append({"model": model, "created_at": now(), **_text_field(True, "", calls), "done": False})
     return lines
 
 
@@ -284,7 +298,7 @@ def final_line(chat: bool, request: Request, whole: Whole, streamed: bool = Fals
         {"logprobs": logprobs_content(whole.tokens)} if request.logprobs and not streamed and not request.tools else {}
     )
     return {
-        "model": TAGGED,
+        "model": request.model,
         "created_at": now(),
         **_text_field(chat, text, calls, final.reasoning if text or calls else ""),
         **tokens,
@@ -323,8 +337,14 @@ def _entry(members: list[str], size: int) -> dict[str, Any]:
     return {"name": TAGGED, "model": TAGGED, "size": size, "digest": _digest(members), "details": _details(members)}
 
 
-def tags(members: list[str], size: int, modified: str) -> dict[str, Any]:
-    return {"models": [{**_entry(members, size), "modified_at": modified}]}
+def tags(members: list[str], size: int, modified: str, sizes: dict[str, int] | None = None) -> dict[str, Any]:
+    """The ensemble, then each member alone (``specem/NAME:latest``; ``sizes``: each one's)."""
+    alone = [
+        {"name": _tagged(m), "model": _tagged(m), "size": (sizes or {}).get(m, 0), "digest": _digest([m]),
+         "details": {**_details([m]), "parameter_size": "1 model"}, "modified_at": modified}
+        for m in members
+    ]  # fmt: skip
+    return {"models": [{**_entry(members, size), "modified_at": modified}, *alone]}
 
 
 def running(members: list[str], size: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from specem_local.server.replies import (
     answer_facts,
     finish_name,
     logprobs_content,
+    member_named,
     prompt_tokens,
     round_facts,
     whole_reply,
@@ -49,28 +50,26 @@ class Request:
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False  # each token's log-probability, in ``choices[].logprobs.content``
+    n: int = 1  # answers to give, each a choice of its own (several answers at once)
     tools: bool = False  # tools were offered: the answer is calls or a message
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
+    model: str = MODEL_ID  # as asked: the ensemble, or one member alone (``specem/NAME``)
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def parse_request(body: Any, served: str = MODEL_ID) -> Request:
-    """A chat-completions request as the ensemble's messages and settings."""
+def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
+    """A chat-completions request as the ensemble's ask (``members``: those a request may name
+    to answer alone, as ``specem/NAME``)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    model = body.get("model")
-    if model not in (served, None):
-        raise ApiError(
-            404, f"the model {model!r} does not exist; this server serves {served!r}", "model", "not_found_error"
-        )
+    member = member_named(body.get("model"), members)
     for name, what in UNSUPPORTED.items():
         if not (body.get(name) is None or body[name] is False or body[name] in ([], {})):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
     if body.get("modalities") not in (None, ["text"]):
         raise ApiError(400, 'modalities must be ["text"]: the ensemble writes text only', "modalities")
-    if body.get("n") is not None and not _same(body["n"], 1):
-        raise ApiError(400, "n must be 1: the ensemble writes one answer per request", "n")
+    choices = _choices(body.get("n"))
     for name in ("presence_penalty", "frequency_penalty"):
         if body.get(name) is not None and not _same(body[name], 0):
             raise ApiError(400, f"{name} is not supported by the specem ensemble; remove it or set 0", name)
@@ -113,13 +112,27 @@ def parse_request(body: Any, served: str = MODEL_ID) -> Request:
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         messages,
-        Ask(messages, settings, output, think),
+        Ask(messages, settings, output, think, (member,) if member else None),
         stream,
         bool(options.get("include_usage")),
         wants_logprobs,
+        choices,
         output is not None and output.tools is not None,
         fields={**sent, **formats, "logprobs": "top_logprobs"},
+        model=f"{MODEL_ID}/{member}" if member else MODEL_ID,
     )
+
+
+MAX_CHOICES = 8
+
+
+def _choices(value: Any) -> int:
+    """``n``: how many answers, 1 to ``MAX_CHOICES`` (each runs as one of several answers at once)."""
+    if value is None:
+        return 1
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CHOICES:
+        raise ApiError(400, f"n must be a whole number from 1 to {MAX_CHOICES}", "n")
+    return value
 
 
 def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
@@ -291,7 +304,13 @@ FINISH = {"eos": "stop", "stop": "stop", "empty": "stop", "length": "length", "c
 
 
 def _base(request: Request, kind: str) -> dict[str, Any]:
-    return {"id": request.id, "object": kind, "created": request.created, "model": MODEL_ID, "system_fingerprint": None}
+    return {
+        "id": request.id,
+        "object": kind,
+        "created": request.created,
+        "model": request.model,
+        "system_fingerprint": None,
+    }
 
 
 def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
@@ -305,7 +324,7 @@ def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
     return counts
 
 
-def piece_chunk(request: Request, piece: Piece, first: bool) -> dict[str, Any]:
+def piece_chunk(request: Request, piece: Piece, first: bool, index: int = 0) -> dict[str, Any]:
     """A round's piece as a chunk: its thinking as ``reasoning_content`` (as llama.cpp's server
     sends it), its text as ``content``, each call made whole as OpenAI streams calls (its
     index, id, type, name and arguments in one piece)."""
@@ -319,11 +338,8 @@ def piece_chunk(request: Request, piece: Piece, first: bool) -> dict[str, Any]:
     logprobs = _logprobs_of(request, piece.event.logprobs) if piece.text else None
     return {
         **_base(request, "chat.completion.chunk"),
-        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}],
-        "x_specem": {
-            **round_facts(piece.event),
-            **({"sure": piece.event.sure} if piece.event.sure is not None else {}),
-        },
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}],
+        "x_specem": round_facts(piece.event),
     }
 
 
@@ -342,23 +358,48 @@ def _finish_reason(final: FinalEvent) -> str:
     return finish_name(final, FINISH, "stop", "tool_calls")
 
 
-def final_chunks(request: Request, start: StartEvent | None, final: FinalEvent, first: bool) -> list[dict[str, Any]]:
-    """The chunk that ends the answer (its finish reason), and the usage chunk if asked for."""
+def final_chunks(
+    request: Request, start: StartEvent | None, final: FinalEvent, first: bool, index: int = 0
+) -> list[dict[str, Any]]:
+    """The chunk that ends a choice (its finish reason)."""
     delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-    chunks = [
+    return [
         {
             **_base(request, "chat.completion.chunk"),
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish_reason(final)}],
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": _finish_reason(final)}],
             "x_specem": answer_facts(start, final),
         }
     ]
-    if request.include_usage:
-        chunks.append({**_base(request, "chat.completion.chunk"), "choices": [], "usage": usage(start, final)})
-    return chunks
 
 
-def completion(request: Request, whole: Whole) -> dict[str, Any]:
-    start, final = whole.start, whole.final
+def usage_chunk(request: Request, wholes: list[Whole]) -> dict[str, Any]:
+    """The usage chunk that ends a stream when ``include_usage`` asked for it."""
+    return {**_base(request, "chat.completion.chunk"), "choices": [], "usage": usage_of(wholes)}
+
+
+def usage_of(wholes: list[Whole]) -> dict[str, Any]:
+    """Token counts of one request's choices: the prompt once, every choice's answer."""
+    counts = [usage(whole.start, whole.final) for whole in wholes if whole.final is not None]
+    total = dict(counts[0])
+    for more in counts[1:]:
+        total["completion_tokens"] += more["completion_tokens"]
+        total["total_tokens"] += more["completion_tokens"]
+    return total
+
+
+def completion(request: Request, wholes: list[Whole]) -> dict[str, Any]:
+    """The whole completion, one choice per answer (``n``)."""
+    choices = [_choice(request, index, whole) for index, whole in enumerate(wholes)]
+    first = wholes[0]
+    assert first.final is not None
+    facts = answer_facts(first.start, first.final)
+    if len(wholes) > 1:  # each choice's own facts beside the first's
+        facts["choices"] = [answer_facts(w.start, w.final) for w in wholes if w.final is not None]
+    return {**_base(request, "chat.completion"), "choices": choices, "usage": usage_of(wholes), "x_specem": facts}
+
+
+def _choice(request: Request, index: int, whole: Whole) -> dict[str, Any]:
+    final = whole.final
     assert final is not None
     message: dict[str, Any] = {"role": "assistant", "content": final.text, "refusal": None}
     if final.reasoning:  # thought before the format: llama.cpp's and DeepSeek's field
@@ -369,22 +410,20 @@ def completion(request: Request, whole: Whole) -> dict[str, Any]:
         if reply.calls:
             message["tool_calls"] = [_call(c) for c in reply.calls]
     return {
-        **_base(request, "chat.completion"),
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": _logprobs_of(request, whole.tokens),
-                "finish_reason": _finish_reason(final),
-            }
-        ],
-        "usage": usage(start, final),
-        "x_specem": answer_facts(start, final),
+        "index": index,
+        "message": message,
+        "logprobs": _logprobs_of(request, whole.tokens),
+        "finish_reason": _finish_reason(final),
     }
 
 
 def models_list(members: list[str], created: int, runs_on: dict[str, str] | None = None) -> dict[str, Any]:
-    """The one model served; ``runs_on``: where each member runs ("CPU", "GPU 25/25 layers",
-    "RPC 192.168.1.20:50052")."""
+    """The ensemble, then each member alone (``specem/NAME``); ``runs_on``: where each member runs
+    ("CPU", "GPU 25/25 layers", "RPC 192.168.1.20:50052")."""
     entry = {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "specem-local", "members": members}
-    return {"object": "list", "data": [{**entry, "runs_on": runs_on or {}}]}
+    alone = [
+        {"id": f"{MODEL_ID}/{name}", "object": "model", "created": created, "owned_by": "specem-local",
+         "member_of": MODEL_ID, "runs_on": (runs_on or {}).get(name)}
+        for name in members
+    ]  # fmt: skip
+    return {"object": "list", "data": [{**entry, "runs_on": runs_on or {}}, *alone]}

@@ -14,6 +14,25 @@ from typing import Any
 
 from specem_local.engine import ReplyStream, ToolCall, ToolReply, whole_part
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, TokenLogprob
+from specem_local.server.errors import ApiError
+
+ENSEMBLE = "specem"  # the ensemble's model id; each member is also served alone as ``specem/NAME``
+
+
+def member_named(model: Any, members: Sequence[str]) -> str | None:
+    """The member a request names to answer alone (``specem/NAME``, Ollama's ``:latest`` tag
+    allowed), or None for the ensemble (``specem``, or no model named); any other name is a 404
+    naming what is served."""
+    if model is None:
+        return None
+    name = model.strip().removesuffix(":latest") if isinstance(model, str) else None
+    if name is not None and name.lower() == ENSEMBLE:
+        return None
+    if name is not None and name.lower().startswith(f"{ENSEMBLE}/") and name[len(ENSEMBLE) + 1 :] in members:
+        return name[len(ENSEMBLE) + 1 :]
+    served = ", ".join(repr(f"{ENSEMBLE}/{member}") for member in members)
+    raise ApiError(404, f"the model {str(model)[:80]!r} does not exist; this server serves {ENSEMBLE!r} and each "
+                        f"member alone: {served}", "model", "not_found_error")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -95,12 +95,19 @@ def _add_undoable_resets(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE choices ADD COLUMN snapshot TEXT")
 
 
+def _add_responses(db: sqlite3.Connection) -> None:
+    """Issue 57. Each response of the server's Responses API with its conversation as items
+    (input and output), so that a later request continues it by ``previous_response_id``."""
+    db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, items TEXT NOT NULL, created REAL NOT NULL)")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_weights,
     _create_history,
     _create_preferences,
     _add_alternatives_and_choices,
     _add_undoable_resets,
+    _add_responses,
 ]  # append only
 
 

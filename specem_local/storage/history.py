@@ -217,6 +217,19 @@ class History:
         return [UnsureAnswer(chat, title, float(sure), " ".join(text.split())[:80], updated)
                 for chat, title, sure, text, updated in rows]  # fmt: skip
 
+    def keep_response(self, response_id: str, items: list[dict[str, Any]]) -> None:
+        """A response's conversation as items (the Responses API's ``store``)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?)",
+                (response_id, json.dumps(items, ensure_ascii=False), time.time()),
+            )
+
+    def response_items(self, response_id: str) -> list[dict[str, Any]] | None:
+        """The items a kept response holds (None when none is kept by that id)."""
+        rows = self._read("SELECT items FROM responses WHERE id = ?", (response_id,))
+        return json.loads(rows[0][0]) if rows else None
+
     def segments_won(self) -> dict[str, int]:
         """Per model, the segments it wrote in every answer in the history (every version)."""
         rows = self._read("SELECT json_extract(event, '$.author'), COUNT(*) FROM rounds GROUP BY 1", ())

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -256,6 +257,22 @@ def test_bad_json_an_oversized_body_and_keys(server):
         for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/health")):
             refused = httpx.request(method, server["base"] + path, headers=headers, json={})
             assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_the_anthropic_client_gets_a_message_with_the_key_as_x_api_key(server):
+    messages = anthropic.Anthropic(base_url=server["base"], api_key=KEY, max_retries=0, timeout=300).messages
+    asked = ask("What is the capital of France?")
+    message = messages.create(model="specem", max_tokens=16, messages=asked, extra_body={"temperature": 0})  # type: ignore[arg-type]
+    assert [block.type for block in message.content] == ["text"] and message.content[0].text.strip()  # type: ignore[union-attr]
+    assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.input_tokens > 0
+    assert message.usage.output_tokens > 0 and message.id.startswith("msg_")
+    assert set(message.model_extra["x_specem"]["wins"]) <= {"qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"}  # type: ignore[index]
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server["base"], api_key="wrong", max_retries=0).messages.create(
+            model="specem",
+            max_tokens=4,
+            messages=asked,  # type: ignore[arg-type]
+        )
 
 
 def test_answers_served_are_in_the_history(server, client):

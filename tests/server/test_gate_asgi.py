@@ -156,10 +156,40 @@ def test_the_api_key_is_a_bearer_token_and_nothing_else(authorization, passes):
 
 def test_a_missing_key_is_401_with_cors_so_the_page_can_read_why():
     sent, inner = call(GateRules(api_key="sk-1"), origin="http://localhost:3000")
-    expected = openai_error("a valid API key is needed: send Authorization: Bearer KEY", code="invalid_api_key")
+    expected = openai_error(
+        "a valid API key is needed: send Authorization: Bearer KEY (or x-api-key: KEY)", code="invalid_api_key"
+    )
     assert refusal(sent) == (401, CORS, expected) and inner.scopes == []
     passed, inner = call(GateRules(api_key="sk-1"), authorization="Bearer sk-1")
     assert passed[0]["status"] == 200 and len(inner.scopes) == 1
+
+
+@pytest.mark.parametrize(
+    ("x_api_key", "authorization", "passes"),
+    [("sk-1", "", True), (" sk-1 ", "", True), ("sk-2", "", False), ("", "", False), ("Bearer sk-1", "", False),
+     ("sk-1x", "", False), ("sk-1", "Bearer sk-2", True), ("sk-2", "Bearer sk-1", True), ("SK-1", "", False)],
+)  # fmt: skip
+def test_the_api_key_may_come_as_anthropics_x_api_key(x_api_key, authorization, passes):
+    rules = GateRules(api_key="sk-1")
+    assert rules.key_given(authorization, x_api_key) is passes
+    assert GateRules().key_given("", x_api_key)  # no key set: anything passes
+    assert GateRules(api_key="").key_given("", "") is False  # an empty key never matches an absent one
+
+
+def test_x_api_key_passes_the_gate_and_a_wrong_one_is_401_in_anthropics_shape():
+    passed, inner = call(GateRules(api_key="sk-1"), method="POST", path="/v1/messages", x_api_key="sk-1",
+                         anthropic_version="2023-06-01", content_type="application/json")  # fmt: skip
+    assert passed[0]["status"] == 200 and len(inner.scopes) == 1
+    sent, inner = call(GateRules(api_key="sk-1"), method="POST", path="/v1/messages", x_api_key="sk-2")
+    message = "a valid API key is needed: send Authorization: Bearer KEY (or x-api-key: KEY)"
+    assert refusal(sent) == (
+        401,
+        [],
+        {"type": "error", "error": {"type": "authentication_error", "message": message}},
+    )
+    assert inner.scopes == []
+    elsewhere, _ = call(GateRules(api_key="sk-1"), x_api_key="sk-1")  # every route takes it
+    assert elsewhere[0]["status"] == 200
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,8 @@ def test_messages_take_text_parts_and_developer_is_system():
     [
         ([1], 400, None),
         (body(model="llama3"), 404, "model"),
-        (body(n=3), 400, "n"),
+        (body(n=9), 400, "n"),
+        (body(n=True), 400, "n"),
         (body(logprobs="yes"), 400, "logprobs"),
         (body(top_logprobs=3), 400, "top_logprobs"),
         (body(response_format={"type": "xml"}), 400, "response_format.type"),
@@ -153,14 +154,15 @@ def test_chunks_and_the_completion_follow_openais_shapes():
         "content": "Hi",
     }
     assert chunk["x_specem"]["author"] == "a" and chunk["x_specem"]["candidates"] == 1
-    ending, usage = oa.final_chunks(request, start, final, first=False)
+    [ending] = oa.final_chunks(request, start, final, first=False)
+    usage = oa.usage_chunk(request, [Whole(start, final)])
     assert ending["choices"][0]["finish_reason"] == "length" and ending["choices"][0]["delta"] == {}
     assert usage["choices"] == [] and usage["usage"] == {
         "prompt_tokens": 15,
         "completion_tokens": 1,
         "total_tokens": 16,
     }
-    whole = oa.completion(request, Whole(start, final))
+    whole = oa.completion(request, [Whole(start, final)])
     assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["content"] == "Hi"
     assert whole["id"] == chunk["id"] == ending["id"]
 
@@ -224,5 +226,13 @@ def test_ignore_eos_is_taken_as_llama_cpps_server_takes_it():
 def test_the_models_list_is_openais_shape_with_the_members_and_where_they_run():
     listed = oa.models_list(["qwen", "smol"], 1700000000, {"qwen": "CPU"})
     entry = {"id": oa.MODEL_ID, "object": "model", "created": 1700000000, "owned_by": "specem-local"}
-    assert listed == {"object": "list", "data": [{**entry, "members": ["qwen", "smol"], "runs_on": {"qwen": "CPU"}}]}
-    assert oa.models_list([], 1)["data"][0]["runs_on"] == {}
+    alone = {"object": "model", "created": 1700000000, "owned_by": "specem-local", "member_of": oa.MODEL_ID}
+    assert listed == {
+        "object": "list",
+        "data": [
+            {**entry, "members": ["qwen", "smol"], "runs_on": {"qwen": "CPU"}},
+            {**alone, "id": "specem/qwen", "runs_on": "CPU"},
+            {**alone, "id": "specem/smol", "runs_on": None},
+        ],
+    }
+    assert oa.models_list([], 1)["data"] == [{**entry, "created": 1, "members": [], "runs_on": {}}]

@@ -31,7 +31,7 @@ def refused(request_body) -> ApiError:
 
 
 def test_a_completions_one_choice_is_index_0_with_the_thinking_as_reasoning_content():
-    whole = oa.completion(oa.parse_request(body()), Whole(START, final(reasoning="6 * 7 = 42.", reasoning_tokens=2)))
+    whole = oa.completion(oa.parse_request(body()), [Whole(START, final(reasoning="6 * 7 = 42.", reasoning_tokens=2))])
     assert whole["choices"] == [
         {
             "index": 0,
@@ -49,7 +49,7 @@ def test_a_completions_one_choice_is_index_0_with_the_thinking_as_reasoning_cont
 
 
 def test_a_completion_with_no_thinking_has_no_reasoning_content():
-    whole = oa.completion(oa.parse_request(body()), Whole(START, final()))
+    whole = oa.completion(oa.parse_request(body()), [Whole(START, final())])
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": "42", "refusal": None}
 
 

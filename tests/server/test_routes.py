@@ -214,8 +214,9 @@ async def test_ollama_chat_and_generate_whole(http):
 
 async def test_ollama_catalogue_routes(http):
     assert (await http.get("/api/version")).json()["version"]
-    [model] = (await http.get("/api/tags")).json()["models"]
+    model, *alone = (await http.get("/api/tags")).json()["models"]
     assert model["name"] == model["model"] == "specem:latest" and model["details"]["format"] == "gguf"
+    assert [entry["name"] for entry in alone] == ["specem/a:latest", "specem/b:latest"]
     show = await http.post("/api/show", json={"model": "specem"})
     assert show.status_code == 200 and show.json()["model_info"]["specem.members"] == ["a", "b"]
     assert (await http.get("/api/ps")).json()["models"][0]["name"] == "specem:latest"

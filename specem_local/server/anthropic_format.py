@@ -1,0 +1,501 @@
+"""Anthropic's Messages API (``POST /v1/messages``: what Claude Code and the ``anthropic`` SDK
+speak, and llama.cpp's server and Ollama serve), both ways, as plain functions: a request body
+becomes an ``Ask`` (or an ``ApiError`` whose message names the field: Anthropic's errors carry
+no ``param``), and the engine's events become a ``message`` object, or the stream's named events
+(``message_start``; each content block's start, deltas and stop; ``message_delta``;
+``message_stop``).
+
+An assistant's ``tool_use`` blocks and a user's ``tool_result`` blocks become the engine's
+OpenAI-shaped messages (the assistant's ``tool_calls`` with their ids, ``tool`` messages with a
+``tool_call_id``), which each member renders in its own tool format. The ensemble's own facts
+ride in ``x_specem``, which the SDK keeps as an extra field, never in a content block.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specem_local.engine import Ask, FormatAsk, ToolCall
+from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
+from specem_local.server.errors import ApiError, http_error
+from specem_local.server.openai_format import message_text
+from specem_local.server.replies import (
+    Piece,
+    Pieces,
+    Whole,
+    answer_facts,
+    finish_name,
+    member_named,
+    prompt_tokens,
+    round_facts,
+    whole_reply,
+)
+
+MODEL_ID = "specem"
+PATH = "/v1/messages"
+SIGNATURE = ""  # a thinking block's signature: the ensemble's thinking is not signed
+# How the ensemble's finish reads in Anthropic's words (tool calls: "tool_use").
+STOP_REASONS = {
+    "eos": "end_turn",
+    "empty": "end_turn",
+    "cancelled": "end_turn",
+    "stop": "stop_sequence",
+    "length": "max_tokens",
+    "context": "max_tokens",
+}
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # "tool" names one function
+THINKING = ("enabled", "disabled", "adaptive")
+DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier thinking sent back: not read again, as Anthropic does
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: list[dict[str, Any]]  # the conversation in the engine's OpenAI shape (the history keeps it)
+    ask: Ask  # the answer as asked: the conversation, its settings, format and thinking
+    stream: bool = False
+    tools: bool = False  # tools were offered: the answer is tool uses or a message
+    stops: tuple[str, ...] = ()  # stop_sequences, to say which one ended the answer
+    fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
+    model: str = MODEL_ID  # as asked: the ensemble, or one member alone (``specem/NAME``)
+    id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
+
+
+def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
+    """A Messages request as the ensemble's ask (``members``: those a request may name to answer
+    alone, as ``specem/NAME``, as on the other routes): ``model``, ``max_tokens`` (required, as
+    Anthropic's), ``system``, ``messages``, the sampling fields, ``stop_sequences``, ``tools`` and
+    ``tool_choice``, ``thinking``, ``output_config.format``; fields it does not know are left
+    alone, as Anthropic's API leaves them (``metadata``, ``cache_control``, ...)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    if body.get("model") is None:
+        raise ApiError(400, f"model: Field required; this server serves {MODEL_ID!r}", "model")
+    member = member_named(body["model"], members)  # another name: a 404 naming what is served
+    if body.get("max_tokens") is None:
+        raise ApiError(400, "max_tokens: Field required (the most tokens the answer may take)", "max_tokens")
+    # Values go to the settings as they came: checked there, like every setting, and a bad one
+    # is a 400 naming the field.
+    settings: dict[str, Any] = {"max_tokens": body["max_tokens"]}
+    if body.get("temperature") is not None:
+        settings["temperature"] = body["temperature"]
+        settings["greedy"] = body["temperature"] == 0
+    for name in ("top_p", "top_k"):
+        if body.get(name) is not None:
+            settings[name] = body[name]
+    stops = _stops(body.get("stop_sequences"))
+    if stops:
+        settings["stop"] = list(stops)
+    stream = False if body.get("stream") is None else body["stream"]
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream must be true or false", "stream")
+    messages = [*_system(body.get("system")), *parse_messages(body.get("messages"))]
+    schema, schema_field = _output_schema(body)
+    tools = _tools(body.get("tools"))
+    choice, parallel = _tool_choice(body.get("tool_choice"), tools is not None)
+    output = None
+    if tools is not None or schema is not None:  # both: a 400 naming tools, where every format is checked
+        choice = choice if tools is not None else None  # "auto" or "none" without tools: nothing to choose
+        output = FormatAsk(schema=schema, tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
+    think = _thinking(body.get("thinking"))
+    fields = {"stop": "stop_sequences", "think": "thinking.budget_tokens", "schema": schema_field}
+    ask = Ask(messages, settings, output, think, (member,) if member else None)
+    model = f"{MODEL_ID}/{member}" if member else MODEL_ID
+    return Request(messages, ask, stream, tools is not None, stops, fields, model)
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(stop, str) for stop in value):
+        raise ApiError(400, "stop_sequences must be an array of strings", "stop_sequences")
+    return tuple(value)
+
+
+def _system(value: Any) -> list[dict[str, Any]]:
+    """``system``: text, or text blocks (joined by a line break): a system message first."""
+    if value is None:
+        return []
+    text = _text_blocks(value, "system")
+    return [{"role": "system", "content": text}] if text else []
+
+
+def _text_blocks(value: Any, where: str) -> str:
+    """Text, or an array of text blocks (``cache_control`` and ``citations`` left alone), as one
+    text; any other block is a 400 naming it."""
+    if isinstance(value, str):
+        return message_text(value, where)
+    if not isinstance(value, list):
+        raise ApiError(400, f"{where} must be a string or an array of text blocks", where)
+    texts = []
+    for index, block in enumerate(value):
+        place = f"{where}[{index}]"
+        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise ApiError(400, f"{place}: {_kind(block)} is not supported here; send text blocks", place)
+        texts.append(message_text(block["text"], f"{place}.text"))
+    return "\n".join(texts)
+
+
+def _kind(block: Any) -> str:
+    """A content block's kind as an error names it."""
+    if isinstance(block, dict) and isinstance(block.get("type"), str):
+        return f"a block of type {block['type'][:40]!r}"
+    return f"a {type(block).__name__}" if not isinstance(block, dict) else 'a block without a "type"'
+
+
+def parse_messages(value: Any) -> list[dict[str, Any]]:
+    """``messages`` as the engine's: each user or assistant message's text, an assistant's
+    ``tool_use`` blocks as its ``tool_calls``, a user's ``tool_result`` blocks as ``tool``
+    messages (each answering an earlier ``tool_use`` by its id), earlier thinking dropped;
+    images, documents and the rest are a 400 naming the block. The last message must be the
+    user's, or an assistant's text after it (the start of the answer, continued)."""
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, "messages must be a non-empty array", "messages")
+    out: list[dict[str, Any]] = []
+    called: set[str] = set()  # tool_use ids so far
+    for index, message in enumerate(value):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"{where} must be an object", where)
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            said = repr(role)[:40]
+            raise ApiError(400, f"{where}.role must be user or assistant, got {said} (system goes in system)", where)
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append({"role": role, "content": message_text(content, f"{where}.content")})
+        elif isinstance(content, list):
+            blocks = _assistant(content, where, called) if role == "assistant" else _user(content, where, called)
+            out += blocks
+        else:
+            raise ApiError(400, f"{where}.content must be a string or an array of content blocks", f"{where}.content")
+    last = out[-1]
+    asked = out[:-1] if last["role"] == "assistant" and not last.get("tool_calls") else out
+    if not asked or asked[-1]["role"] not in ("user", "tool"):
+        said = "messages: the last message must be the user's (or the start of the assistant's answer after it)"
+        raise ApiError(400, said, "messages")
+    return out
+
+
+def _assistant(blocks: list[Any], where: str, called: set[str]) -> list[dict[str, Any]]:
+    """An assistant's blocks as one message: its text and its tool uses as ``tool_calls``."""
+    texts, calls = [], []
+    for number, block in enumerate(blocks):
+        place = f"{where}.content[{number}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(_text_of(block, place))
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, place))
+            called.add(calls[-1]["id"])
+        elif kind not in DROPPED_BLOCKS:
+            raise ApiError(400, _refused(block, place, "text, tool_use and thinking"), place)
+    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+    return [{**message, "tool_calls": calls}] if calls else [message]
+
+
+def _user(blocks: list[Any], where: str, called: set[str]) -> list[dict[str, Any]]:
+    """A user's blocks in order: each run of text as a user message, each ``tool_result`` as a
+    ``tool`` message."""
+    if not blocks:
+        raise ApiError(400, f"{where}.content must not be empty", f"{where}.content")
+    out: list[dict[str, Any]] = []
+    for number, block in enumerate(blocks):
+        place = f"{where}.content[{number}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text = _text_of(block, place)
+            if out and out[-1]["role"] == "user":
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text})
+        elif kind == "tool_result":
+            out.append(_tool_result(block, place, called))
+        else:
+            raise ApiError(400, _refused(block, place, "text and tool_result"), place)
+    return out
+
+
+def _refused(block: Any, place: str, served: str) -> str:
+    if isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
+        return f"{place}: {block['type']} blocks belong in the other role's messages"
+    return f"{place}: {_kind(block)} is not supported by the specem ensemble (it reads {served} blocks)"
+
+
+def _text_of(block: dict[str, Any], place: str) -> str:
+    if not isinstance(block.get("text"), str):
+        raise ApiError(400, f"{place}.text must be a string", f"{place}.text")
+    return message_text(block["text"], f"{place}.text")
+
+
+def _tool_use(block: dict[str, Any], place: str) -> dict[str, Any]:
+    """An assistant's earlier ``tool_use`` as an OpenAI-shaped call (its arguments as JSON text)."""
+    for name in ("id", "name"):
+        if not isinstance(block.get(name), str) or not block[name]:
+            raise ApiError(400, f"{place}.{name} must be a non-empty string", f"{place}.{name}")
+    arguments = block.get("input", {})
+    if not isinstance(arguments, dict):
+        raise ApiError(400, f"{place}.input must be an object", f"{place}.input")
+    function = {"name": block["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}
+    return {"id": block["id"], "type": "function", "function": function}
+
+
+def _tool_result(block: dict[str, Any], place: str, called: set[str]) -> dict[str, Any]:
+    """A ``tool_result`` as a ``tool`` message: its text (an error's marked as one), answering
+    the earlier ``tool_use`` with its ``tool_use_id``."""
+    answered = block.get("tool_use_id")
+    if not isinstance(answered, str) or answered not in called:
+        said = repr(answered)[:60]
+        message = f"{place}.tool_use_id {said} answers no earlier tool_use block"
+        raise ApiError(400, message, f"{place}.tool_use_id")
+    is_error = block.get("is_error")
+    if is_error is not None and not isinstance(is_error, bool):
+        raise ApiError(400, f"{place}.is_error must be true or false", f"{place}.is_error")
+    content = block.get("content")
+    text = "" if content is None else _text_blocks(content, f"{place}.content")
+    return {"role": "tool", "tool_call_id": answered, "content": f"Error: {text}" if is_error else text}
+
+
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    """``tools``: custom tools (``name``, ``description``, ``input_schema``) as the engine's
+    OpenAI-shaped functions; their names and schemas are checked where every tool is. A tool
+    Anthropic runs or defines itself (``web_search_...``, ``bash_...``) is a 400 naming it."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise ApiError(400, "tools must be an array of tools", "tools")
+    functions = []
+    for index, tool in enumerate(value):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise ApiError(400, f"{where} must be an object", where)
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            said = repr(kind)[:60]
+            message = (
+                f"{where}.type {said} is a tool Anthropic's servers run or define; the specem ensemble "
+                "serves custom tools (name, description, input_schema)"
+            )
+            raise ApiError(400, message, f"{where}.type")
+        if not isinstance(tool.get("input_schema"), dict):
+            raise ApiError(400, f"{where}.input_schema must be a JSON Schema object", f"{where}.input_schema")
+        spec = {"name": tool.get("name"), "description": tool.get("description"), "parameters": tool["input_schema"]}
+        functions.append({"type": "function", "function": spec})
+    return functions
+
+
+def _tool_choice(value: Any, tools: bool) -> tuple[Any, bool]:
+    """``tool_choice`` as the engine's (auto, any -> required, none, tool -> its name) and
+    whether several calls may come at once (``disable_parallel_tool_use``)."""
+    if value is None:
+        return None, True
+    if not isinstance(value, dict) or value.get("type") not in (*TOOL_CHOICES, "tool"):
+        raise ApiError(400, 'tool_choice must be an object with a "type": auto, any, tool or none', "tool_choice")
+    single = value.get("disable_parallel_tool_use")
+    if single is not None and not isinstance(single, bool):
+        message = "tool_choice.disable_parallel_tool_use must be true or false"
+        raise ApiError(400, message, "tool_choice.disable_parallel_tool_use")
+    kind = value["type"]
+    if kind == "tool" and not isinstance(value.get("name"), str):
+        raise ApiError(400, 'tool_choice.name must name a tool with "type": "tool"', "tool_choice.name")
+    if not tools and kind in ("any", "tool"):
+        raise ApiError(400, f'tool_choice "{kind}" needs tools to choose from', "tool_choice")
+    return (value["name"] if kind == "tool" else TOOL_CHOICES[kind]), not single
+
+
+def _thinking(value: Any) -> Any:
+    """``thinking`` as ``think=``: ``enabled`` its ``budget_tokens``, ``disabled`` off,
+    ``adaptive`` as much as fits; None: the ensemble's setting. The budget is checked where
+    every think value is (it must leave the answer room in ``max_tokens``)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in THINKING:
+        raise ApiError(400, 'thinking must be an object with a "type": enabled, disabled or adaptive', "thinking")
+    if value["type"] == "disabled":
+        return False
+    if value["type"] == "adaptive":
+        return True
+    budget = value.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        said = "Field required" if budget is None else f"must be an integer, got {repr(budget)[:40]}"
+        raise ApiError(400, f"thinking.budget_tokens: {said}", "thinking.budget_tokens")
+    return budget
+
+
+def _output_schema(body: dict[str, Any]) -> tuple[Any, str]:
+    """``output_config.format`` (or the beta's ``output_format``): ``{"type": "json_schema",
+    "schema": {...}}``, the answer's JSON Schema (checked with the format; None: plain text),
+    and the field it came from."""
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise ApiError(400, "output_config must be an object", "output_config")
+    where, value = "output_config.format", (config or {}).get("format")
+    if value is None:
+        where, value = "output_format", body.get("output_format")
+    if value is None:
+        return None, "output_config.format.schema"
+    if not isinstance(value, dict) or value.get("type") != "json_schema" or not isinstance(value.get("schema"), dict):
+        raise ApiError(400, f'{where} must be {{"type": "json_schema", "schema": {{...}}}}', where)
+    return value["schema"], f"{where}.schema"
+
+
+# -- responses -----------------------------------------------------------------------------------
+def stop_reason(final: FinalEvent) -> str:
+    return finish_name(final, STOP_REASONS, "end_turn", "tool_use")
+
+
+def stop_sequence(request: Request, final: FinalEvent) -> str | None:
+    """The stop sequence that ended the answer: the one asked for (with several, the ensemble
+    does not say which: None)."""
+    if stop_reason(final) != "stop_sequence" or len(request.stops) != 1:
+        return None
+    return request.stops[0]
+
+
+def usage(start: StartEvent | None, final: FinalEvent | None) -> dict[str, int]:
+    """The prompt as the largest tokenizer counted it, the answer in its authors' tokens (its
+    thinking included, as Anthropic counts it)."""
+    return {"input_tokens": prompt_tokens(start), "output_tokens": final.tokens if final is not None else 0}
+
+
+def tool_use_id(call: ToolCall) -> str:
+    """A call's id as Anthropic writes them (``toolu_...``)."""
+    return "toolu_" + call.id.removeprefix("call_")
+
+
+def _tool_use_block(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_use_id(call), "name": call.name, "input": call.arguments}
+
+
+def _thinking_block(thinking: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": thinking, "signature": SIGNATURE}
+
+
+def _message(request: Request, content: list[dict[str, Any]], start: StartEvent | None) -> dict[str, Any]:
+    """The message as it begins: no content yet, no stop reason."""
+    return {
+        "id": request.id,
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage(start, None),
+    }
+
+
+def message(request: Request, whole: Whole) -> dict[str, Any]:
+    """A whole answer as a ``message``: its thinking (before tools or a format), its text, its
+    tool uses, how it stopped, its usage, and ``x_specem``."""
+    start, final = whole.start, whole.final
+    assert final is not None
+    reply = whole_reply(final, request.tools)
+    content = [_thinking_block(final.reasoning)] if final.reasoning else []
+    content += [{"type": "text", "text": reply.content}] if reply.content else []
+    content += [_tool_use_block(call) for call in reply.calls]
+    return {
+        **_message(request, content, start),
+        "stop_reason": stop_reason(final),
+        "stop_sequence": stop_sequence(request, final),
+        "usage": usage(start, final),
+        "x_specem": answer_facts(start, final),
+    }
+
+
+SseEvent = tuple[str, dict[str, Any]]  # an event's name and its data
+
+
+class StreamedMessage:
+    """A streamed answer as Anthropic's named events: ``message_start`` when it starts; its
+    thinking, its text and each tool use (once whole, its input in one ``input_json_delta``) as
+    content blocks in order, each opened, added to and closed; then ``message_delta`` (how it
+    stopped, the usage, ``x_specem``) and ``message_stop``. A round's block delta carries the
+    round's ``x_specem``."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.pieces = Pieces(request.tools)
+        self.start_event: StartEvent | None = None
+        self.started = False
+        self.blocks = 0  # content blocks opened so far
+        self.open: str | None = None  # the kind of the block open now ("thinking", "text")
+
+    def of(self, event: Event) -> list[SseEvent]:
+        """What ``event`` adds to the stream (nothing, for a round with nothing to show)."""
+        if isinstance(event, StartEvent):
+            self.start_event = event
+            return self._begun()
+        if isinstance(event, RoundEvent):
+            piece = self.pieces.of(event)
+            return self._piece(piece) if piece is not None else []
+        if isinstance(event, FinalEvent):
+            return self._end(event)
+        return []
+
+    def _begun(self) -> list[SseEvent]:
+        if self.started:
+            return []
+        self.started = True
+        return [("message_start", {"type": "message_start", "message": _message(self.request, [], self.start_event)})]
+
+    def _piece(self, piece: Piece) -> list[SseEvent]:
+        said = self._begun()
+        facts = round_facts(piece.event)
+        if piece.reasoning:
+            said += self._opened("thinking", _thinking_block(""))
+            delta = {"type": "thinking_delta", "thinking": piece.reasoning}
+            said.append(self._delta(delta, facts))
+        if piece.text:
+            said += self._opened("text", {"type": "text", "text": ""})
+            said.append(self._delta({"type": "text_delta", "text": piece.text}, facts))
+        for _, call in piece.calls:
+            said += self._opened("tool_use", {**_tool_use_block(call), "input": {}})
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(call.arguments, ensure_ascii=False)}
+            said += [self._delta(delta, facts), *self._closed()]
+        return said
+
+    def _opened(self, kind: str, block: dict[str, Any]) -> list[SseEvent]:
+        """A block of ``kind`` open for the next delta: the one open now, or a new one after it."""
+        if self.open == kind:
+            return []
+        said = self._closed()
+        self.open, self.blocks = kind, self.blocks + 1
+        started = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return [*said, ("content_block_start", started)]
+
+    def _closed(self) -> list[SseEvent]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    @property
+    def index(self) -> int:
+        return self.blocks - 1
+
+    def _delta(self, delta: dict[str, Any], facts: dict[str, Any]) -> SseEvent:
+        return "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta,
+                                       "x_specem": facts}  # fmt: skip
+
+    def _end(self, final: FinalEvent) -> list[SseEvent]:
+        delta = {"stop_reason": stop_reason(final), "stop_sequence": stop_sequence(self.request, final)}
+        ending = {"type": "message_delta", "delta": delta, "usage": usage(self.start_event, final)}
+        ending["x_specem"] = answer_facts(self.start_event, final)
+        return [*self._begun(), *self._closed(), ("message_delta", ending), ("message_stop", {"type": "message_stop"})]
+
+
+async def sse_events(request: Request, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, str]]:
+    """The answer's events as Server-Sent Events, each named (``event:``) with its JSON
+    (``data:``); a failure once the stream has begun is an ``error`` event, as Anthropic's API
+    sends one."""
+    writer = StreamedMessage(request)
+    try:
+        async for event in events:
+            for name, data in writer.of(event):
+                yield {"event": name, "data": json.dumps(data, ensure_ascii=False)}
+    except Exception as error:  # a request's fault (400), the machines' (503) or a bug (500, logged)
+        yield {"event": "error", "data": json.dumps(http_error(error, answering=True).body(PATH))}
