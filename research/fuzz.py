@@ -3,9 +3,9 @@ Hypothesis over every route and method, with bodies of random shape, type, size,
 unicode and extreme numbers, and random Host, Origin, Content-Type and Authorization headers.
 
 Invariants checked on every response (fuzz_rules.py): no 5xx; a 2xx in its route's shape,
-whole or streamed; an error in its path's shape (OpenAI's or Ollama's); a body valid but for
-one field whose value the API rules out is refused, and a refusal of such a body names that
-field exactly. At the end a normal request must answer, ``/health`` must show nothing stuck,
+whole or streamed; an error in its path's shape (OpenAI's, Ollama's or Anthropic's); a body
+valid but for one field whose value the API rules out is refused, and a refusal of such a body
+names that field exactly. At the end a normal request must answer, ``/health`` must show nothing stuck,
 and the server's output must hold no traceback.
 
     python -m specem_research.fuzz [--requests 400] [--seconds 600] [--seed 0] [--output fuzz.json]
@@ -38,6 +38,8 @@ from specem_research.load import start_server
 
 ROUTES = (
     ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/responses"),
+    ("POST", "/v1/messages"),
     ("POST", "/api/chat"),
     ("POST", "/api/generate"),
     ("POST", "/api/show"),
@@ -47,10 +49,13 @@ ROUTES = (
 )
 OTHER = (("GET", "/v1/chat/completions"), ("DELETE", "/v1/models"), ("POST", "/v1/embeddings"), ("PUT", "/api/chat"))
 OTHER += (("OPTIONS", "/v1/chat/completions"), ("POST", "/api/pull"), ("GET", "/nope"), ("PATCH", "/health"))
+OTHER += (("GET", "/v1/responses"), ("GET", "/v1/messages"), ("POST", "/v1/messages/count_tokens"))
 # Fields a client may send, per API, with the values a valid request would carry.
 OPENAI_FIELDS = ("model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop")
 OPENAI_FIELDS += ("stream", "stream_options", "n", "tools", "logprobs", "presence_penalty", "user")
 OLLAMA_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "seed", "num_predict", "stop", "num_ctx", "repeat_penalty")
+RESPONSES_FIELDS = tuple(rules.RESPONSES)  # OpenAI's Responses API
+MESSAGES_FIELDS = tuple(rules.MESSAGES)  # Anthropic's Messages API
 
 EXTREME_NUMBERS = [0, -1, 1, 2**31, 2**63, 2**64, -(2**63), 10**30, 0.5, -0.0, 1e308, -1e308, 5e-324, 2.5, math.nan]
 EXTREME_NUMBERS += [math.inf, -math.inf]
@@ -78,14 +83,26 @@ def good_message() -> dict[str, Any]:
     return {"role": "user", "content": "Say hi."}
 
 
+def mutation(routes: tuple[str, ...], fields: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
+    """A body valid for one of ``routes`` but for one of ``fields``, which takes any JSON value."""
+    return st.builds(
+        lambda route, name, value: {"route": route, "field": name, "value": value},
+        st.sampled_from(routes),
+        st.sampled_from(fields),
+        JSON | st.sampled_from(EXTREME_NUMBERS),
+    )
+
+
 def request_strategy() -> st.SearchStrategy[dict[str, Any]]:
     """One request: a route and method, headers, and a body that is valid but for one mutated
     field (so a refusal must name it), or random JSON, or bytes that are not JSON at all."""
-    mutated = st.builds(
-        lambda route, name, value: {"route": route, "field": name, "value": value},
-        st.sampled_from(("/v1/chat/completions", "/api/chat", "/api/generate")),
-        st.sampled_from(OPENAI_FIELDS + tuple(f"options.{name}" for name in OLLAMA_OPTIONS)),
-        JSON | st.sampled_from(EXTREME_NUMBERS),
+    mutated = (
+        mutation(
+            ("/v1/chat/completions", "/api/chat", "/api/generate"),
+            OPENAI_FIELDS + tuple(f"options.{name}" for name in OLLAMA_OPTIONS),
+        )
+        | mutation(("/v1/responses",), RESPONSES_FIELDS)
+        | mutation(("/v1/messages",), MESSAGES_FIELDS)
     )
     wild = st.builds(lambda route, body: {"route": route, "body": body}, st.sampled_from(ROUTES + OTHER), JSON)
     junk = st.builds(
@@ -119,6 +136,10 @@ def build(case: dict[str, Any], rng: random.Random) -> tuple[str, str, bytes | N
     length = rng.randint(1, 12)
     if path == "/v1/chat/completions":
         body: dict[str, Any] = {"model": "specem", "messages": [good_message()], "max_tokens": length}
+    elif path == "/v1/responses":
+        body = {"model": "specem", "input": "Say hi.", "max_output_tokens": length}
+    elif path == "/v1/messages":
+        body = {"model": "specem", "messages": [good_message()], "max_tokens": length}
     elif path == "/api/chat":
         body = {"model": "specem", "messages": [good_message()], "stream": False, "options": {"num_predict": length}}
     else:
@@ -127,7 +148,7 @@ def build(case: dict[str, Any], rng: random.Random) -> tuple[str, str, bytes | N
         body.setdefault("options", {})[name.split(".", 1)[1]] = value
     else:
         body[name] = value
-    for key in ("max_tokens", "max_completion_tokens"):  # a valid long answer only costs time
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):  # a valid long answer only costs time
         if isinstance(body.get(key), int) and not isinstance(body[key], bool) and body[key] > 12:
             body[key] = 10**30
     options = body.get("options", {})

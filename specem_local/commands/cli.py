@@ -7,6 +7,7 @@ and is printed as one line, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -22,6 +23,7 @@ from specem_local.commands.terminal import (
     check_port_free,
     config_from_args,
     interrupted_code,
+    printable,
     recording_off,
     settings_overrides,
     stop_on_termination,
@@ -42,10 +44,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     origins = split_origins([*args.allow_origin, os.environ.get("SPECEM_ORIGINS", "")])
     gate = GateRules(args.host, tuple(args.allowed_host), origins, api_key)
     options = ServerOptions(args.queue, args.max_body_bytes, not recording_off(args.no_log), gate)
-    with Ensemble.from_config(config_from_args(args), **settings_overrides(args)) as ensemble:
-        server = EnsembleServer(ensemble, options)
+    with contextlib.ExitStack() as running:
+        mcp = None
+        if args.mcp is not None:  # a bad config is one line before anything starts, or any model loads
+            from specem_local.mcp import McpTools, read_config
+
+            servers = read_config(args.mcp)
+            mcp = running.enter_context(
+                McpTools.start(servers, start_seconds=args.mcp_timeout, call_seconds=args.mcp_timeout)
+            )
+            for problem in mcp.problems:
+                print(f"specem: warning: {printable(problem)}", file=sys.stderr, flush=True)
+        ensemble = running.enter_context(Ensemble.from_config(config_from_args(args), **settings_overrides(args)))
+        server = EnsembleServer(ensemble, options, mcp=mcp)
         where = f"http://{args.host}:{args.port}/v1"
         print(f"specem serve: {where} serves {', '.join(ensemble.model_names)} as model 'specem'", flush=True)
+        if mcp is not None:
+            labels = ", ".join(repr(each.label) for each in server.mcp_servers or ()) or "none"
+            print(f"specem serve: MCP servers for the Responses API's mcp tools: {labels}", flush=True)
         run_until_stopped(server, args.host, args.port, args.log_level)
     return 0
 
@@ -105,6 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-log", action="store_true", help="do not record the answers in the history (or set SPECEM_NO_LOG=1)"
     )
     serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    serve.add_argument(
+        "--mcp",
+        metavar="CONFIG",
+        help='MCP servers whose tools a Responses API request may opt in to ({"type": "mcp", "server_label": NAME}; '
+        'a JSON file, {"mcpServers": ...}; stdio servers): run here, by the server\'s own agent loop',
+    )
+    serve.add_argument(
+        "--mcp-timeout",
+        type=whole_number(1, 3600),
+        default=60,
+        metavar="SECONDS",
+        help="with --mcp: how long a server may take to start, and a call to answer (default 60)",
+    )
     add_settings_flags(serve)
     serve.set_defaults(handler=cmd_serve)
 

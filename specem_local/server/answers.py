@@ -54,14 +54,15 @@ class AnswerQueue:
         self.closing = True
         self.runner.cancel()
 
-    def start(self, prepared: AnswerRequest, messages: list[dict[str, Any]]) -> AnswerStream:
+    def start(self, prepared: AnswerRequest, messages: list[dict[str, Any]], *, admitted: bool = False) -> AnswerStream:
         """The request's answer, in line now (so requests arriving together are counted):
         ``Busy`` when the line is full, ``ShuttingDown`` while the server stops. ``messages``:
-        the conversation as the client sent it, for the history."""
+        the conversation as the client sent it, for the history. ``admitted``: a later answer
+        of a request the line took already (an MCP loop's), in line whatever its length."""
         if self.closing:
             raise ShuttingDown("the server is shutting down; no answer starts now")
         stream = self.ensemble.stream(prepared)
-        self.runner.enqueue(stream, limit=self.places + self.queue)
+        self.runner.enqueue(stream, limit=None if admitted else self.places + self.queue)
         if self.history is not None:  # recorded once it has its turn: one that never runs leaves nothing
             stream.log_to(
                 lambda: self._start_record(messages), lambda said: log.warning("specem serve: warning: %s", said)

@@ -101,10 +101,22 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
         choice = choice if tools is not None else None  # "auto" or "none" without tools: nothing to choose
         output = FormatAsk(schema=schema, tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
     think = _thinking(body.get("thinking"))
+    _metadata(body.get("metadata"))
     fields = {"stop": "stop_sequences", "think": "thinking.budget_tokens", "schema": schema_field}
     ask = Ask(messages, settings, output, think, (member,) if member else None)
     model = f"{MODEL_ID}/{member}" if member else MODEL_ID
     return Request(messages, ask, stream, tools is not None, stops, fields, model)
+
+
+def _metadata(value: Any) -> None:
+    """``metadata`` is left alone, but only as Anthropic's API takes it: an object whose
+    ``user_id`` (if any) is a string."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ApiError(400, "metadata must be an object (with a user_id string)", "metadata")
+    if value.get("user_id") is not None and not isinstance(value["user_id"], str):
+        raise ApiError(400, "metadata.user_id must be a string", "metadata.user_id")
 
 
 def _stops(value: Any) -> tuple[str, ...]:

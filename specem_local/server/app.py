@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -30,14 +31,17 @@ from starlette.routing import Route
 from specem_local.engine import AnswerStream, Ensemble
 from specem_local.errors import Busy
 from specem_local.events import Event
+from specem_local.mcp import McpTools
 from specem_local.server import anthropic_format as an
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
 from specem_local.server import responses_format as rf
+from specem_local.server import responses_output as ro
 from specem_local.server import writers
 from specem_local.server.answers import AnswerQueue, KeptResponses
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
+from specem_local.server.mcp_rounds import McpRounds, servers_of
 from specem_local.server.replies import Whole
 
 # Far deeper than any request; a body nested deeper is refused before it is parsed. A schema
@@ -56,11 +60,15 @@ class ServerOptions:
 
 
 class EnsembleServer:
-    """The routes, over one loaded ensemble. ``app`` is the ASGI application to serve."""
+    """The routes, over one loaded ensemble. ``app`` is the ASGI application to serve; ``mcp``:
+    the MCP servers' tools a Responses request may opt in to (``specem serve --mcp``, started
+    and closed by the caller)."""
 
-    def __init__(self, ensemble: Ensemble, options: ServerOptions) -> None:
+    def __init__(self, ensemble: Ensemble, options: ServerOptions, *, mcp: McpTools | None = None) -> None:
         self.ensemble = ensemble
         self.options = options
+        self.mcp = mcp
+        self.mcp_servers = servers_of(mcp) if mcp is not None else None
         self.answers = AnswerQueue(ensemble, options.queue, options.record)
         self.kept = KeptResponses(self.answers.history)  # the Responses API's, for previous_response_id
         self.created = int(time.time())
@@ -216,22 +224,27 @@ class EnsembleServer:
         return streams
 
     async def responses(self, request: HttpRequest) -> Response:
-        """OpenAI's Responses API: the answer as a ``response`` object, or its events."""
+        """OpenAI's Responses API: the answer as a ``response`` object, or its events; with MCP
+        tools, the server's own agent loop (``mcp_rounds.py``)."""
         started = await self._start(request, self._parse_responses)
         if isinstance(started, Response):
             return started
         parsed, stream = started
         assert stream is not None
+        rounds = McpRounds(parsed, stream, self.ensemble, self.answers, self.mcp) if parsed.mcp and self.mcp else None
         gone = None if parsed.stream else request.is_disconnected
         events = self.answers.events(stream, gone)
+        keep = functools.partial(self._keep, parsed)  # the output items, once the response is whole
         if parsed.stream:
             return EventSourceResponse(
-                writers.response_events(parsed, events, lambda output: self._keep(parsed, output)),
+                writers.response_events(parsed, events, keep, rounds.follow if rounds else None),
                 ping=15,
                 sep="\n",
-                background=BackgroundTask(stream.close),
+                background=BackgroundTask(rounds.close if rounds else stream.close),
                 shutdown_grace_period=STREAM_GRACE,
             )
+        if rounds is not None:
+            return await rounds.whole(request, events, self._collected, keep)
         return await self._whole(request, events, stream, lambda whole: JSONResponse(self._responded(parsed, whole)))
 
     def _parse_responses(self, body: Any) -> rf.Request:
@@ -241,12 +254,12 @@ class EnsembleServer:
         if isinstance(previous, str) and earlier is None:
             missing = f"no response {previous[:60]!r} is kept here (it was made with store: false, or elsewhere)"
             raise ApiError(404, missing, "previous_response_id", "not_found_error")
-        return rf.parse_request(body, earlier, self.ensemble.model_names)
+        return rf.parse_request(body, earlier, self.ensemble.model_names, self.mcp_servers)
 
     def _responded(self, parsed: rf.Request, whole: Whole) -> dict[str, Any]:
-        output = rf.output_items(whole, parsed.tools)
+        output = ro.output_items(whole, parsed.tools)
         self._keep(parsed, output)
-        return rf.response(parsed, whole.start, whole.final, output)
+        return ro.response(parsed, whole.start, whole.final, output)
 
     def _keep(self, parsed: rf.Request, output: list[dict[str, Any]]) -> None:
         """A response's conversation, for a later ``previous_response_id`` (unless ``store: false``)."""

@@ -1,29 +1,34 @@
-"""OpenAI's Responses API (``POST /v1/responses``), both ways, as plain functions: a request body
+"""OpenAI's Responses API (``POST /v1/responses``), its requests, as plain functions: a body
 becomes an ``Ask`` (``input`` as text or items, ``instructions``, ``text.format``, function
-``tools``, ``reasoning``, ``max_output_tokens``), and the answer becomes a ``response`` object, or
-the stream of events the ``openai`` client reads (``response.created`` ... ``response.completed``),
-from the same pieces every API writes (``replies.py``).
+``tools``, ``reasoning``, ``max_output_tokens``). The way back (the ``response`` object, its
+items, the stream of events the ``openai`` client reads) is ``responses_output.py``.
 
 An earlier response is continued by ``previous_response_id``: the server keeps each response's
 conversation (``store``, the default) and this module only turns items into messages and back.
 What the ensemble cannot do (built-in tools such as web search, images, background responses) is
 a 400 naming the field.
+
+MCP tools (``{"type": "mcp", "server_label": NAME}``) opt in to the tools of a server started
+with ``specem serve --mcp``: this module checks them against the servers offered (``McpServer``)
+(``responses_output.py`` writes their ``mcp_list_tools`` and ``mcp_call`` items; ``mcp_rounds.py``
+runs the loop).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk, ToolCall
-from specem_local.events import FinalEvent, StartEvent
+from specem_local.engine import Ask, FormatAsk
+from specem_local.mcp import Offered
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import MODEL_ID, message_text, reasoning
-from specem_local.server.replies import Piece, Whole, answer_facts, member_named, prompt_tokens, whole_reply
+from specem_local.server.replies import member_named
 
 REFUSED = {
     "background": "background responses",
@@ -31,6 +36,17 @@ REFUSED = {
     "prompt": "prompt templates",
 }
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+MCP_ITEMS = ("mcp_list_tools", "mcp_call")
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server of ``specem serve --mcp``: its label (its name in the config), its tools as
+    the models are offered them, and why it has none when it did not start (``error``)."""
+
+    label: str
+    tools: tuple[Offered, ...] = ()
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,12 @@ class Request:
     model: str = MODEL_ID  # as asked: the ensemble, or one member alone (``specem/NAME``)
     id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
+    mcp: tuple[McpServer, ...] = ()  # the MCP servers opted in, with the tools allowed of each
+
+    @property
+    def mcp_tools(self) -> dict[str, Offered]:
+        """The MCP tools offered to the models, by the name they call."""
+        return {tool.name: tool for server in self.mcp for tool in server.tools}
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -53,10 +75,16 @@ class Request:
         return [m for m in self.ask.prompt if isinstance(m, dict)] if isinstance(self.ask.prompt, list) else []
 
 
-def parse_request(body: Any, earlier: list[dict[str, Any]] | None = None, members: Sequence[str] = ()) -> Request:
+def parse_request(
+    body: Any,
+    earlier: list[dict[str, Any]] | None = None,
+    members: Sequence[str] = (),
+    servers: Sequence[McpServer] | None = None,
+) -> Request:
     """A Responses request as the ensemble's ask; ``earlier``: the items of the response it
     continues (``previous_response_id``), already looked up; ``members``: those it may name to
-    answer alone (``specem/NAME``)."""
+    answer alone (``specem/NAME``); ``servers``: the MCP servers offered (None: the server was
+    started without ``--mcp``)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     member = member_named(body.get("model"), members)
@@ -69,12 +97,12 @@ def parse_request(body: Any, earlier: list[dict[str, Any]] | None = None, member
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise ApiError(400, "instructions must be text", "instructions")
-    messages = messages_of(items)
+    messages = messages_of(items, mcp_names(servers or ()))
     if instructions:  # instructions are this request's own: never carried to the next one
         messages = [{"role": "system", "content": message_text(instructions, "instructions")}, *messages]
     settings, sent = _settings(body)
     output, param = _format(body.get("text"))
-    output, tools = _tools(body, output)
+    output, tools, mcp = _tools(body, output, servers)
     think, think_field = reasoning(body)
     if think_field:
         sent["think"] = think_field
@@ -82,6 +110,7 @@ def parse_request(body: Any, earlier: list[dict[str, Any]] | None = None, member
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise ApiError(400, "previous_response_id must be text", "previous_response_id")
+    _metadata(body.get("metadata"))
     echo = {key: body.get(key) for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata")}
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
@@ -94,7 +123,16 @@ def parse_request(body: Any, earlier: list[dict[str, Any]] | None = None, member
         {**echo, "tools": body.get("tools") or [], "text": body.get("text") or {"format": {"type": "text"}}},
         {**sent, **formats},
         model=f"{MODEL_ID}/{member}" if member else MODEL_ID,
+        mcp=mcp,
     )
+
+
+def _metadata(value: Any) -> None:
+    """``metadata`` is echoed back: an object of at most 16 strings, as OpenAI's."""
+    if value is None:
+        return
+    if not isinstance(value, dict) or len(value) > 16 or not all(isinstance(v, str) for v in value.values()):
+        raise ApiError(400, "metadata must be an object of at most 16 keys with text values", "metadata")
 
 
 def _switch(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -131,14 +169,26 @@ def input_items(value: Any) -> list[dict[str, Any]]:
     return [dict(item) for item in value]
 
 
-def messages_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def mcp_names(servers: Sequence[McpServer]) -> dict[tuple[str, str], str]:
+    """(server label, the server's own tool name) -> the name the models call it by."""
+    return {(server.label, tool.tool): tool.name for server in servers for tool in server.tools}
+
+
+def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
     """Items as the ensemble's messages: messages by role, ``function_call`` items as an
-    assistant's tool calls, ``function_call_output`` items as tool results; a reasoning item is
-    left out (the members never read their own thinking back)."""
+    assistant's tool calls, ``function_call_output`` items as tool results, an ``mcp_call`` item
+    as both (its tool named as the models call it, ``names``); a reasoning item and an
+    ``mcp_list_tools`` item are left out (the members never read their own thinking back, and
+    the tools are offered anew)."""
     messages: list[dict[str, Any]] = []
+    mcp_turn: dict[str, Any] | None = None  # the assistant message of the mcp_call items in a row
     for index, item in enumerate(items):
         where, kind = f"input[{index}]", item.get("type", "message")
-        if kind == "message":
+        if kind != "mcp_call":
+            mcp_turn = None
+        if kind == "mcp_call":
+            mcp_turn = _mcp_call_messages(item, where, names or {}, messages, mcp_turn)
+        elif kind == "message":
             given = item.get("role")
             role = ROLES.get(given) if isinstance(given, str) else None
             if role is None:
@@ -158,11 +208,54 @@ def messages_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", where), "content": text})
-        elif kind != "reasoning":
+        elif kind not in ("reasoning", "mcp_list_tools"):
             raise ApiError(
                 400, f"{where}.type {str(kind)[:40]!r} is not supported by the specem ensemble", f"{where}.type"
             )
     return messages
+
+
+def _mcp_call_messages(
+    item: dict[str, Any],
+    where: str,
+    names: dict[tuple[str, str], str],
+    messages: list[dict[str, Any]],
+    turn: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """An ``mcp_call`` item (the server ran it) as an assistant's call, added to ``turn`` (the
+    assistant message of the calls just before it, if any), and its result; the turn it is in."""
+    label, name = _text(item, "server_label", where), _text(item, "name", where)
+    call = {
+        "id": _text(item, "id", where),
+        "type": "function",
+        "function": {"name": names.get((label, name), name), "arguments": _text(item, "arguments", where)},
+    }
+    if turn is None:
+        turn = {"role": "assistant", "content": None, "tool_calls": []}
+        messages.append(turn)
+    turn["tool_calls"].append(call)
+    output, error = item.get("output"), item.get("error")
+    if isinstance(output, str):
+        result = output
+    elif error is not None:
+        said = error if isinstance(error, str) else _error_text(error)
+        result = said if said.startswith("error: ") else f"error: {said}"
+    else:
+        result = "error: the call was not run"
+    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    return turn
+
+
+def _error_text(error: Any) -> str:
+    """A failed ``mcp_call``'s ``error`` sent back: its ``message`` (a protocol or HTTP error),
+    or its text content (a tool's own error), else its JSON."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    content = error.get("content") if isinstance(error, dict) else None
+    texts = [part.get("text") for part in content if isinstance(part, dict)] if isinstance(content, list) else []
+    if texts and all(isinstance(text, str) for text in texts):
+        return "\n".join(texts)
+    return json.dumps(error, ensure_ascii=False)
 
 
 def _text(item: dict[str, Any], name: str, where: str) -> str:
@@ -190,7 +283,9 @@ def _format(value: Any) -> tuple[FormatAsk | None, str | None]:
     in the format, as the Responses API has it)."""
     if value is None:
         return None, None
-    chosen = value.get("format") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise ApiError(400, 'text must be an object, such as {"format": {"type": "json_object"}}', "text")
+    chosen = value.get("format")
     if chosen is None:
         return None, None
     kind = chosen.get("type") if isinstance(chosen, dict) else None
@@ -206,222 +301,117 @@ def _format(value: Any) -> tuple[FormatAsk | None, str | None]:
     raise ApiError(400, "text.format.type must be text, json_object or json_schema", "text.format.type")
 
 
-def _tools(body: dict[str, Any], output: FormatAsk | None) -> tuple[FormatAsk | None, bool]:
-    """``tools`` (function tools, their fields flat as the Responses API has them), ``tool_choice``
-    and ``parallel_tool_calls`` added to the format; a built-in tool is a 400 naming it."""
+def _tools(
+    body: dict[str, Any], output: FormatAsk | None, servers: Sequence[McpServer] | None = None
+) -> tuple[FormatAsk | None, bool, tuple[McpServer, ...]]:
+    """``tools`` (function tools, their fields flat as the Responses API has them, and MCP
+    tools naming servers of ``--mcp``), ``tool_choice`` and ``parallel_tool_calls`` added to
+    the format; the MCP servers opted in; a built-in tool is a 400 naming it."""
     tools = body.get("tools")
+    parallel = _switch(body, "parallel_tool_calls", True)
     if tools in (None, []):
-        return output, False
+        if body.get("tool_choice") not in (None, "none", "auto"):
+            raise ApiError(400, 'tool_choice must be "none" or "auto" when no tools are given', "tool_choice")
+        return output, False, ()
     if not isinstance(tools, list):
         raise ApiError(400, "tools must be a list", "tools")
-    specs = []
+    specs: list[dict[str, Any]] = []
+    mcp: list[McpServer] = []
     for index, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
+        if kind not in ("function", "mcp"):
             said = f"{str(kind)[:40]!r} tools are" if kind else "a tool without a type is"
             raise ApiError(
-                400, f"{said} not supported by the specem ensemble (function tools are)", f"tools[{index}].type"
+                400,
+                f"{said} not supported by the specem ensemble (function tools are, and mcp tools naming a "
+                "server of specem serve --mcp)",
+                f"tools[{index}].type",
             )
         assert isinstance(tool, dict)
+        if kind == "mcp":
+            mcp.append(_mcp_tool(tool, f"tools[{index}]", servers, mcp))
+            continue
         function = {key: tool[key] for key in ("name", "description", "parameters") if tool.get(key) is not None}
         specs.append({"type": "function", "function": function})
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        choice = {"type": "function", "function": {"name": choice.get("name")}}
-    parallel = _switch(body, "parallel_tool_calls", True)
+    functions = {spec["function"].get("name") for spec in specs}
+    for server in mcp:
+        specs += [tool.spec for tool in server.tools]
+        clash = next((tool for tool in server.tools if tool.name in functions), None)
+        if clash is not None:
+            index = next(i for i, t in enumerate(tools) if t.get("name") == clash.name)
+            raise ApiError(400, f"a function tool is named {clash.name!r}, as a tool of the MCP server "
+                                f"{server.label!r} is; rename the function", f"tools[{index}].name")  # fmt: skip
+    choice = _tool_choice(body.get("tool_choice"), mcp)
     if output is not None:
         raise ApiError(400, "give tools or text.format, not both", "text.format")
-    return FormatAsk(tools=specs, tool_choice=choice, parallel_tool_calls=parallel), True
+    if not specs:  # only MCP servers, none of whose tools is allowed
+        return None, False, tuple(mcp)
+    return FormatAsk(tools=specs, tool_choice=choice, parallel_tool_calls=parallel), True, tuple(mcp)
 
 
-# -- the way back ----------------------------------------------------------------------------------
-def _call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": "fc_" + call.id.removeprefix("call_"),
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": json.dumps(call.arguments, ensure_ascii=False),
-        "status": status,
-    }
+def _mcp_tool(
+    tool: dict[str, Any], where: str, servers: Sequence[McpServer] | None, chosen: list[McpServer]
+) -> McpServer:
+    """An MCP tool: the server of ``--mcp`` it names (``server_label``), with the tools it
+    allows (``allowed_tools``: the server's tool names, or ``{"tool_names": [...]}``). A remote
+    server, an approval asked for or a server not offered is a 400 naming the field."""
+    labels = ", ".join(repr(server.label) for server in servers or ())
+    offered = (
+        "this server was started without --mcp, so it offers no MCP servers (start it with specem serve --mcp CONFIG)"
+        if servers is None
+        else f"this server offers the MCP servers {labels} (specem serve --mcp)"
+        if labels
+        else "this server's --mcp config names no MCP server"
+    )
+    for key in ("server_url", "connector_id", "tunnel_id"):
+        if tool.get(key) is not None:
+            raise ApiError(400, f"{where}.{key}: remote MCP servers are not reached by specem; {offered}",
+                           f"{where}.{key}")  # fmt: skip
+    label = tool.get("server_label")
+    if not isinstance(label, str) or not label:
+        raise ApiError(400, f"{where}.server_label must name an MCP server; {offered}", f"{where}.server_label")
+    server = next((server for server in servers or () if server.label == label), None)
+    if server is None:
+        raise ApiError(400, f"{where}.server_label: no MCP server {label[:60]!r} here; {offered}",
+                       f"{where}.server_label")  # fmt: skip
+    if any(other.label == label for other in chosen):
+        raise ApiError(400, f"{where}.server_label: the MCP server {label!r} is given twice", f"{where}.server_label")
+    if tool.get("require_approval") not in (None, "never"):
+        raise ApiError(400, f'{where}.require_approval: approvals are not asked here (give "never" or leave it '
+                            "out): whoever started this server approved the tools of its --mcp servers",
+                       f"{where}.require_approval")  # fmt: skip
+    allowed = tool.get("allowed_tools")
+    if allowed is None:
+        return server
+    names = allowed.get("tool_names") if isinstance(allowed, dict) else allowed
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ApiError(400, f'{where}.allowed_tools must be a list of tool names, or {{"tool_names": [...]}}',
+                       f"{where}.allowed_tools")  # fmt: skip
+    known = {tool.tool for tool in server.tools} | {tool.name for tool in server.tools}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        listed = ", ".join(repr(tool.tool) for tool in server.tools) or "none"
+        raise ApiError(400, f"{where}.allowed_tools: the MCP server {label!r} has no tool {unknown[0][:60]!r}; "
+                            f"its tools: {listed}"[:600], f"{where}.allowed_tools")  # fmt: skip
+    kept = tuple(tool for tool in server.tools if tool.tool in names or tool.name in names)
+    return dataclasses.replace(server, tools=kept)
 
 
-def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" or text else []
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
-
-
-def _reasoning_item(item_id: str, text: str) -> dict[str, Any]:
-    return {
-        "type": "reasoning",
-        "id": item_id,
-        "summary": [{"type": "summary_text", "text": text}],
-        "content": [{"type": "reasoning_text", "text": text}],
-    }
-
-
-def output_items(whole: Whole, tools: bool) -> list[dict[str, Any]]:
-    """A whole answer's output items: its reasoning (when it thought first), then its calls, or
-    its message."""
-    final = whole.final
-    assert final is not None
-    items = [_reasoning_item("rs_" + uuid.uuid4().hex, final.reasoning)] if final.reasoning else []
-    reply = whole_reply(final, tools)
-    if reply.calls:
-        return items + [_call_item(call) for call in reply.calls]
-    return [*items, _message_item("msg_" + uuid.uuid4().hex, reply.content or "")]
-
-
-def response(
-    request: Request, start: StartEvent | None, final: FinalEvent | None, output: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The ``response`` object: in progress (no final yet), completed, or incomplete (a limit
-    cut the answer)."""
-    incomplete = final is not None and final.finish_reason in ("length", "context")
-    status = "in_progress" if final is None else "incomplete" if incomplete else "completed"
-    body: dict[str, Any] = {
-        "id": request.id,
-        "object": "response",
-        "created_at": request.created,
-        "status": status,
-        "model": request.model,
-        "output": output,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "previous_response_id": request.previous,
-        "store": request.store,
-        **request.echo,
-    }
-    if final is not None:
-        prompt = prompt_tokens(start)
-        body["usage"] = {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": final.tokens,
-            "output_tokens_details": {"reasoning_tokens": final.reasoning_tokens},
-            "total_tokens": prompt + final.tokens,
-        }
-        body["x_specem"] = answer_facts(start, final)
-    return body
-
-
-class Events:
-    """A streamed answer as the Responses API's events, each with its ``sequence_number``: the
-    response created, each output item added, its deltas, each item done, the response completed."""
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-        self.number = 0
-        self.output: list[dict[str, Any]] = []  # the items done so far
-        self.open: dict[str, Any] | None = None  # the item being written (message or reasoning)
-        self.text = ""
-
-    def _event(self, kind: str, **data: Any) -> dict[str, Any]:
-        self.number += 1
-        return {"type": kind, "sequence_number": self.number, **data}
-
-    def started(self) -> Iterator[dict[str, Any]]:
-        shown = response(self.request, None, None, [])
-        yield self._event("response.created", response=shown)
-        yield self._event("response.in_progress", response=shown)
-
-    def piece(self, piece: Piece) -> Iterator[dict[str, Any]]:
-        if piece.reasoning:
-            yield from self._write("reasoning", piece.reasoning)
-        if piece.text:
-            yield from self._write("message", piece.text)
-        for _, call in piece.calls:
-            yield from self._close()
-            index, item = len(self.output), _call_item(call)
-            yield self._event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "arguments": "", "status": "in_progress"},
-            )
-            yield self._event(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=index,
-                delta=item["arguments"],
-            )
-            yield self._event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            )
-            yield self._event("response.output_item.done", output_index=index, item=item)
-            self.output.append(item)
-
-    def _write(self, kind: str, text: str) -> Iterator[dict[str, Any]]:
-        """Open the item of ``kind`` if another is open (closing that one), then its delta."""
-        if self.open is None or self.open["type"] != kind:
-            yield from self._close()
-            prefix = "rs_" if kind == "reasoning" else "msg_"
-            self.open = {"type": kind, "id": prefix + uuid.uuid4().hex}
-            self.text = ""
-            index = len(self.output)
-            if kind == "message":
-                yield self._event(
-                    "response.output_item.added",
-                    output_index=index,
-                    item=_message_item(self.open["id"], "", "in_progress"),
-                )
-                yield self._event(
-                    "response.content_part.added",
-                    item_id=self.open["id"],
-                    output_index=index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            else:
-                yield self._event(
-                    "response.output_item.added",
-                    output_index=index,
-                    item={"type": "reasoning", "id": self.open["id"], "summary": []},
-                )
-        self.text += text
-        delta = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        extra: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
-        yield self._event(
-            delta, item_id=self.open["id"], output_index=len(self.output), content_index=0, delta=text, **extra
-        )
-
-    def _close(self) -> Iterator[dict[str, Any]]:
-        if self.open is None:
-            return
-        index, item_id = len(self.output), self.open["id"]
-        if self.open["type"] == "message":
-            yield self._event(
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=self.text,
-                logprobs=[],
-            )
-            part = {"type": "output_text", "text": self.text, "annotations": []}
-            yield self._event(
-                "response.content_part.done", item_id=item_id, output_index=index, content_index=0, part=part
-            )
-            item = _message_item(item_id, self.text)
-        else:
-            yield self._event(
-                "response.reasoning_text.done", item_id=item_id, output_index=index, content_index=0, text=self.text
-            )
-            item = _reasoning_item(item_id, self.text)
-        yield self._event("response.output_item.done", output_index=index, item=item)
-        self.output.append(item)
-        self.open = None
-
-    def ended(self, start: StartEvent | None, final: FinalEvent) -> Iterator[dict[str, Any]]:
-        yield from self._close()
-        if not self.output and not self.request.tools:  # nothing written: the empty message all the same
-            yield from self._write("message", "")
-            yield from self._close()
-        shown = response(self.request, start, final, self.output)
-        kind = "response.incomplete" if shown["status"] == "incomplete" else "response.completed"
-        yield self._event(kind, response=shown)
+def _tool_choice(choice: Any, mcp: list[McpServer]) -> Any:
+    """``tool_choice`` as the engine takes it: a function named, or an MCP server's tool
+    (``{"type": "mcp", "server_label", "name"}``) as the name the models call; an MCP server
+    without a tool named: a call required."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "mcp":
+        server = next((server for server in mcp if server.label == choice.get("server_label")), None)
+        if server is None:
+            raise ApiError(400, "tool_choice names an MCP server not among the tools", "tool_choice")
+        if choice.get("name") is None:
+            return "required"
+        tool = next((t for t in server.tools if choice.get("name") in (t.tool, t.name)), None)
+        if tool is None:
+            raise ApiError(400, f"tool_choice: the MCP server {server.label!r} offers no tool "
+                                f"{str(choice.get('name'))[:60]!r}", "tool_choice")  # fmt: skip
+        return {"type": "function", "function": {"name": tool.name}}
+    return {"type": "function", "function": {"name": choice.get("name")}}

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
 from specem_local.server import responses_format as rf
+from specem_local.server import responses_output as ro
 from specem_local.server.errors import http_error
 from specem_local.server.replies import Pieces, Whole
 
 _END = object()
+# An MCP loop's step after a whole answer: the items of what the server ran, the next answer's events
+FollowUp = Callable[[Whole], Awaitable[tuple[list[dict[str, Any]], AsyncIterator[Event] | None]]]
 
 
 async def merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
@@ -97,26 +100,38 @@ async def ollama_lines(parsed: ol.Request, events: AsyncIterator[Event], chat: b
 
 
 async def response_events(
-    parsed: rf.Request, events: AsyncIterator[Event], keep: Callable[[list[dict[str, Any]]], None]
+    parsed: rf.Request,
+    events: AsyncIterator[Event],
+    keep: Callable[[list[dict[str, Any]]], None],
+    follow: FollowUp | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """The Responses API's events (``event:`` and ``data:`` of each); ``keep`` is given the output
-    items once the response is complete (``store``)."""
-    writer, pieces = rf.Events(parsed), Pieces(parsed.tools)
-    start: StartEvent | None = None
+    items once the response is complete (``store``). ``follow`` (an MCP loop): given each whole
+    answer, the items of what the server ran for it (written once the answer ends) and the next
+    answer's events, or None when this answer is the last."""
+    writer, pieces, whole = ro.Events(parsed), Pieces(parsed.tools), Whole()
     for shown in writer.started():
         yield {"event": shown["type"], "data": json.dumps(shown, ensure_ascii=False)}
     try:
-        async for event in events:
-            said: list[dict[str, Any]] = []
-            if isinstance(event, StartEvent):
-                start = event
-            elif isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
-                said = list(writer.piece(piece))
-            elif isinstance(event, FinalEvent):
-                said = list(writer.ended(start, event))
-                keep(writer.output)
-            for shown in said:
-                yield {"event": shown["type"], "data": json.dumps(shown, ensure_ascii=False)}
+        following: AsyncIterator[Event] | None = events
+        while following is not None:
+            answer, following = following, None
+            async for event in answer:
+                whole.add(event)
+                said: list[dict[str, Any]] = []
+                if isinstance(event, RoundEvent) and (piece := pieces.of(event)) is not None:
+                    said = list(writer.piece(piece))
+                elif isinstance(event, FinalEvent):
+                    items, following = await follow(whole) if follow is not None else ([], None)
+                    if following is None:  # the last answer: what ran for it, then the response
+                        said = [shown for item in items for shown in writer.item(item)]
+                        said += writer.ended(whole.start, event)
+                        keep(writer.output)
+                    else:
+                        said = list(writer.answered(whole, items))
+                        pieces, whole = Pieces(parsed.tools), Whole()
+                for shown in said:
+                    yield {"event": shown["type"], "data": json.dumps(shown, ensure_ascii=False)}
     except Exception as error:  # after the stream began: an error event, as OpenAI's servers send
         failed = http_error(error, answering=True)
         body = {"type": "error", "code": failed.code, "message": failed.message, "param": failed.param}

@@ -49,12 +49,10 @@ def ask(text: str) -> list[dict[str, str]]:
 
 
 def test_models_lists_the_ensemble_and_its_members(client):
-    [model] = client.models.list().data
-    assert model.id == "specem" and model.model_extra["members"] == [
-        "qwen2.5-coder-0.5b",
-        "gemma-3-270m",
-        "smollm2-135m",
-    ]
+    model, *alone = client.models.list().data
+    members = ["qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"]
+    assert model.id == "specem" and model.model_extra["members"] == members
+    assert [entry.id for entry in alone] == [f"specem/{name}" for name in members]  # each member on its own
 
 
 def test_streamed_deltas_equal_the_answer_and_carry_the_authors(server, client):
