@@ -252,8 +252,9 @@ def _error_text(error: Any) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return error["message"]
     content = error.get("content") if isinstance(error, dict) else None
-    texts = [part.get("text") for part in content if isinstance(part, dict)] if isinstance(content, list) else []
-    if texts and all(isinstance(text, str) for text in texts):
+    parts = content if isinstance(content, list) else []
+    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    if texts and len(texts) == len(parts):
         return "\n".join(texts)
     return json.dumps(error, ensure_ascii=False)
 
