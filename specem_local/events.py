@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # The closed sets the events speak in (their JSON keeps these strings).
-Decision = Literal["vote", "contrast", "fast-finish", "only-candidate", "confident", "picked", "forced"]
+Decision = Literal["vote", "contrast", "fast-finish", "only-candidate", "confident", "picked", "forced", "options"]
 FinishReason = Literal["eos", "length", "stop", "context", "cancelled", "empty"]
 WeightsOrigin = Literal["prior", "carried", "calibrated", "built-in"]
 Phase = Literal["reasoning", "answer"]  # an answer with a format thinks first, then writes the format

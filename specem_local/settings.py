@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,10 +43,14 @@ class Limits:
     high: float | None = None
     open_low: bool = False
     open_high: bool = False
+    pattern: str = ""  # text: a regular expression it must match whole
+    pattern_words: str = ""  # ... said in words
 
     def describe(self) -> str:
         if self.choices:
             return f"one of {', '.join(self.choices)}"
+        if self.pattern:
+            return self.pattern_words
         low, high = _number_text(self.low), _number_text(self.high)
         if self.low is not None and self.high is not None:
             return f"in {'(' if self.open_low else '['}{low}, {high}{')' if self.open_high else ']'}"
@@ -58,6 +63,8 @@ class Limits:
     def allows(self, value: Any) -> bool:
         if self.choices:
             return value in self.choices
+        if self.pattern:
+            return re.fullmatch(self.pattern, value) is not None
         if self.low is not None and (value <= self.low if self.open_low else value < self.low):
             return False
         return not (self.high is not None and (value >= self.high if self.open_high else value > self.high))
@@ -122,6 +129,19 @@ class EnsembleSettings:
         "alone, and that answer is given (0 = never; never for a streamed answer already shown)",
         low=0,
         high=1,
+    )
+    score_options: bool = setting(
+        True,
+        "answer",
+        "an answer whose format allows only a few values (an enum, consts, a boolean) is chosen by every member "
+        "scoring every option, asked and as plain text, with the task's weights (not drafted in rounds)",
+    )
+    task: str = setting(
+        "",
+        "answer",
+        "the kind of task, for its weights among the options (specem calibrate --task NAME); empty: choices",
+        pattern=r"[A-Za-z0-9_.-]{0,64}",
+        pattern_words="a name of at most 64 letters, digits, '_', '-' or '.'",
     )
     abstain_below: float = setting(
         0.0,

@@ -1,4 +1,6 @@
-"""``specem calibrate TASKS.jsonl``: set an ensemble's starting weights from labelled items.
+"""``specem calibrate TASKS.jsonl``: set an ensemble's starting weights from labelled items
+(``--task NAME``: its weights among options for that kind of task; ``--confidence``: how sure
+its answers are).
 
 Each member answers every item alone (greedy, the eval's prompt); a member's loss on an item
 is 1 when its answer is wrong. The weights are then Hedge over the items from the prior, at
@@ -38,6 +40,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"greedy": True, **settings_overrides(args)}
     if args.confidence:
         return calibrate_confidence(args, tasks, overrides)
+    if overrides.get("task"):
+        return calibrate_task(args, tasks, overrides)
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         verifiers = [m for m in ensemble.members if m.spec.verifies]
         if len(ensemble.members) < 2:
@@ -97,12 +101,67 @@ def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: 
     return 0
 
 
+def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[str, Any]) -> int:
+    """``--task NAME``: every member scores every option of each item both ways (as an answer
+    among options is made), and the task's weights and label priors are fitted on the labelled
+    answers and kept (``task_weights.fit_task``); said with each source's and the mix's accuracy
+    on these items."""
+    from tqdm import tqdm
+
+    from specem_local.engine import Ensemble, keep_task_weights, options
+    from specem_local.engine.task_weights import fit_task
+    from specem_local.events import RoundEvent
+
+    name = overrides["task"]
+    if any(not task.choices for task in tasks):
+        raise SpecemError(f"--task {name}: weights among options are fitted on items with choices and a letter answer")
+    offered = [options.options_in({"enum": list(task.choices)}) for task in tasks]
+    if any(found is None for found in offered):
+        raise SpecemError(f"--task {name}: an item's choices are not distinct options (the same text twice?)")
+    with Ensemble.from_config(config_from_args(args)) as ensemble:
+        scores, answers = [], []
+        for task in tqdm(tasks, desc=f"calibrate {name}", unit="item", file=sys.stderr):
+            events = ensemble.stream(task.question, schema={"enum": list(task.choices)}, **overrides)
+            chosen = next(e for e in events if isinstance(e, RoundEvent))
+            scores.append(
+                {source: [c.scores[source] for c in chosen.candidates] for source in chosen.candidates[0].scores}
+            )
+            answers.append("ABCDEFGHIJ".index(task.answer))
+        fitted = fit_task(
+            name,
+            scores,
+            [o for o in offered if o is not None],
+            answers,
+            f"{len(tasks)} labelled items of {Path(args.tasks).name}",
+        )
+        kept = keep_task_weights(ensemble.members, fitted)
+    print(f"task {name!r}: weights fitted on {len(tasks)} items of {args.tasks}, kept in {kept}")
+    rows = []
+    for source, weight in sorted(fitted.weights.items(), key=lambda item: -item[1]):
+        right = sum(int(max(range(len(s[source])), key=s[source].__getitem__)) == a for s, a in zip(scores, answers))
+        rows.append((source, f"{right}/{len(tasks)}", f"{weight:.3f}"))
+    print_table(("SOURCE (WAY:MODEL)", "RIGHT ALONE", "WEIGHT"), rows)
+    mixed = 0
+    for item, offered_here, answer in zip(scores, offered, answers):
+        assert offered_here is not None
+        priors = fitted.priors_for(offered_here)
+        beliefs = {n: options.corrected(options.distribution(v), priors.get(n)) for n, v in item.items()}
+        mixed += int(options.mixed(beliefs, fitted.weights).argmax()) == answer
+    print(f"the mix with these weights: {mixed}/{len(tasks)} right on these items (the items it was fitted on)")
+    return 0
+
+
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "calibrate", parents=[common], help="set the ensemble's starting weights from labelled items"
     )
     parser.add_argument("tasks", help="JSON lines: question + numeric answer, or question + choices + letter")
-    parser.add_argument("--limit", type=whole_number(1, 10**9), default=20, help="use the first N items (default 20)")
+    parser.add_argument(
+        "--limit",
+        type=whole_number(1, 10**9),
+        default=20,
+        help="use the first N items (default 20; with --task, weights among options for that kind of task, say 100)",
+    )
     parser.add_argument(
         "--confidence",
         action="store_true",

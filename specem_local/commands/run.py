@@ -250,7 +250,7 @@ class AnswerPrinter:
 
     def parsed(self, final: FinalEvent) -> None:
         if not self.args.json:
-            print_parsed(final, self.max_tokens)
+            print_parsed(final, self.max_tokens, bare=self.args.choices is not None)
 
 
 def sure_line(final: FinalEvent) -> None:
@@ -294,8 +294,13 @@ def format_arguments(args: argparse.Namespace, functions: list[Any]) -> OutputFo
             tools = json.loads(read_text(Path(args.tools), "--tools", pipes=True))
         except (ValueError, RecursionError):
             raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
+    schema: Any = read_text(Path(args.schema), "--schema", pipes=True) if args.schema is not None else None
+    if args.choices is not None:
+        if schema is not None:
+            raise SettingError("give --choices or --schema, not both", "schema")
+        schema = {"enum": choices_argument(args.choices)}
     return FormatAsk(
-        schema=read_text(Path(args.schema), "--schema", pipes=True) if args.schema is not None else None,
+        schema=schema,
         json=args.format == "json",
         grammar=read_text(Path(args.grammar), "--grammar", pipes=True) if args.grammar is not None else None,
         regex=args.regex,
@@ -303,9 +308,20 @@ def format_arguments(args: argparse.Namespace, functions: list[Any]) -> OutputFo
     ).compiled()
 
 
-def print_parsed(final: FinalEvent, max_tokens: int) -> None:
+def choices_argument(text: str) -> list[str]:
+    """``--choices a,b,c``: the options, each once, none empty."""
+    choices = [choice.strip() for choice in text.split(",")]
+    if len(choices) < 2 or not all(choices):
+        raise SettingError(f"--choices {text[:60]!r}: give two or more options, separated by commas", "choices")
+    if len(set(choices)) < len(choices):
+        raise SettingError(f"--choices {text[:60]!r}: an option is given twice", "choices")
+    return choices
+
+
+def print_parsed(final: FinalEvent, max_tokens: int, bare: bool = False) -> None:
     """A constrained answer on stdout, alone (for a script to read), once it is whole; with
-    tools, the calls as a JSON list, or the message."""
+    tools, the calls as a JSON list, or the message; ``bare`` (``--choices``): the option
+    itself, not its JSON."""
     from specem_local.engine import ToolReply
 
     if isinstance(final.parsed, ToolReply):
@@ -320,7 +336,8 @@ def print_parsed(final: FinalEvent, max_tokens: int) -> None:
             "cancelled": "was stopped before it was whole",
         }.get(final.finish_reason, f"ended ({final.finish_reason}) before it was whole")
         raise SpecemError(f"the answer {why}")
-    print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
+    text = final.parsed if bare and isinstance(final.parsed, str) else final.text
+    print(printable(text) if sys.stdout.isatty() else text, flush=True)
 
 
 def batch_recorder() -> Callable[[BatchLine, AnswerStream], None] | None:
@@ -406,6 +423,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     shape.add_argument("--format", choices=("json",), help="json: any JSON object")
     shape.add_argument("--grammar", metavar="FILE", help="a Lark or GBNF grammar the answer must match")
     shape.add_argument("--regex", metavar="REGEX", help="a regular expression the whole answer must match")
+    shape.add_argument(
+        "--choices",
+        metavar="A,B,...",
+        help="the answer is one of these options (comma-separated): every member scores each (docs/choices.md)",
+    )
     shape.add_argument(
         "--tools", metavar="FILE", help="functions the models may call (a JSON list): prints the calls, or the message"
     )

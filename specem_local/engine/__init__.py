@@ -10,14 +10,16 @@ turns a config into members; ``rounds`` runs one answer (draft, vote, commit) in
 members); ``member`` is one model's part; ``drafting``, ``verifying``, ``contrastive``,
 ``vote``, ``feedback``, ``sampling``, ``segments``, ``prompting`` and ``thinking`` are its
 steps; ``formats``, ``format_compiler``, ``schemas``, ``conditions`` and ``tools`` shape
-answers a program can parse; ``learned`` and ``choices`` carry weights across answers
-(calibration, your picks). Front ends use this face, never the modules under it.
+answers a program can parse; ``options`` and ``option_answers`` choose an answer among a few
+options by every member's scores, with ``task_weights`` kept per task; ``learned`` and
+``choices`` carry weights across answers (calibration, your picks). Front ends use this face,
+never the modules under it.
 
 May import: ``backend``, ``models``, ``storage``, ``events``, ``settings``, ``errors``, ``dirs``.
 Knows nothing of the front ends.
 """
 
-from specem_local.engine import feedback, learned, sampling
+from specem_local.engine import feedback, learned, options, sampling
 from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.ask import Ask, FormatAsk, ask_from
 from specem_local.engine.choices import (
@@ -40,6 +42,7 @@ from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
+from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
 from specem_local.engine.thinking import plan as think_plan
 from specem_local.engine.tools import (
     ReplyStream,
@@ -67,6 +70,7 @@ __all__ = [
     "OutputFormat",
     "ReplyStream",
     "StreamedCall",
+    "TaskWeights",
     "ToolCall",
     "ToolReply",
     "allowed_tokens",
@@ -83,11 +87,13 @@ __all__ = [
     "fit_calibrator",
     "gpu_layers_for",
     "keep_calibrator",
+    "keep_task_weights",
     "leaderboard",
     "learned",
     "make_sampler",
     "member_matcher",
     "names_in",
+    "options",
     "output_format_from",
     "pick_rewards",
     "prompt_format_for",
@@ -95,6 +101,7 @@ __all__ = [
     "reply_from_text",
     "sampling",
     "stored_weights",
+    "task_weights",
     "think_plan",
     "threads_each",
     "thumbs_rewards",

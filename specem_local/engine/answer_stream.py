@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from specem_local.engine.checking import check_requests, escalated, escalation_request, with_check
 from specem_local.engine.member import Member, can_draft_and_verify
+from specem_local.engine.option_answers import OptionsLoop
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.rounds import RoundLoop, weights_dict
 from specem_local.engine.runner import AnswerRunner
@@ -48,7 +49,7 @@ class AnswerStream(Iterator[Event]):
         self.request = request
         self._members = list(request.members)
         self._cancelled = threading.Event()
-        self._loop: RoundLoop | None = None
+        self._loop: RoundLoop | OptionsLoop | None = None
         self._steps: Iterator[Event] | None = None
         self._final: FinalEvent | None = None
         self._place: int | None = None
@@ -122,7 +123,8 @@ class AnswerStream(Iterator[Event]):
             event = self._parsed(self._escalated(self._checked(event)))
             self._final = event
             assert self._loop is not None
-            self._runner.remember(self._loop.members, self.request.settings, self._loop.start, event)
+            if isinstance(self._loop, RoundLoop):  # an answer among options learns nothing of the rounds' weights
+                self._runner.remember(self._loop.members, self.request.settings, self._loop.start, event)
             self.close()
         self._write(event)
         return event
@@ -131,6 +133,8 @@ class AnswerStream(Iterator[Event]):
         """The answer with its paid check, when asked (``checking.py``); a check that fails
         leaves the answer unchecked."""
         assert self._loop is not None
+        if isinstance(self._loop, OptionsLoop):  # its confidence is the mix's own probability
+            return final
         try:
             checks = [
                 self._answer_alone(request) for request in check_requests(self.request, self._loop.members, final)
@@ -172,10 +176,13 @@ class AnswerStream(Iterator[Event]):
             return event
         return dataclasses.replace(event, parsed=output_format.parse(request.prefix + event.text))
 
-    def _new_loop(self, members: list[Member], absent: dict[str, str]) -> RoundLoop:
-        """The round loop over the members present; the request's starting weights, unless the
-        store was written since it was prepared or a member is out (read again then)."""
+    def _new_loop(self, members: list[Member], absent: dict[str, str]) -> RoundLoop | OptionsLoop:
+        """The round loop over the members present (or, for an answer among options, its one
+        scoring step); the request's starting weights, unless the store was written since it was
+        prepared or a member is out (read again then)."""
         request = self.request
+        if request.options is not None:
+            return OptionsLoop(request, members, self._cancelled, self._runner.run_each, absent)
         start = request.start
         if members != self._members or request.weights_version != self._runner.weights_version:
             start = self._runner.starting_weights(members, request.settings)

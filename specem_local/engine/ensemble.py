@@ -23,6 +23,7 @@ from specem_local.engine.learned import confidence_calibrator, key_of
 from specem_local.engine.loading import Loaded, ProgressCallback, load_members
 from specem_local.engine.many import Answered, answer_many, start_for
 from specem_local.engine.member import Member, can_draft_and_verify
+from specem_local.engine.option_answers import choice_among, option_plan
 from specem_local.engine.prompting import Message, split_partial_answer
 from specem_local.engine.request import (
     AnswerRequest,
@@ -215,8 +216,10 @@ class Ensemble:
         asked = conversation(prompt, settings, output_format)
         default = settings.reasoning_budget if output_format is None or output_format.kind != "tools" else 0
         think_plan = thinking.plan(think, settings.max_tokens, default, output_format is not None)
-        if split_partial_answer(asked)[1]:
-            think_plan = thinking.ThinkPlan(0)  # the answer has begun: it goes on in its format
+        begun = bool(split_partial_answer(asked)[1])
+        among = choice_among(output_format, settings, begun, think is not None and think_plan.budget > 0)
+        if begun or among is not None:
+            think_plan = thinking.ThinkPlan(0)  # begun: it goes on in its format; options: scored at once
         if output_format is None:
             messages = asked
         elif think_plan.budget:
@@ -252,7 +255,8 @@ class Ensemble:
             asked=tuple(asked),
             cells=longest + settings.max_tokens + round_cells(settings, drafters),
             calibrator=confidence_calibrator(members, settings.confidence_check),
-            reserve=self.reserve[0] if self.reserve and settings.escalate_below > 0 else None,
+            reserve=self.reserve[0] if self.reserve and settings.escalate_below > 0 and among is None else None,
+            options=option_plan(among, members, asked, settings, prompts) if among is not None else None,
         )
 
     def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:

@@ -54,6 +54,7 @@ class AnswerRequest:
     cells: int = 0  # KV cells the answer may hold at most, in any member, in every phase: what its place reserves
     calibrator: Calibrator | None = None  # how sure the answer is, from its evidence (evidence.py)
     reserve: Member | None = None  # who answers instead when the answer is unsure (escalate_below)
+    options: Any = None  # an answer among options: its ``option_answers.OptionPlan`` (scored, not drafted)
 
 
 def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:

@@ -27,6 +27,7 @@ DECISIONS: dict[Decision, str] = {
     "confident": "was sure of every token (vote gate: the others did not draft)",
     "picked": "was picked by you over the vote's winner (the answer went on from it)",
     "forced": "was forced by the answer's format (a key, punctuation): no model drafted it",
+    "options": "was the option the members' weighted beliefs favoured (every member scored every option, both ways)",
 }
 
 

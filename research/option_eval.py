@@ -1,0 +1,128 @@
+"""Questions with options (issue 56): every member's scores of every option, both ways, recorded
+through the product's own path, and the systems compared on them.
+
+    python -m specem_research.option_eval run research/data/choices/sst2_train300.jsonl ... --output DIR
+    python -m specem_research.option_eval drafted research/data/choices/sst2_confirm500.jsonl --limit 100 --output DIR
+    python -m specem_research.option_eval report --train DIR --confirm DIR2 --output REPORT.json
+    python -m specem_research.option_eval fit --train DIR --ensemble-key KEY --output WEIGHTS.json
+
+``run`` asks each item as the product is asked (``Ensemble.stream(question, schema={"enum":
+choices}, task=TASK)``: every member scores every option, asked and as plain text, in one step)
+and keeps each source's summed log-probability of each option (the answer's round candidates),
+so every system below is computed from the same scores: each (member, way) alone, raw and with
+its label prior divided out; the uniform mix; the mix with the task's weights fitted on labelled
+items. ``drafted`` answers the same questions the way the product did before (drafted in rounds
+under the enum schema, no thinking, the shipped weights): "today's default". Resumable: items
+already recorded are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from specem_local.engine import Ensemble
+from specem_local.events import FinalEvent, RoundEvent
+from specem_local.models import load_config
+
+
+def read_items(paths: list[str], limit: int | None) -> list[dict[str, Any]]:
+    """The items of each task file (the first ``limit`` of each), the answer as an index."""
+    items = []
+    for path in paths:
+        lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        for item in lines[:limit]:
+            items.append({**item, "answer": "ABCDEFGHIJ".index(item["answer"])})
+    return items
+
+
+def done_ids(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    return {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def scored(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
+    """One item through the product's path: each source's scores of each option."""
+    started = time.perf_counter()
+    events = list(ensemble.stream(item["question"], schema={"enum": item["choices"]}, task=item["task"]))
+    chosen = next(e for e in events if isinstance(e, RoundEvent))
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and chosen.decision == "options", "not answered among its options"
+    sources = list(chosen.candidates[0].scores)
+    return {
+        "id": item["id"],
+        "task": item["task"],
+        "answer": item["answer"],
+        "options": len(item["choices"]),
+        "scores": {name: [c.scores[name] for c in chosen.candidates] for name in sources},
+        "pick": [c.text for c in chosen.candidates].index(final.text),
+        "confidence": final.confidence,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def drafted(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
+    """One item the way the product answered before issue 56: drafted under the schema."""
+    started = time.perf_counter()
+    final = ensemble.generate(item["question"], schema={"enum": item["choices"]}, score_options=False, think=False)
+    pick = item["choices"].index(final.parsed) if final.parsed in item["choices"] else None
+    return {"id": item["id"], "task": item["task"], "answer": item["answer"], "pick": pick,
+            "text": final.text, "wins": final.wins, "seconds": time.perf_counter() - started}  # fmt: skip
+
+
+def cmd_answer(args: argparse.Namespace, answer: Any) -> int:
+    items = read_items(args.tasks, args.limit)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / "items.jsonl"
+    done = done_ids(path)
+    todo = [item for item in items if item["id"] not in done]
+    os.environ["SPECEM_DATA_DIR"] = str(output / "data")  # no task weights but what this run keeps: uniform
+    config = load_config(ensemble=args.ensemble)
+    with Ensemble.from_config(config, greedy=True) as ensemble, path.open("a", encoding="utf-8") as out:
+        ensemble.weight_store = None  # the shipped calibration only, nothing carried from the user's answers
+        for number, item in enumerate(todo, 1):
+            out.write(json.dumps(answer(ensemble, item)) + "\n")
+            out.flush()
+            if number % 25 == 0:
+                print(f"{number}/{len(todo)}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specem_research.option_eval")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("run", "drafted"):
+        command = commands.add_parser(name)
+        command.add_argument("tasks", nargs="+")
+        command.add_argument("--output", required=True)
+        command.add_argument("--limit", type=int)
+        command.add_argument("--ensemble", default="demo")
+    report = commands.add_parser("report")
+    report.add_argument("--train", required=True)
+    report.add_argument("--confirm", required=True)
+    report.add_argument("--drafted")
+    report.add_argument("--labelled", type=int, default=100)
+    report.add_argument("--output", required=True)
+    fit = commands.add_parser("fit")
+    fit.add_argument("--train", required=True)
+    fit.add_argument("--labelled", type=int, default=100)
+    fit.add_argument("--ensemble-key", required=True)
+    fit.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_answer(args, scored)
+    if args.command == "drafted":
+        return cmd_answer(args, drafted)
+    from specem_research import option_report
+
+    return option_report.cmd_report(args) if args.command == "report" else option_report.cmd_fit(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Weights for each kind of task (issue 56): which (member, way) to believe when the answer is
+one of a few options, kept per ensemble and per task, not one vector for everything.
+
+The best member, and the best way to ask it, change with the task (docs/choices.md): Qwen asked
+in its chat template for sentiment, Gemma scoring the options for physical commonsense. A task is
+a name the user gives (``task = "sentiment"``: a setting, so a request, ``--task`` or a
+models.toml section); without one it is ``choices``. ``specem calibrate --task NAME items.jsonl``
+fits a task's weights (``options.fitted_weights``) and each source's label prior from labelled
+items and keeps them in the user's data dir; the built-in ensembles ship theirs
+(``data/option_weights.json``). A task with none uses the ensemble's ``choices`` weights, and
+with none of those every source counts equally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specem_local.dirs import data_dir, replace_file
+from specem_local.engine import options as opt
+from specem_local.engine.learned import key_of
+from specem_local.engine.member import Member
+from specem_local.errors import SpecemError
+
+DEFAULT_TASK = "choices"
+SMOOTHING = 1.0  # items each source is credited besides the labelled ones (chosen on train: docs/choices.md)
+FILE = "option_weights.json"
+
+
+@dataclass(frozen=True)
+class TaskWeights:
+    """A task's weights by source, each source's prior over an option set (by ``Options.key``, or
+    ``"#N"``: by position among N options, for tasks whose options change from item to item),
+    and what they were fitted on."""
+
+    task: str
+    weights: dict[str, float]
+    priors: dict[str, dict[str, list[float]]]
+    items: int
+    fitted_on: str
+
+    def priors_for(self, options: opt.Options) -> dict[str, np.ndarray]:
+        """Each source's prior over these options, where one was kept."""
+        kept = self.priors.get(options.key) or self.priors.get(f"#{len(options.texts)}") or {}
+        return {name: np.asarray(values, dtype=np.float64) for name, values in kept.items()}
+
+    def to_json(self, key: str) -> dict[str, Any]:
+        return {"key": key, "task": self.task, "weights": self.weights, "priors": self.priors,
+                "items": self.items, "fitted_on": self.fitted_on}  # fmt: skip
+
+
+def fit_task(
+    task: str,
+    scores: Sequence[Mapping[str, Sequence[float]]],
+    options: Sequence[opt.Options],
+    answers: Sequence[int],
+    fitted_on: str,
+    smoothing: float = SMOOTHING,
+    priors: bool = True,
+) -> TaskWeights:
+    """A task's weights from labelled items: each source's prior over the options (its mean
+    belief: by the options when every item has the same, else by position), then the weights
+    that make the mix of the corrected beliefs likeliest to be right (``options.fitted_weights``).
+    ``scores``: each item's summed log-probabilities of its options, by source."""
+    keys = {o.key for o in options}
+    by_key: dict[str, dict[str, list[np.ndarray]]] = {}
+    for item, offered in zip(scores, options):
+        key = offered.key if len(keys) == 1 else f"#{len(offered.texts)}"
+        for name, values in item.items():
+            by_key.setdefault(key, {}).setdefault(name, []).append(opt.distribution(values))
+    kept = {key: {name: opt.mean_prior(b).tolist() for name, b in found.items()} for key, found in by_key.items()}
+    found = TaskWeights(task, {}, kept if priors else {}, len(answers), fitted_on)
+    beliefs = [
+        {
+            name: opt.corrected(opt.distribution(values), found.priors_for(offered).get(name))
+            for name, values in item.items()
+        }
+        for item, offered in zip(scores, options)
+    ]
+    return dataclasses.replace(found, weights=opt.fitted_weights(beliefs, answers, smoothing))
+
+
+def user_weights_path() -> Path:
+    return data_dir() / FILE
+
+
+def task_weights(members: list[Member], task: str) -> TaskWeights | None:
+    """The weights for ``task`` of these members: the user's, else the shipped; the ``choices``
+    task's when the task has none; None when there are none at all."""
+    key = key_of(members)
+    for wanted in dict.fromkeys((task, DEFAULT_TASK)):
+        for kept in (_read(user_weights_path()), _shipped()):
+            if (key, wanted) in kept:
+                return kept[(key, wanted)]
+    return None
+
+
+def keep_task_weights(members: list[Member], weights: TaskWeights) -> Path:
+    """Keep a task's weights for these members in the user's data dir (replacing earlier ones)."""
+    path = user_weights_path()
+    kept = _read(path)
+    kept[(key_of(members), weights.task)] = weights
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(path, json.dumps([w.to_json(key) for (key, _), w in kept.items()], indent=1) + "\n")
+    return path
+
+
+def _read(path: Path) -> dict[tuple[str, str], TaskWeights]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise SpecemError(f"cannot read the task weights in {path}: {error.strerror}") from None
+    return _parsed(text, str(path))
+
+
+@functools.cache
+def _shipped() -> dict[tuple[str, str], TaskWeights]:
+    return _parsed(resources.files("specem_local.data").joinpath(FILE).read_text(encoding="utf-8"), FILE)
+
+
+def _parsed(text: str, where: str) -> dict[tuple[str, str], TaskWeights]:
+    try:
+        entries = json.loads(text)
+        return {(entry["key"], entry["task"]): _entry(entry) for entry in entries}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise SpecemError(f"the task weights in {where} are damaged ({error}); delete it to start afresh") from None
+
+
+def _entry(entry: dict[str, Any]) -> TaskWeights:
+    weights = {str(name): float(value) for name, value in entry["weights"].items()}
+    priors = {str(key): {str(n): [float(v) for v in values] for n, values in kept.items()}
+              for key, kept in entry.get("priors", {}).items()}  # fmt: skip
+    return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]))

@@ -1,0 +1,219 @@
+"""An answer among options on fake members (issue 56): scored by every member both ways in one
+step, not drafted; the task's weights decide; what turns it off; what it says of itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specem_local.commands.cli import main
+from specem_local.engine import Ensemble
+from specem_local.engine import options as opt
+from specem_local.engine.learned import key_of
+from specem_local.engine.request import PromptTooLong
+from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
+from specem_local.errors import SettingError, SpecemError
+from specem_local.events import RoundEvent
+from tests.engine.conftest import fake_ensemble, fake_member
+
+PETS = {"enum": ["cat", "dog"]}
+
+
+@pytest.fixture(autouse=True)
+def own_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
+
+
+def pets():
+    """``a`` would answer "cat", ``b`` "dog"; neither would ever write the other's word."""
+    return fake_ensemble(fake_member("a", '"cat"'), fake_member("b", '"dog"'))
+
+
+def lean(ensemble, task, toward):
+    """Keep weights for ``task`` that believe ``toward`` (both its ways) nine times the other."""
+    weights = {opt.source(m, way): 9.0 if m == toward else 1.0 for m in ("a", "b") for way in opt.WAYS}
+    keep_task_weights(ensemble.members, TaskWeights(task, weights, {}, 40, "forty labelled items"))
+
+
+def events(ensemble, **options):
+    return list(ensemble.stream("Which pet?", schema=PETS, **options))
+
+
+def test_the_members_score_the_options_in_one_step_and_the_tasks_weights_decide():
+    with pets() as ensemble:
+        lean(ensemble, "shelter", "b")
+        lean(ensemble, "cattery", "a")
+        for task, answer in (("shelter", "dog"), ("cattery", "cat")):
+            start, round_, final = events(ensemble, task=task)
+            assert isinstance(round_, RoundEvent) and round_.decision == "options" and final.rounds == 1
+            assert final.parsed == answer and final.finish_reason == "eos" and final.text == f'"{answer}"'
+            assert round_.author == ("b" if answer == "dog" else "a")
+            assert set(round_.candidates[0].scores) == {"asked:a", "asked:b", "scored:a", "scored:b"}
+            assert [c.text for c in round_.candidates] == ['"cat"', '"dog"']
+            chosen = next(c for c in round_.candidates if c.text == final.text)
+            assert final.confidence == pytest.approx(chosen.combined) and final.confidence > 0.5
+            assert start.weights[round_.author] == pytest.approx(0.9)
+            assert f"task {task!r}" in start.notes[0] and "forty labelled items" in start.notes[0]
+        assert all(m.model.decodes > 0 for m in ensemble.members)
+
+
+def test_the_mix_is_the_weighted_mean_of_the_corrected_beliefs():
+    with pets() as ensemble:
+        prior = {"asked:a": [0.8, 0.2]}
+        weights = {"asked:a": 1.0, "asked:b": 2.0, "scored:a": 0.5, "scored:b": 0.5}
+        keep_task_weights(ensemble.members, TaskWeights("t", weights, {'["\\"cat\\"", "\\"dog\\""]': prior}, 5, "five"))
+        _, round_, final = events(ensemble, task="t")
+        scores = {name: [c.scores[name] for c in round_.candidates] for name in weights}
+        beliefs = {name: opt.distribution(s) for name, s in scores.items()}
+        beliefs["asked:a"] = opt.corrected(beliefs["asked:a"], np.array(prior["asked:a"]))
+        mix = opt.mixed(beliefs, weights)
+        assert [c.combined for c in round_.candidates] == pytest.approx(list(mix))
+        assert [c.shares["asked:a"] for c in round_.candidates] == pytest.approx(list(beliefs["asked:a"]))
+        assert final.confidence == pytest.approx(mix.max())
+
+
+def test_without_weights_for_the_task_it_takes_the_choices_weights_then_counts_every_source_equally():
+    with pets() as ensemble:
+        start, _, _ = events(ensemble, task="unseen")
+        assert "uniform" in start.notes[0] and start.weights == pytest.approx({"a": 0.5, "b": 0.5})
+        lean(ensemble, "choices", "b")
+        start, _, final = events(ensemble, task="unseen")
+        assert final.parsed == "dog" and start.weights["b"] == pytest.approx(0.9)
+        assert task_weights(ensemble.members, "unseen").task == "choices"
+
+
+def test_what_is_not_a_choice_or_asks_to_think_or_turns_it_off_is_drafted():
+    with pets() as ensemble:
+        lean(ensemble, "choices", "b")
+        for options in ({"score_options": False}, {"think": True}, {"schema": {"type": "string"}}):
+            asked = {"schema": PETS, **options}
+            rounds = [e for e in ensemble.stream("Which pet?", **asked) if isinstance(e, RoundEvent)]
+            assert rounds and all(r.decision != "options" for r in rounds), options
+        continued = [{"role": "user", "content": "Which pet?"}, {"role": "assistant", "content": '"d'}]
+        rounds = [e for e in ensemble.stream(continued, schema=PETS) if isinstance(e, RoundEvent)]
+        assert all(r.decision != "options" for r in rounds)
+
+
+def test_a_bad_task_name_is_a_setting_error_and_the_next_answer_is_given():
+    with pets() as ensemble:
+        with pytest.raises(SettingError) as caught:
+            ensemble.prepare("Which pet?", schema=PETS, task="no spaces")
+        assert caught.value.field == "task" and "letters, digits" in str(caught.value)
+        assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")
+
+
+def test_a_prompt_that_leaves_no_room_for_the_longest_option_is_refused_before_it_runs():
+    """It passes the rounds' check (a round of 2-token segments fits); a whole option does not."""
+    long_words = {"enum": ["x" * 150, "y" * 150]}
+    with fake_ensemble(fake_member("a", '"x"', n_ctx=2000), fake_member("b", '"y"', n_ctx=2000)) as ensemble:
+        listed = len(ensemble.prepare("Which?", schema=long_words, segment_tokens=2).prompts["a"])
+        for member in ensemble.members:
+            member.model.n_ctx = listed + 60
+        with pytest.raises(PromptTooLong, match=r"with the options listed .* no room for its longest option"):
+            ensemble.prepare("Which?", schema=long_words, max_tokens=8, segment_tokens=2)
+        assert ensemble.generate("Which?", schema={"enum": ["x", "y"]}, max_tokens=8).parsed in ("x", "y")
+
+
+def test_a_cancelled_answer_among_options_ends_cancelled_with_no_text():
+    with pets() as ensemble:
+        stream = ensemble.stream("Which pet?", schema=PETS)
+        stream.cancel()
+        final = stream.final()
+        assert final.finish_reason == "cancelled" and final.text == "" and final.confidence is None
+
+
+def test_a_member_lost_while_scoring_is_left_out_and_the_others_choose():
+    def lost_after_the_prompt(model, _rows):
+        if model.decodes == 2:  # its prompt is read; the options' scoring finds it gone
+            model.lose("its worker process ended")
+
+    members = fake_member("a", '"cat"', on_decode=lost_after_the_prompt), fake_member("b", '"dog"')
+    with fake_ensemble(*members) as ensemble:
+        lean(ensemble, "choices", "a")
+        _, round_, final = events(ensemble)
+        assert final.parsed == "dog" and "a" in final.lost and "a" in round_.lost
+        assert set(round_.candidates[0].scores) == {"asked:b", "scored:b"}
+
+
+def test_task_weights_are_kept_per_ensemble_and_task_and_a_damaged_file_is_one_line(tmp_path):
+    with pets() as ensemble:
+        lean(ensemble, "t1", "a")
+        lean(ensemble, "t2", "b")
+        lean(ensemble, "t1", "b")  # replaces the first
+        kept = task_weights(ensemble.members, "t1")
+        assert kept is not None and kept.weights["asked:b"] == 9.0 and task_weights(ensemble.members, "t2")
+        assert key_of(ensemble.members) in (tmp_path / "data" / "option_weights.json").read_text()
+        (tmp_path / "data" / "option_weights.json").write_text('[{"key": 1}]')
+        with pytest.raises(SpecemError, match=r"damaged .* delete it"):
+            task_weights(ensemble.members, "t1")
+
+
+# -- specem run --choices -------------------------------------------------------------------------
+@pytest.fixture
+def cli_members(monkeypatch):
+    """The ensemble ``specem run`` loads: ``a`` would answer "cat", ``b`` "dog", ``b`` believed."""
+
+    def from_config(cls, config=None, **overrides):
+        ensemble = fake_ensemble(fake_member("a", '"cat"'), fake_member("b", '"dog"'))
+        lean(ensemble, "choices", "b")
+        return ensemble
+
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(from_config))
+
+
+def test_run_choices_prints_the_option_itself_and_how_sure(cli_members, capsys):
+    code = main(["run", "--choices", "cat, dog", "Which pet?"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out == "dog\n" and "[confidence 0." in err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--choices", "cat"], "give two or more options"),
+        (["--choices", "cat,,dog"], "give two or more options"),
+        (["--choices", "cat,cat"], "an option is given twice"),
+        (["--choices", "cat,dog", "--schema", "SCHEMA"], "give --choices or --schema, not both"),
+    ],
+)
+def test_bad_choices_are_one_line_before_any_model_loads(cli_members, capsys, monkeypatch, tmp_path, arguments, said):
+    (tmp_path / "schema.json").write_text('{"type": "string"}')
+    arguments = [str(tmp_path / "schema.json") if a == "SCHEMA" else a for a in arguments]
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: pytest.fail("a model was loaded")))
+    code = main(["run", *arguments, "Which pet?"])
+    _, err = capsys.readouterr()
+    assert code == 2 and said in err and err.count("\n") == 1
+
+
+def test_calibrate_task_fits_the_weights_that_the_next_answer_of_the_task_uses(monkeypatch, capsys, tmp_path):
+    """``a`` says cat, ``b`` dog; the labels say dog: the fit believes ``b``, the task's answers follow."""
+    ensembles = []
+
+    def from_config(cls, config=None, **overrides):
+        members = fake_member("a", '"cat"', n_params=5000), fake_member("b", '"dog"')
+        ensembles.append(fake_ensemble(*members, **{k: v for k, v in overrides.items() if v is not None}))
+        return ensembles[-1]
+
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(from_config))
+    items = tmp_path / "pets.jsonl"
+    both_orders = '{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}\n'
+    both_orders += '{"question": "Which pet?", "choices": ["dog", "cat"], "answer": "A"}\n'
+    items.write_text(both_orders * 4)  # the same options in both orders: no source leans to a position
+    assert main(["calibrate", str(items), "--task", "pets", "--limit", "8"]) == 0
+    out, _ = capsys.readouterr()
+    assert "task 'pets': weights fitted on 8 items" in out and "8/8 right on these items" in out
+    kept = task_weights(ensembles[0].members, "pets")
+    assert kept is not None and kept.items == 8 and kept.weights["asked:b"] > kept.weights["asked:a"]
+    assert main(["run", "--choices", "cat,dog", "--task", "pets", "Which pet?"]) == 0
+    assert capsys.readouterr().out == "dog\n"
+    assert main(["run", "--choices", "cat,dog", "Which pet?"]) == 0  # another task: the uniform mix, a tie
+    assert capsys.readouterr().out == "cat\n"
+
+
+def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: pytest.fail("a model was loaded")))
+    items = tmp_path / "sums.jsonl"
+    items.write_text('{"question": "2+2?", "answer": "4"}\n')
+    assert main(["calibrate", str(items), "--task", "sums"]) == 1
+    assert "fitted on items with choices and a letter answer" in capsys.readouterr().err

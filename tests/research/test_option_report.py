@@ -1,0 +1,65 @@
+"""The choice systems computed from recorded scores (research/option_report.py), on records made
+up so each system's answer is known: a source that knows the task, one that always says "A",
+one that guesses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from specem_research import option_report as rep
+
+KNOWS, LEANS, GUESSES = "scored:gemma", "asked:qwen2.5-coder-0.5b", "asked:smol"
+
+
+def records(task: str, n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    made = []
+    for i in range(n):
+        answer = int(rng.integers(0, 2))
+        knows = [np.log(0.8), np.log(0.2)] if answer == 0 else [np.log(0.2), np.log(0.8)]
+        if rng.random() < 0.15:  # it is wrong sometimes
+            knows = knows[::-1]
+        made.append({"id": f"{task}-{i}", "task": task, "answer": answer, "options": 2,
+                     "scores": {KNOWS: knows, LEANS: [np.log(0.9), np.log(0.1)],
+                                GUESSES: list(np.log(rng.dirichlet([1, 1])))}})  # fmt: skip
+    return made
+
+
+def test_priors_are_each_sources_mean_lean_and_dividing_them_out_evens_a_constant_source():
+    train = records("t", 50, 0)
+    priors = rep.priors_from(train)
+    assert np.allclose(priors[LEANS][2], [0.9, 0.1])
+    assert np.allclose(rep.beliefs(train[0], priors)[LEANS], [0.5, 0.5])
+
+
+def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system(tmp_path):
+    train = records("t", 300, 1)
+    systems, chosen = rep.task_systems(train, records("t", 400, 2), records("u", 100, 3), 100)
+    assert chosen["best"] == KNOWS and chosen["weights"][KNOWS] > 0.6
+    assert np.mean(systems["best"]) > 0.8 and np.mean(systems["today"]) < 0.6
+    assert np.mean(systems["fitted"]) >= np.mean(systems["best"]) - 0.02
+    assert np.mean(systems["choices"]) > np.mean(systems["today"])
+    for name, folder in (("train", tmp_path / "train"), ("confirm", tmp_path / "confirm")):
+        folder.mkdir()
+        made = records("t", 300, 1) if name == "train" else records("t", 400, 2)
+        (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in made))
+    out = tmp_path / "report.json"
+    args = argparse.Namespace(train=tmp_path / "train", confirm=tmp_path / "confirm", drafted=None, labelled=100,
+                              output=out)  # fmt: skip
+    assert rep.cmd_report(args) == 0
+    report = json.loads(out.read_text())
+    assert report["pooled"]["items"] == 400 and report["tasks"]["t"]["against_today"]["best"]["ahead"] > 50
+
+
+def test_fit_writes_the_products_task_weights(tmp_path):
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records("t", 150, 4)))
+    out = tmp_path / "weights.json"
+    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", output=out)
+    assert rep.cmd_fit(args) == 0
+    entries = {e["task"]: e for e in json.loads(out.read_text())}
+    assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
+    assert max(entries["t"]["weights"], key=entries["t"]["weights"].get) == KNOWS
+    assert entries["choices"]["priors"] == {}
