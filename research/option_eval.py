@@ -59,6 +59,7 @@ def scored(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
         "task": item["task"],
         "answer": item["answer"],
         "options": len(item["choices"]),
+        "choices": item["choices"],
         "scores": {name: [c.scores[name] for c in chosen.candidates] for name in sources},
         "pick": [c.text for c in chosen.candidates].index(final.text),
         "confidence": final.confidence,

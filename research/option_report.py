@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from specem_local.engine import fit_task
 from specem_local.engine import options as opt
 from specem_research.stats import mcnemar_exact_p
 
@@ -185,21 +186,25 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    """Task weights for the product (``data/option_weights.json`` entries): each task's fit as
-    the report chose it, and ``choices`` from every task's labelled items, no priors."""
+    """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
+    fits them (``task_weights.fit_task``): each task's on its labelled items with the smoothing
+    and priors the report chose for it, and ``choices`` on every task's labelled items, no priors."""
     train = by_task(read(args.train))
     entries = []
     for task, records in sorted(train.items()):
-        weights, priors, settings = chosen_fit(records, args.labelled)
-        kept = {f"#{n}": {name: list(map(float, prior[n])) for name, prior in priors.items() if n in prior}
-                for n in sorted({r["options"] for r in records})} if priors else {}  # fmt: skip
-        said = f"{args.labelled} labelled {task} train items (research/data/choices; smoothing {settings['smoothing']})"
-        entries.append({"key": args.ensemble_key, "task": task, "weights": weights, "priors": kept,
-                        "items": args.labelled, "fitted_on": said})  # fmt: skip
+        _, _, settings = chosen_fit(records, args.labelled)
+        said = f"{args.labelled} labelled {task} train items (research/data/choices)"
+        fitted = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"])
+        entries.append(fitted.to_json(args.ensemble_key))
     everything = [r for records in train.values() for r in records[: args.labelled]]
-    weights, _ = fitted(everything, 1.0, False)
     said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
-    entries.append({"key": args.ensemble_key, "task": "choices", "weights": weights, "priors": {},
-                    "items": len(everything), "fitted_on": said})  # fmt: skip
+    entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
     Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def labelled(records: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[opt.Options], list[int]]:
+    """Records as ``fit_task`` takes them: the scores, the options, the answers."""
+    offered = [opt.options_in({"enum": r["choices"]}) for r in records]
+    assert all(o is not None for o in offered), "a record's choices are not distinct options"
+    return [r["scores"] for r in records], [o for o in offered if o is not None], [r["answer"] for r in records]

@@ -108,8 +108,7 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     on these items."""
     from tqdm import tqdm
 
-    from specem_local.engine import Ensemble, keep_task_weights, options
-    from specem_local.engine.task_weights import fit_task
+    from specem_local.engine import Ensemble, fit_task, keep_task_weights, options
     from specem_local.events import RoundEvent
 
     name = overrides["task"]

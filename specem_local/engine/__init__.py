@@ -42,7 +42,7 @@ from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
-from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
+from specem_local.engine.task_weights import TaskWeights, fit_task, keep_task_weights, task_weights
 from specem_local.engine.thinking import plan as think_plan
 from specem_local.engine.tools import (
     ReplyStream,
@@ -85,6 +85,7 @@ __all__ = [
     "feedback",
     "final_answer",
     "fit_calibrator",
+    "fit_task",
     "gpu_layers_for",
     "keep_calibrator",
     "keep_task_weights",

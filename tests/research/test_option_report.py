@@ -22,7 +22,7 @@ def records(task: str, n: int, seed: int) -> list[dict]:
         knows = [np.log(0.8), np.log(0.2)] if answer == 0 else [np.log(0.2), np.log(0.8)]
         if rng.random() < 0.15:  # it is wrong sometimes
             knows = knows[::-1]
-        made.append({"id": f"{task}-{i}", "task": task, "answer": answer, "options": 2,
+        made.append({"id": f"{task}-{i}", "task": task, "answer": answer, "options": 2, "choices": ["x", "y"],
                      "scores": {KNOWS: knows, LEANS: [np.log(0.9), np.log(0.1)],
                                 GUESSES: list(np.log(rng.dirichlet([1, 1])))}})  # fmt: skip
     return made
@@ -62,4 +62,4 @@ def test_fit_writes_the_products_task_weights(tmp_path):
     entries = {e["task"]: e for e in json.loads(out.read_text())}
     assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
     assert max(entries["t"]["weights"], key=entries["t"]["weights"].get) == KNOWS
-    assert entries["choices"]["priors"] == {}
+    assert entries["choices"]["priors"] == {} and set(entries["t"]["priors"]) <= {'["\\"x\\"", "\\"y\\""]'}
