@@ -57,6 +57,15 @@ for module in "$@"; do
       selection='["tests/server/test_running.py"]' ;;
     server/*)
       selection='["tests/server"]' ;;
+    engine/options.py|engine/option_answers.py|engine/task_weights.py)
+      selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/research/test_option_report.py"]' ;;
+    server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
+      selection='["tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py"]' ;;
+    server/anthropic_format.py)
+      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py"]' ;;
+    server/writers.py)
+      selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
+    mcp/*) selection='["tests/mcp"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
     *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
   esac
