@@ -86,7 +86,7 @@ def cmd_answer(args: argparse.Namespace, answer: Any) -> int:
     os.environ["SPECEM_DATA_DIR"] = str(output / "data")  # no task weights but what this run keeps: uniform
     config = load_config(ensemble=args.ensemble)
     with Ensemble.from_config(config, greedy=True) as ensemble, path.open("a", encoding="utf-8") as out:
-        ensemble.weight_store = None  # the shipped calibration only, nothing carried from the user's answers
+        # its weight store is in the run's own data dir, empty: the shipped calibration, as a new user has
         for number, item in enumerate(todo, 1):
             out.write(json.dumps(answer(ensemble, item)) + "\n")
             out.flush()
