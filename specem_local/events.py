@@ -64,6 +64,9 @@ class Candidate:
     same_as_sample: int | None = None  # with same_as: which of that model's drafts
     contrasted_with: tuple[str, ...] = ()  # token-level contrast: the amateurs it was drafted against
     contrast_changed: int | None = None  # ... and on how many of its tokens that changed the top choice
+    option: bool = (
+        False  # one of the options of an answer among options: named by its text; ``model`` argued most for it
+    )
 
 
 @dataclass(frozen=True)

@@ -186,15 +186,22 @@ class OptionsLoop:
         mix = opt.mixed(beliefs, plan.weights)
         best = int(np.argmax(mix))
         self.confidence = float(mix[best])
-        author = max(beliefs, key=lambda name: plan.weights.get(name, 0.0) * beliefs[name][best])
+
+        def champion(option: int) -> str:  # the member whose sources argued most for it
+            return opt.split_source(max(beliefs, key=lambda name: plan.weights.get(name, 0.0) * beliefs[name][option]))[
+                0
+            ]
+
+        author = champion(best)
         candidates = tuple(
             Candidate(
-                model=opt.split_source(author)[0],
+                model=champion(i),
                 text=text,
                 ended=True,
                 scores={name: float(s[i]) for name, s in scores.items()},
                 shares={name: float(b[i]) for name, b in beliefs.items()},
                 combined=float(mix[i]),
+                option=True,
             )
             for i, text in enumerate(plan.options.texts)
         )
@@ -203,7 +210,7 @@ class OptionsLoop:
         return RoundEvent(
             index=1,
             text=plan.options.texts[best],
-            author=opt.split_source(author)[0],
+            author=author,
             decision="options",
             candidates=candidates,
             weights=self.member_weights,
@@ -212,7 +219,7 @@ class OptionsLoop:
             draft_tokens={},
             verify_seconds={m.name: 0.0 for m in self.members},
             seconds=time.perf_counter() - self.started,
-            answer_tokens=self._tokens(opt.split_source(author)[0], best),
+            answer_tokens=self._tokens(author, best),
             runner_up=plan.options.texts[runner_up],
             ranked_first_by=tuple(dict.fromkeys(ranked)),
             lost=dict(self.lost),

@@ -277,6 +277,11 @@ def explain(event: RoundEvent) -> str:
         decided = "was the only draft: no other model drafted this round (no vote needed)"
     text = f"Round {event.index}: {candidate_label(won)} {decided}"
     rivals = [c for c in event.candidates if c is not won and c.combined is not None]
+    if event.decision == "options" and won.combined is not None and rivals:
+        rival = max(rivals, key=lambda c: c.combined or 0.0)
+        text += f", {won.combined:.3f} against {rival.combined:.3f} for {rival.text}."
+        if event.ranked_first_by:
+            text += f" Believed most by: {', '.join(event.ranked_first_by)}."
     if event.decision in ("vote", "contrast") and won.combined is not None and rivals:
         rival = max(rivals, key=lambda c: c.combined or 0.0)
         text += f" with {won.combined:.3f} against {rival.combined:.3f} ({candidate_label(rival)})."
@@ -300,7 +305,9 @@ def explain(event: RoundEvent) -> str:
 
 def candidate_label(candidate: Candidate) -> str:
     """A candidate's name: its model, and which of its drafts (``#2``...) when the drafting
-    budget gave the model several."""
+    budget gave the model several; an option, its text."""
+    if candidate.option:
+        return candidate.text
     return candidate.model if candidate.sample == 0 else f"{candidate.model} #{candidate.sample + 1}"
 
 

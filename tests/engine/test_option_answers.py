@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specem_local.commands.cli import main
-from specem_local.engine import Ensemble
+from specem_local.engine import Ensemble, candidate_label, explain
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
 from specem_local.engine.request import PromptTooLong
@@ -55,6 +55,11 @@ def test_the_members_score_the_options_in_one_step_and_the_tasks_weights_decide(
             assert start.weights[round_.author] == pytest.approx(0.9)
             assert f"task {task!r}" in start.notes[0] and "forty labelled items" in start.notes[0]
         assert all(m.model.decodes > 0 for m in ensemble.members)
+        assert round_.candidates[0].model == "a" and all(c.option for c in round_.candidates)  # a argued for cat
+        assert [candidate_label(c) for c in round_.candidates] == ['"cat"', '"dog"']  # each option by its text
+        said = explain(round_)
+        assert said.startswith('Round 1: "cat" was the option the members\' weighted beliefs favoured')
+        assert f"{chosen.combined:.3f} against" in said and "for \"dog\"" in said and "Believed most by: a" in said
 
 
 def test_the_mix_is_the_weighted_mean_of_the_corrected_beliefs():

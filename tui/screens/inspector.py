@@ -87,7 +87,8 @@ class InspectorScreen(ModalScreen[tuple[int, Candidate] | None]):
             self.highlighted = None
             self.query_one("#detail", Static).update(Content(f"forced by the format: {printable(event.text)}"))
             return
-        verifiers = list(event.weights)
+        # an answer among options: each source's belief (asked:NAME, scored:NAME); else each verifier's share
+        verifiers = list(event.candidates[0].shares) if event.candidates[0].option else list(event.weights)
         table.add_column("", width=1)
         labels = [printable(candidate_label(c)) for c in event.candidates]
         table.add_column("model", width=max(map(len, labels)))  # whole names: the table scrolls sideways
