@@ -1,0 +1,112 @@
+"""Answers among options on the demo trio through every front end (issue 56): the Python API,
+the ``openai`` client (a JSON Schema enum), the ``ollama`` client (``format``), ``specem run
+--choices`` and a ``--batch`` file give the same option; each is scored by every member both
+ways, never drafted, and its scores are the ones the eval recorded for the same item."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import ollama
+import openai
+import pytest
+
+from specem_local.events import RoundEvent
+from specem_research.load import start_server
+from tests.conftest import ROOT, stop_process
+
+pytestmark = pytest.mark.models
+
+ITEMS = [json.loads(line) for line in (ROOT / "research/data/choices/sst2_train300.jsonl").read_text().splitlines()[:2]]
+RECORDED = {
+    record["id"]: record
+    for line in (ROOT / "research/results/issue56-train/items.jsonl").read_text().splitlines()
+    if (record := json.loads(line))["id"] in {item["id"] for item in ITEMS}
+}
+
+
+def enum(item):
+    return {"enum": item["choices"]}
+
+
+@pytest.fixture(scope="module")
+def answers(trio):
+    """Each item through the Python API: its round (the options and their scores), its final."""
+    found = {}
+    for item in ITEMS:
+        events = list(trio.stream(item["question"], schema=enum(item)))
+        found[item["id"]] = (next(e for e in events if isinstance(e, RoundEvent)), events[-1])
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("choices-serve")
+    process, base = start_server("--parallel", "1", env={"SPECEM_DATA_DIR": str(data)})
+    yield base
+    stop_process(process, 30)
+
+
+def test_the_api_scores_every_option_by_every_member_both_ways_as_the_eval_recorded(answers):
+    for item in ITEMS:
+        chosen, final = answers[item["id"]]
+        assert chosen.decision == "options" and final.rounds == 1 and final.parsed in item["choices"]
+        assert 0.5 <= final.confidence <= 1 and final.confidence == pytest.approx(
+            max(c.combined for c in chosen.candidates)
+        )
+        sources = set(chosen.candidates[0].scores)
+        assert sources == {
+            f"{way}:{m}" for way in ("asked", "scored") for m in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m")
+        }
+        recorded = RECORDED[item["id"]]["scores"]
+        for source in sources:  # llama.cpp's numbers move a little with how a prompt is split into batches
+            assert [c.scores[source] for c in chosen.candidates] == pytest.approx(recorded[source], abs=0.05)
+
+
+def test_the_openai_client_with_an_enum_schema_gets_the_same_option(server, answers):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0, timeout=120)
+    for item in ITEMS:
+        reply = client.chat.completions.create(
+            model="specem",
+            messages=[{"role": "user", "content": item["question"]}],
+            response_format={"type": "json_schema", "json_schema": {"name": "label", "schema": enum(item)}},
+            temperature=0,
+        )
+        assert json.loads(reply.choices[0].message.content) == answers[item["id"]][1].parsed
+        assert reply.model_extra["x_specem"]["confidence"] == pytest.approx(answers[item["id"]][1].confidence, abs=0.02)
+
+
+def test_the_ollama_client_with_an_enum_format_gets_the_same_option(server, answers):
+    client = ollama.Client(host=server, timeout=120)
+    for item in ITEMS:
+        reply = client.chat(model="specem", messages=[{"role": "user", "content": item["question"]}],
+                            format=enum(item), options={"temperature": 0})  # fmt: skip
+        assert json.loads(reply.message.content) == answers[item["id"]][1].parsed
+
+
+def test_run_choices_and_a_batch_file_give_the_same_options(tmp_path, answers):
+    env = {"SPECEM_DATA_DIR": str(tmp_path / "data")}
+    for item in ITEMS:
+        done = subprocess.run(
+            [sys.executable, "-m", "specem_local", "run", "--no-log", "--greedy",
+             "--choices", ",".join(item["choices"]), item["question"]],
+            capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{answers[item['id']][1].parsed}\n" and "[confidence 0." in done.stderr
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        "".join(json.dumps({"id": i["id"], "prompt": i["question"], "schema": enum(i)}) + "\n" for i in ITEMS)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "specem_local", "run", "--no-log", "--greedy", "--batch", str(lines),
+         "-o", str(tmp_path / "out.jsonl")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    for item in ITEMS:
+        assert records[item["id"]]["parsed"] == answers[item["id"]][1].parsed
