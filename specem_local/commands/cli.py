@@ -19,6 +19,7 @@ from specem_local.commands import rpc as rpc_commands
 from specem_local.commands import run as run_command
 from specem_local.commands import weights as weights_commands
 from specem_local.commands.terminal import (
+    add_mcp_flags,
     add_settings_flags,
     check_port_free,
     config_from_args,
@@ -121,19 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-log", action="store_true", help="do not record the answers in the history (or set SPECEM_NO_LOG=1)"
     )
     serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    serve.add_argument(
-        "--mcp",
-        metavar="CONFIG",
-        help='MCP servers whose tools a Responses API request may opt in to ({"type": "mcp", "server_label": NAME}; '
-        'a JSON file, {"mcpServers": ...}; stdio servers): run here, by the server\'s own agent loop',
-    )
-    serve.add_argument(
-        "--mcp-timeout",
-        type=whole_number(1, 3600),
-        default=60,
-        metavar="SECONDS",
-        help="with --mcp: how long a server may take to start, and a call to answer (default 60)",
-    )
+    add_mcp_flags(serve, 'a Responses API request opts in with {"type": "mcp", "server_label": NAME}; run here')
     add_settings_flags(serve)
     serve.set_defaults(handler=cmd_serve)
 

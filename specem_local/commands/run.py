@@ -19,6 +19,7 @@ from specem_local.commands.batch import BatchLine, check_batch_arguments, read_l
 from specem_local.commands.functions import call_runner, load_functions, terminal_asker
 from specem_local.commands.history import probability
 from specem_local.commands.terminal import (
+    add_mcp_flags,
     add_settings_flags,
     config_from_args,
     ignore_stop_signals,
@@ -436,19 +437,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="FILE.py",
         help="Python functions the models may call, run here: a whole agent loop, the final answer on stdout",
     )
-    shape.add_argument(
-        "--mcp",
-        metavar="CONFIG",
-        help='MCP servers whose tools the models may call (a JSON file, {"mcpServers": ...}; stdio servers), '
-        "run here: the same agent loop as --functions",
-    )
-    shape.add_argument(
-        "--mcp-timeout",
-        type=whole_number(1, 3600),
-        default=60,
-        metavar="SECONDS",
-        help="with --mcp: how long a server may take to start, and a call to answer (default 60)",
-    )
+    add_mcp_flags(shape, "the models may call them, run here: the same agent loop as --functions")
     shape.add_argument(
         "--chain-limit",
         type=whole_number(0, 100),

@@ -164,3 +164,20 @@ def stopping_cleanly() -> Iterator[None]:
 def interrupted_code(error: KeyboardInterrupt) -> int:
     """The exit code for Ctrl-C (130) or a termination signal."""
     return 128 + error.number if isinstance(error, Terminated) else 130
+
+
+def add_mcp_flags(parser: Any, what: str) -> None:
+    """``--mcp CONFIG`` (``what``: whose loop runs the tools) and ``--mcp-timeout``, as ``specem run``
+    and ``specem serve`` take them."""
+    parser.add_argument(
+        "--mcp",
+        metavar="CONFIG",
+        help=f'MCP servers\' tools (a JSON file, {{"mcpServers": ...}}; stdio servers): {what}',
+    )
+    parser.add_argument(
+        "--mcp-timeout",
+        type=whole_number(1, 3600),
+        default=60,
+        metavar="SECONDS",
+        help="with --mcp: how long a server may take to start, and a call to answer (default 60)",
+    )
