@@ -17,6 +17,7 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
     python -m specem_research.confidence fit RUN --system ensemble --name NAME --output FILE
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
         [--witness MEMBER ...] [--samples RUN ...] --output FILE
+    python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE] --output FILE
 """
 
 from __future__ import annotations
@@ -160,10 +161,53 @@ def cmd_report(args: argparse.Namespace) -> None:
                   f"selective {entry['selective_accuracy']}{said}")  # fmt: skip
 
 
+def escalation_curve(
+    answers: list[dict[str, Any]],
+    probabilities: Sequence[float],
+    reserve: dict[str, dict[str, Any]],
+    thresholds: Sequence[float] = tuple(i / 20 for i in range(21)),
+) -> list[dict[str, float]]:
+    """Each threshold's accuracy and time: the ensemble's answer when its confidence reaches the
+    threshold, else the reserve's (its time added: it answers after the ensemble), on the items
+    both answered."""
+    both = [(a, p, reserve[a["id"]]) for a, p in zip(answers, probabilities) if a["id"] in reserve]
+    curve = []
+    for threshold in thresholds:
+        escalated = [p < threshold for _, p, _ in both]
+        right = [r["correct"] if e else a["correct"] for (a, _, r), e in zip(both, escalated)]
+        seconds = [a["seconds"] + (r["seconds"] if e else 0.0) for (a, _, r), e in zip(both, escalated)]
+        curve.append({"threshold": threshold, "escalated": float(np.mean(escalated)), "accuracy": float(np.mean(right)),
+                      "seconds": float(np.sum(seconds))})  # fmt: skip
+    return curve
+
+
+def cmd_escalation(args: argparse.Namespace) -> None:
+    """The escalation curve: the ensemble's run (its confidences from ``--calibrator``, else as
+    recorded) and the reserve member's run alone on the same items."""
+    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
+    calibrator = Calibrator.from_dict(json.loads(args.calibrator.read_text())) if args.calibrator else None
+    probabilities = [calibrator.probability(a["evidence"]) if calibrator else a["confidence"] for a in answers]
+    reserve_items = items(args.reserve)
+    reserve = {r["id"]: next(iter(r["systems"].values())) for r in reserve_items}
+    curve = escalation_curve(answers, probabilities, reserve)
+    alone = [reserve[a["id"]] for a in answers if a["id"] in reserve]
+    report = {"run": str(args.run), "reserve": str(args.reserve), "items": len(alone),
+              "reserve_alone": {"accuracy": float(np.mean([r["correct"] for r in alone])),
+                                "seconds": float(np.sum([r["seconds"] for r in alone]))},
+              "curve": curve}  # fmt: skip
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    base = report["reserve_alone"]
+    print(f"reserve alone: {100 * base['accuracy']:.1f}% in {base['seconds']:.0f} s ({len(alone)} items)")
+    for point in curve:
+        ratio = point["seconds"] / base["seconds"]
+        print(f"below {point['threshold']:.2f}: {100 * point['escalated']:5.1f}% escalated, "
+              f"{100 * point['accuracy']:.1f}% right, {ratio:.2f}x the reserve's time")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m specem_research.confidence", description=__doc__.split("\n\n")[0])
     actions = parser.add_subparsers(dest="action", required=True)
-    for action, handler in (("fit", cmd_fit), ("report", cmd_report)):
+    for action, handler in (("fit", cmd_fit), ("report", cmd_report), ("escalation", cmd_escalation)):
         sub = actions.add_parser(action)
         sub.add_argument("run", type=Path, help="a specem eval output folder")
         sub.add_argument("--system", default="ensemble")
@@ -174,6 +218,8 @@ def main() -> None:
             sub.add_argument("--name", required=True, help="what it was fitted on, in words")
         else:
             sub.add_argument("--calibrator", type=Path, help="a fitted calibrator (fit's output)")
+        if action == "escalation":
+            sub.add_argument("--reserve", type=Path, required=True, help="the reserve member's run alone, same items")
         sub.set_defaults(handler=handler)
     args = parser.parse_args()
     args.handler(args)
