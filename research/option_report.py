@@ -1,21 +1,24 @@
-"""The systems of issue 56 computed from recorded option scores (``option_eval.py``), with the
-engine's own functions (``specem_local.engine.options``), so what is reported is what the
-product computes.
+"""The systems of issue 56 computed from recorded option scores (``option_eval.py``) with the
+product's own functions (``fit_task``, ``options.believed``, ``options.mixed``), so what is
+reported is what the product computes.
 
 Per task, on the confirm items, each system's accuracy: each source (a member asked, or scoring
-the options as plain text) raw and with its label prior divided out; ``best``: the corrected
-source that was best on the labelled train items (the baseline to beat: one member asked the best
-way, its own bias corrected); ``today``: Qwen asked, raw (the shipped default follows it; the
-``drafted`` run checks that); the uniform mix; ``fitted``: the weights fitted on the labelled
-train items (EM), their smoothing and whether to divide out the priors chosen on the other train
-items; ``choices``: the weights fitted on the other tasks' labelled items, no priors (what the
-product does for a task it has no weights for). Paired counts and McNemar's exact p against
-``best`` and ``today``, per task and pooled.
+the options as plain text) raw; ``best``, the baseline to beat: the (source, correction) that was
+best on the labelled train items, its correction (none, its own prior divided out, and the task's
+label frequencies) taken from the same items; ``today``: Qwen asked, raw (the shipped default
+follows it; the ``drafted`` run checks that); the uniform mix, raw and with each source's prior
+from the labelled items; ``fitted``: the task's weights fitted on the labelled train items (the
+product's ``fit_task``), its smoothing and correction chosen by accuracy on the other train items;
+``choices``: the weights fitted on the other tasks' labelled items, no priors (what the product
+does for a task it has no weights for); ``running``: the uniform mix with each source's prior the
+mean of its beliefs over the task's earlier confirm items (no labels). Paired counts and
+McNemar's exact p against ``best`` and ``today``, per task and pooled.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,14 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.engine import fit_task
+from specem_local.engine import TaskWeights, fit_task
 from specem_local.engine import options as opt
 from specem_research.stats import mcnemar_exact_p
 
 SMOOTHING = (0.25, 1.0, 4.0, 16.0)
+CORRECTIONS = ((False, False), (True, False), (True, True))  # (source priors, label frequencies)
 TODAY = "asked:qwen2.5-coder-0.5b"
-Beliefs = dict[str, np.ndarray]
-Priors = dict[str, dict[int, np.ndarray]]  # source -> number of options -> prior
+Record = Mapping[str, Any]
+Pick = Callable[[Record], int]
 
 
 def read(folder: str | Path) -> list[dict[str, Any]]:
@@ -46,55 +50,59 @@ def by_task(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return dict(tasks)
 
 
-def priors_from(records: Sequence[Mapping[str, Any]]) -> Priors:
-    """Each source's mean belief by number of options: its lean, whatever the question."""
-    seen: dict[str, dict[int, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-    for record in records:
-        for name, scores in record["scores"].items():
-            seen[name][len(scores)].append(opt.distribution(scores))
-    return {name: {n: opt.mean_prior(found) for n, found in kept.items()} for name, kept in seen.items()}
-
-
-def beliefs(record: Mapping[str, Any], priors: Priors | None = None) -> Beliefs:
-    found = {}
-    for name, scores in record["scores"].items():
-        prior = (priors or {}).get(name, {}).get(len(scores))
-        found[name] = opt.corrected(opt.distribution(scores), prior)
+def options_of(record: Record) -> opt.Options:
+    found = opt.options_in({"enum": record["choices"]})
+    assert found is not None, f"{record['id']}: its choices are not distinct options"
     return found
 
 
-def right(records: Sequence[Mapping[str, Any]], pick: Callable[[Mapping[str, Any]], int]) -> list[bool]:
+def labelled(records: Sequence[Record]) -> tuple[list[Any], list[opt.Options], list[int]]:
+    """Records as ``fit_task`` takes them: the scores, the options, the answers."""
+    return [r["scores"] for r in records], [options_of(r) for r in records], [r["answer"] for r in records]
+
+
+def fit(records: Sequence[Record], smoothing: float, priors: bool, labels: bool, task: str = "t") -> TaskWeights:
+    return fit_task(task, *labelled(records), "", smoothing, priors, labels)
+
+
+def mix(kept: TaskWeights, weights: Mapping[str, float] | None = None) -> Pick:
+    """The product's pick with these weights and priors (``weights``: others, the priors kept)."""
+    chosen = kept.weights if weights is None else weights
+    return lambda r: int(np.argmax(opt.mixed(opt.believed(r["scores"], kept.priors_for(options_of(r))), chosen)))
+
+
+def right(records: Sequence[Record], pick: Pick) -> list[bool]:
     return [pick(record) == record["answer"] for record in records]
 
 
-def alone(name: str, priors: Priors | None) -> Callable[[Mapping[str, Any]], int]:
-    return lambda record: int(np.argmax(beliefs(record, priors)[name]))
-
-
-def mix(weights: Mapping[str, float], priors: Priors | None) -> Callable[[Mapping[str, Any]], int]:
-    return lambda record: int(np.argmax(opt.mixed(beliefs(record, priors), weights)))
-
-
-def fitted(labelled: Sequence[Mapping[str, Any]], smoothing: float, correct: bool) -> tuple[dict[str, float], Priors]:
-    """Weights (EM) and priors from labelled items; the priors from the same items."""
-    priors = priors_from(labelled) if correct else {}
-    weights = opt.fitted_weights([beliefs(r, priors) for r in labelled], [r["answer"] for r in labelled], smoothing)
-    return weights, priors
-
-
-def chosen_fit(train: Sequence[Mapping[str, Any]], labelled: int) -> tuple[dict[str, float], Priors, dict[str, Any]]:
-    """The fit on the first ``labelled`` train items, its smoothing and correction chosen by
-    accuracy on the rest of the train items (ties: less smoothing, then no correction)."""
-    fit_on, held = train[:labelled], train[labelled:]
-    best: tuple[float, dict[str, float], Priors, dict[str, Any]] | None = None
-    for correct in (False, True):
-        for smoothing in SMOOTHING:
-            weights, priors = fitted(fit_on, smoothing, correct)
-            score = float(np.mean(right(held, mix(weights, priors)))) if held else 0.0
-            if best is None or score > best[0]:
-                best = (score, weights, priors, {"smoothing": smoothing, "priors": correct, "held_accuracy": score})
+def chosen_fit(train: Sequence[Record], labelled_items: int) -> tuple[TaskWeights, dict[str, Any]]:
+    """The fit on the first ``labelled_items`` train items, its smoothing and correction chosen
+    by accuracy on the rest of the train items (ties: the first tried: less smoothing, less
+    correction)."""
+    fit_on, held = train[:labelled_items], train[labelled_items:]
+    best: tuple[float, TaskWeights, dict[str, Any]] | None = None
+    for (priors, labels), smoothing in itertools.product(CORRECTIONS, SMOOTHING):
+        kept = fit(fit_on, smoothing, priors, labels)
+        score = float(np.mean(right(held, mix(kept)))) if held else 0.0
+        if best is None or score > best[0]:
+            best = (score, kept, {"smoothing": smoothing, "priors": priors, "labels": labels, "held_accuracy": score})
     assert best is not None
-    return best[1], best[2], best[3]
+    return best[1], best[2]
+
+
+def running(records: Sequence[Record], minimum: int = 10) -> Pick:
+    """The uniform mix, each source's prior the mean of its beliefs over the earlier records
+    (from the ``minimum``-th on): label-free, in the records' order."""
+    seen: dict[str, list[np.ndarray]] = defaultdict(list)
+    picks: dict[str, int] = {}
+    for record in records:
+        beliefs = {name: opt.distribution(values) for name, values in record["scores"].items()}
+        priors = {name: opt.mean_prior(seen[name]) for name in beliefs if len(seen[name]) >= minimum}
+        corrected = {name: opt.corrected(b, priors.get(name)) for name, b in beliefs.items()}
+        picks[record["id"]] = int(np.argmax(opt.mixed(corrected, {})))
+        for name, belief in beliefs.items():
+            seen[name].append(belief)
+    return lambda r: picks[r["id"]]
 
 
 def paired(first: list[bool], second: list[bool]) -> dict[str, Any]:
@@ -104,29 +112,42 @@ def paired(first: list[bool], second: list[bool]) -> dict[str, Any]:
 
 
 def task_systems(
-    train: list[dict[str, Any]], confirm: list[dict[str, Any]], others: list[dict[str, Any]], labelled: int
+    train: list[dict[str, Any]], confirm: list[dict[str, Any]], others: list[dict[str, Any]], labelled_items: int
 ) -> tuple[dict[str, list[bool]], dict[str, Any]]:
     """Each system's right/wrong on the confirm items, and what was chosen on train."""
     sources = sorted(train[0]["scores"])
-    label_priors = priors_from(train[:labelled])
-    systems: dict[str, list[bool]] = {}
-    for name in sources:
-        systems[name] = right(confirm, alone(name, None))
-        systems[f"{name}+prior"] = right(confirm, alone(name, label_priors))
-    on_train = {name: float(np.mean(right(train[:labelled], alone(name, label_priors)))) for name in sources}
-    best = max(sources, key=lambda name: (on_train[name], -sources.index(name)))
-    systems["best"] = systems[f"{best}+prior"]
+    fit_on = train[:labelled_items]
+    systems: dict[str, list[bool]] = {name: right(confirm, mix(fit(fit_on, 1.0, False, False), {name: 1.0}))
+                                      for name in sources}  # fmt: skip
+    corrections = {(priors, labels): fit(fit_on, 1.0, priors, labels) for priors, labels in CORRECTIONS}
+    candidates = [(name, key) for name in sources for key in CORRECTIONS]
+    on_train = {c: float(np.mean(right(fit_on, mix(corrections[c[1]], {c[0]: 1.0})))) for c in candidates}
+    best = max(candidates, key=lambda c: (on_train[c], -candidates.index(c)))
+    systems["best"] = right(confirm, mix(corrections[best[1]], {best[0]: 1.0}))
     systems["today"] = systems[TODAY] if TODAY in sources else systems[sources[0]]
-    uniform = {name: 1.0 for name in sources}
-    systems["uniform"] = right(confirm, mix(uniform, None))
-    systems["uniform+prior"] = right(confirm, mix(uniform, label_priors))
-    weights, priors, settings = chosen_fit(train, labelled)
-    systems["fitted"] = right(confirm, mix(weights, priors))
-    pooled, _ = fitted(others, 1.0, False) if others else (uniform, {})
-    systems["choices"] = right(confirm, mix(pooled, None))
-    chosen = {"best": best, "best_train_accuracy": on_train[best], "fit": settings, "weights": weights,
-              "choices_weights": pooled}  # fmt: skip
+    uniform = dict.fromkeys(sources, 1.0)
+    systems["uniform"] = right(confirm, mix(corrections[(False, False)], uniform))
+    systems["uniform+prior"] = right(confirm, mix(corrections[(True, False)], uniform))
+    kept, settings = chosen_fit(train, labelled_items)
+    systems["fitted"] = right(confirm, mix(kept))
+    pooled = fit(others, 1.0, False, False) if others else corrections[(False, False)]
+    systems["choices"] = right(confirm, mix(pooled))
+    systems["running"] = right(confirm, running(confirm))
+    chosen = {"best": {"source": best[0], "priors": best[1][0], "labels": best[1][1], "train_accuracy": on_train[best]},
+              "fit": settings, "weights": kept.weights, "choices_weights": pooled.weights}  # fmt: skip
     return systems, chosen
+
+
+COMPARED = ("fitted", "choices", "running", "uniform")
+
+
+def summary(systems: Mapping[str, list[bool]]) -> dict[str, Any]:
+    return {
+        "items": len(systems["best"]),
+        "accuracy": {name: float(np.mean(marks)) for name, marks in systems.items()},
+        "against_best": {name: paired(systems[name], systems["best"]) for name in COMPARED},
+        "against_today": {name: paired(systems[name], systems["today"]) for name in (*COMPARED, "best")},
+    }
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -134,51 +155,42 @@ def cmd_report(args: argparse.Namespace) -> int:
     drafted = by_task(read(args.drafted)) if args.drafted else {}
     report: dict[str, Any] = {"labelled": args.labelled, "tasks": {}}
     pooled: dict[str, list[bool]] = defaultdict(list)
-    for task in sorted(confirm):
+    for task in sorted(set(confirm) & set(train)):
         others = [r for name, records in train.items() if name != task for r in records[: args.labelled]]
         systems, chosen = task_systems(train[task], confirm[task], others, args.labelled)
-        for name, marks in systems.items():
-            pooled[name] += marks
-        entry = {
-            "items": len(confirm[task]),
-            "accuracy": {name: float(np.mean(marks)) for name, marks in systems.items()},
-            "against_best": {name: paired(systems[name], systems["best"]) for name in ("fitted", "choices", "uniform")},
-            "against_today": {name: paired(systems[name], systems["today"]) for name in ("fitted", "choices", "best")},
-            **chosen,
-        }
+        for name in ("best", "today", "uniform", "uniform+prior", *COMPARED):
+            pooled[name] += systems[name]
+        report["tasks"][task] = {**summary(systems), **chosen}
         if task in drafted:
-            entry["drafted"] = drafted_check(drafted[task], confirm[task])
-        report["tasks"][task] = entry
-    report["pooled"] = {
-        "items": len(pooled["best"]),
-        "accuracy": {name: float(np.mean(marks)) for name, marks in pooled.items() if not name.count(":")},
-        "against_best": {name: paired(pooled[name], pooled["best"]) for name in ("fitted", "choices", "uniform")},
-        "against_today": {name: paired(pooled[name], pooled["today"]) for name in ("fitted", "choices", "best")},
-    }
+            report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task])
+    report["pooled"] = summary(pooled)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_report(report)
     return 0
 
 
 def drafted_check(drafted: list[dict[str, Any]], scored: list[dict[str, Any]]) -> dict[str, Any]:
-    """How the drafted answers (the product before issue 56) agree with Qwen asked, scored."""
+    """How the drafted answers (the product before issue 56) agree with Qwen asked, scored, and
+    what each cost."""
     scores = {r["id"]: r for r in scored}
     both = [(d, scores[d["id"]]) for d in drafted if d["id"] in scores]
+    if not both:
+        return {"items": 0}
     qwen = [int(np.argmax(s["scores"][TODAY])) if TODAY in s["scores"] else -1 for _, s in both]
     return {
         "items": len(both),
-        "accuracy": float(np.mean([d["pick"] == d["answer"] for d, _ in both])) if both else None,
-        "same_as_qwen_asked": float(np.mean([d["pick"] == q for (d, _), q in zip(both, qwen)])) if both else None,
-        "seconds_per_item": float(np.mean([d["seconds"] for d, _ in both])) if both else None,
-        "scored_seconds_per_item": float(np.mean([s["seconds"] for _, s in both])) if both else None,
+        "accuracy": float(np.mean([d["pick"] == d["answer"] for d, _ in both])),
+        "qwen_asked_accuracy": float(np.mean([q == s["answer"] for (_, s), q in zip(both, qwen)])),
+        "same_as_qwen_asked": float(np.mean([d["pick"] == q for (d, _), q in zip(both, qwen)])),
+        "seconds_per_item": float(np.mean([d["seconds"] for d, _ in both])),
+        "scored_seconds_per_item": float(np.mean([s["seconds"] for _, s in both])),
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
-    shown = ("today", "best", "uniform", "uniform+prior", "fitted", "choices")
+    shown = ("today", "best", "uniform", "uniform+prior", "running", "choices", "fitted")
     print(f"{'task':<14}" + "".join(f"{name:>14}" for name in shown) + "  fitted vs best    choices vs today")
-    rows = [*report["tasks"].items(), ("pooled", report["pooled"])]
-    for task, entry in rows:
+    for task, entry in [*report["tasks"].items(), ("pooled", report["pooled"])]:
         cells = "".join(f"{100 * entry['accuracy'][name]:>14.1f}" for name in shown)
         vs_best, vs_today = entry["against_best"]["fitted"], entry["against_today"]["choices"]
         print(f"{task:<14}{cells}  +{vs_best['ahead']}/-{vs_best['behind']} p={vs_best['p']:.3g}"
@@ -187,24 +199,18 @@ def print_report(report: dict[str, Any]) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
-    fits them (``task_weights.fit_task``): each task's on its labelled items with the smoothing
-    and priors the report chose for it, and ``choices`` on every task's labelled items, no priors."""
+    fits them: each task's on its labelled items with the smoothing and correction the report
+    chose for it, and ``choices`` on every task's labelled items, no priors."""
     train = by_task(read(args.train))
     entries = []
     for task, records in sorted(train.items()):
-        _, _, settings = chosen_fit(records, args.labelled)
+        _, settings = chosen_fit(records, args.labelled)
         said = f"{args.labelled} labelled {task} train items (research/data/choices)"
-        fitted = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"])
-        entries.append(fitted.to_json(args.ensemble_key))
+        kept = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"],
+                        settings["labels"])  # fmt: skip
+        entries.append(kept.to_json(args.ensemble_key))
     everything = [r for records in train.values() for r in records[: args.labelled]]
     said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
     entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
     Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return 0
-
-
-def labelled(records: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[opt.Options], list[int]]:
-    """Records as ``fit_task`` takes them: the scores, the options, the answers."""
-    offered = [opt.options_in({"enum": r["choices"]}) for r in records]
-    assert all(o is not None for o in offered), "a record's choices are not distinct options"
-    return [r["scores"] for r in records], [o for o in offered if o is not None], [r["answer"] for r in records]

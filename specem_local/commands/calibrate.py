@@ -143,8 +143,7 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     mixed = 0
     for item, offered_here, answer in zip(scores, offered, answers):
         assert offered_here is not None
-        priors = fitted.priors_for(offered_here)
-        beliefs = {n: options.corrected(options.distribution(v), priors.get(n)) for n, v in item.items()}
+        beliefs = options.believed(item, fitted.priors_for(offered_here))
         mixed += int(options.mixed(beliefs, fitted.weights).argmax()) == answer
     print(f"the mix with these weights: {mixed}/{len(tasks)} right on these items (the items it was fitted on)")
     return 0

@@ -182,7 +182,7 @@ class OptionsLoop:
 
     def _event(self, scores: dict[str, list[float]]) -> RoundEvent:
         plan = self.plan
-        beliefs = {name: opt.corrected(opt.distribution(s), plan.priors.get(name)) for name, s in scores.items()}
+        beliefs = opt.believed(scores, plan.priors)
         mix = opt.mixed(beliefs, plan.weights)
         best = int(np.argmax(mix))
         self.confidence = float(mix[best])

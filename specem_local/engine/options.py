@@ -29,6 +29,7 @@ WAYS = ("asked", "scored")
 MAX_OPTIONS = 20  # beyond this an answer is not a choice among options but a vocabulary
 FLOOR = 1e-9  # no probability is taken as exactly 0 (a log of it, a division by it)
 PLAIN_CUE = "Answer:"  # what the scored way's plain-text prompt ends with
+LABELS = "labels"  # among a task's priors: how often each option is right (a source's name has a colon)
 
 
 @dataclass(frozen=True)
@@ -118,13 +119,23 @@ def distribution(log_probabilities: Sequence[float]) -> np.ndarray:
     return shifted / shifted.sum()
 
 
-def corrected(belief: np.ndarray, prior: np.ndarray | None) -> np.ndarray:
+def corrected(belief: np.ndarray, prior: np.ndarray | None, labels: np.ndarray | None = None) -> np.ndarray:
     """A belief with its label bias taken out: divided by the source's prior over the options
-    (how it leans with no question), then normalised. No prior: the belief as it is."""
+    (how it leans whatever the question), times how often each option is right in the task
+    (``labels``: none, as often each), then normalised. No prior: the belief as it is."""
     if prior is None:
         return belief
     ratio = belief / np.maximum(prior, FLOOR)
+    if labels is not None:
+        ratio = ratio * labels
     return ratio / ratio.sum()
+
+
+def believed(scores: Mapping[str, Sequence[float]], priors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each source's corrected belief from its summed log-probabilities of the options, with the
+    priors a task keeps for them (``LABELS``: how often each option is right)."""
+    labels = priors.get(LABELS)
+    return {name: corrected(distribution(values), priors.get(name), labels) for name, values in scores.items()}
 
 
 def mean_prior(beliefs: Sequence[np.ndarray]) -> np.ndarray:

@@ -65,27 +65,35 @@ def fit_task(
     fitted_on: str,
     smoothing: float = SMOOTHING,
     priors: bool = True,
+    labels: bool = False,
 ) -> TaskWeights:
     """A task's weights from labelled items: each source's prior over the options (its mean
-    belief: by the options when every item has the same, else by position), then the weights
-    that make the mix of the corrected beliefs likeliest to be right (``options.fitted_weights``).
-    ``scores``: each item's summed log-probabilities of its options, by source."""
+    belief: by the options when every item has the same, else by position) and, with
+    ``labels``, how often each option was right (add-one); then the weights that make the mix of
+    the corrected beliefs likeliest to be right (``options.fitted_weights``). ``scores``: each
+    item's summed log-probabilities of its options, by source."""
     keys = {o.key for o in options}
-    by_key: dict[str, dict[str, list[np.ndarray]]] = {}
-    for item, offered in zip(scores, options):
+    seen: dict[str, dict[str, list[np.ndarray]]] = {}
+    for item, offered, answer in zip(scores, options, answers):
         key = offered.key if len(keys) == 1 else f"#{len(offered.texts)}"
+        found = seen.setdefault(key, {})
         for name, values in item.items():
-            by_key.setdefault(key, {}).setdefault(name, []).append(opt.distribution(values))
-    kept = {key: {name: opt.mean_prior(b).tolist() for name, b in found.items()} for key, found in by_key.items()}
-    found = TaskWeights(task, {}, kept if priors else {}, len(answers), fitted_on)
-    beliefs = [
-        {
-            name: opt.corrected(opt.distribution(values), found.priors_for(offered).get(name))
-            for name, values in item.items()
-        }
-        for item, offered in zip(scores, options)
-    ]
-    return dataclasses.replace(found, weights=opt.fitted_weights(beliefs, answers, smoothing))
+            found.setdefault(name, []).append(opt.distribution(values))
+        found.setdefault(opt.LABELS, []).append(np.eye(len(offered.texts))[answer])
+    kept = {
+        key: {name: (opt.mean_prior(b) if name != opt.LABELS else _add_one(b)).tolist() for name, b in found.items()
+              if labels or name != opt.LABELS}
+        for key, found in seen.items()
+    }  # fmt: skip
+    fitted = TaskWeights(task, {}, kept if priors else {}, len(answers), fitted_on)
+    beliefs = [opt.believed(item, fitted.priors_for(offered)) for item, offered in zip(scores, options)]
+    return dataclasses.replace(fitted, weights=opt.fitted_weights(beliefs, answers, smoothing))
+
+
+def _add_one(hits: list[np.ndarray]) -> np.ndarray:
+    """How often each option was right, each counted once more (none is ever impossible)."""
+    counts = np.sum(hits, axis=0) + 1.0
+    return counts / counts.sum()
 
 
 def user_weights_path() -> Path:

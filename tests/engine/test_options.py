@@ -123,3 +123,12 @@ def test_fitted_weights_maximise_the_likelihood_of_the_right_answers():
 
     grid = max(np.linspace(0, 1, 1001), key=likelihood)
     assert fitted["a"] == pytest.approx(grid, abs=2e-3)
+
+
+def test_label_frequencies_tilt_a_corrected_belief_and_believed_applies_a_tasks_priors():
+    lean = np.array([0.9, 0.1])
+    assert opt.corrected(lean, lean, np.array([0.7, 0.3])) == pytest.approx([0.7, 0.3])
+    assert opt.corrected(lean, None, np.array([0.7, 0.3])) is lean  # no prior of its own: as it is
+    scores = {"asked:a": [np.log(0.9), np.log(0.1)], "scored:a": [np.log(0.5), np.log(0.5)]}
+    found = opt.believed(scores, {"asked:a": lean, opt.LABELS: np.array([0.25, 0.75])})
+    assert found["asked:a"] == pytest.approx([0.25, 0.75]) and found["scored:a"] == pytest.approx([0.5, 0.5])

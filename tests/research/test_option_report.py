@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 
+from specem_local.engine import options as opt
 from specem_research import option_report as rep
 
 KNOWS, LEANS, GUESSES = "scored:gemma", "asked:qwen2.5-coder-0.5b", "asked:smol"
@@ -30,15 +31,19 @@ def records(task: str, n: int, seed: int) -> list[dict]:
 
 def test_priors_are_each_sources_mean_lean_and_dividing_them_out_evens_a_constant_source():
     train = records("t", 50, 0)
-    priors = rep.priors_from(train)
-    assert np.allclose(priors[LEANS][2], [0.9, 0.1])
-    assert np.allclose(rep.beliefs(train[0], priors)[LEANS], [0.5, 0.5])
+    kept = rep.fit(train, 1.0, True, False)
+    priors = kept.priors_for(rep.options_of(train[0]))
+    assert np.allclose(priors[LEANS], [0.9, 0.1]) and opt.LABELS not in priors
+    assert np.allclose(opt.believed(train[0]["scores"], priors)[LEANS], [0.5, 0.5])
+    with_labels = rep.fit(train, 1.0, True, True).priors_for(rep.options_of(train[0]))
+    share = (sum(r["answer"] == 0 for r in train) + 1) / (len(train) + 2)
+    assert np.allclose(with_labels[opt.LABELS], [share, 1 - share])
 
 
 def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system(tmp_path):
     train = records("t", 300, 1)
     systems, chosen = rep.task_systems(train, records("t", 400, 2), records("u", 100, 3), 100)
-    assert chosen["best"] == KNOWS and chosen["weights"][KNOWS] > 0.6
+    assert chosen["best"]["source"] == KNOWS and chosen["weights"][KNOWS] > 0.6
     assert np.mean(systems["best"]) > 0.8 and np.mean(systems["today"]) < 0.6
     assert np.mean(systems["fitted"]) >= np.mean(systems["best"]) - 0.02
     assert np.mean(systems["choices"]) > np.mean(systems["today"])
