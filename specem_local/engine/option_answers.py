@@ -24,6 +24,7 @@ from specem_local.engine.phases import RunEach
 from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest, PromptTooLong
 from specem_local.engine.task_weights import DEFAULT_TASK, task_weights
+from specem_local.errors import NoMemberLeft
 from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 
@@ -90,12 +91,12 @@ def _plain_tokens(member: Member, text: str) -> list[int]:
 
 
 def option_log_probabilities(
-    member: Member, prompt: tuple[int, ...], continuations: tuple[str, ...]
+    member: Member, prompt: tuple[int, ...], continuations: tuple[str, ...], reuse: bool = True
 ) -> tuple[list[float], list[int]]:
     """Each continuation's summed token log-probability after ``prompt``, and its length in
     tokens, in one batched pass (``Member.score``: each in its own sequence on the prompt's
-    shared cells)."""
-    member.start(list(prompt))
+    shared cells); ``reuse``: the ``reuse_prompt`` setting (``Member.start``)."""
+    member.start(list(prompt), reuse)
     scored = member.score(dict(enumerate(continuations)), "logprob")
     lengths = [len(scored.candidate_tokens[i]) for i in range(len(continuations))]
     return [scored.scores[i] * lengths[i] for i in range(len(continuations))], lengths
@@ -150,12 +151,10 @@ class OptionsLoop:
         try:
             if not self.cancel.is_set():
                 scores = self._scores()
-                if scores and not self.cancel.is_set():
+                if not self.cancel.is_set():
                     self.chosen = self._event(scores)
                     finish = "eos"
                     yield self.chosen
-                elif not scores:
-                    finish = "empty"
         except StepAbandoned:
             finish = "cancelled"
         yield self.final_event(finish)
@@ -163,13 +162,14 @@ class OptionsLoop:
     def _scores(self) -> dict[str, list[float]]:
         """Each source's summed log-probability of each option; a member lost is left out."""
         texts, words = self.plan.options.texts, tuple(" " + word for word in self.plan.options.words)
+        reuse = self.request.settings.reuse_prompt
 
         def both(member: Member) -> dict[str, list[float]]:
             try:
                 asked, self.lengths[member.name] = option_log_probabilities(
-                    member, self.request.prompts[member.name], texts
+                    member, self.request.prompts[member.name], texts, reuse
                 )
-                plain, _ = option_log_probabilities(member, self.plan.plain[member.name], words)
+                plain, _ = option_log_probabilities(member, self.plan.plain[member.name], words, reuse)
             except MemberLost as lost:
                 self.lost[member.name] = str(lost)
                 return {}
@@ -178,6 +178,9 @@ class OptionsLoop:
         found: dict[str, list[float]] = {}
         for part in self._run_each(self.request.settings, both, list(self.members)):
             found.update(part)
+        if not found:
+            said = "; ".join(f"{name}: {why}" for name, why in self.lost.items())
+            raise NoMemberLeft(f"the answer cannot go on: every member was lost ({said})")
         return found
 
     def _event(self, scores: dict[str, list[float]]) -> RoundEvent:

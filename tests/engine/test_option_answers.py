@@ -12,7 +12,7 @@ from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
 from specem_local.engine.request import PromptTooLong
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
-from specem_local.errors import SettingError, SpecemError
+from specem_local.errors import NoMemberLeft, SettingError, SpecemError
 from specem_local.events import RoundEvent
 from tests.engine.conftest import fake_ensemble, fake_member
 
@@ -59,7 +59,7 @@ def test_the_members_score_the_options_in_one_step_and_the_tasks_weights_decide(
         assert [candidate_label(c) for c in round_.candidates] == ['"cat"', '"dog"']  # each option by its text
         said = explain(round_)
         assert said.startswith('Round 1: "cat" was the option the members\' weighted beliefs favoured')
-        assert f"{chosen.combined:.3f} against" in said and "for \"dog\"" in said and "Believed most by: a" in said
+        assert f"{chosen.combined:.3f} against" in said and 'for "dog"' in said and "Believed most by: a" in said
 
 
 def test_the_mix_is_the_weighted_mean_of_the_corrected_beliefs():
@@ -222,3 +222,22 @@ def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):
     items.write_text('{"question": "2+2?", "answer": "4"}\n')
     assert main(["calibrate", str(items), "--task", "sums"]) == 1
     assert "fitted on items with choices and a letter answer" in capsys.readouterr().err
+
+
+def test_every_member_lost_while_scoring_is_no_member_left_and_the_next_answer_brings_them_back():
+    def lost_after_the_prompt(model, _rows):
+        if model.decodes == 2:
+            model.lose("its worker process ended")
+
+    members = [fake_member(n, f'"{w}"', on_decode=lost_after_the_prompt) for n, w in (("a", "cat"), ("b", "dog"))]
+    with fake_ensemble(*members) as ensemble:
+        with pytest.raises(NoMemberLeft, match=r"every member was lost .*a: its worker process ended"):
+            ensemble.generate("Which pet?", schema=PETS)
+        assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")
+
+
+def test_without_reusing_the_prompt_each_option_is_scored_from_a_cleared_memory_and_the_same():
+    with pets() as ensemble:
+        _, reused, _ = events(ensemble)
+        _, fresh, _ = events(ensemble, reuse_prompt=False)
+    assert [c.scores for c in fresh.candidates] == [c.scores for c in reused.candidates]
