@@ -167,3 +167,21 @@ def test_an_unsure_answer_is_answered_again_by_the_reserve_member_alone():
         assert unsure.escalated == "big" and unsure.text == "Surely 41." and unsure.ensemble_text == "It is 42."
         assert unsure.wins["big"] > 0 and unsure.seconds >= sure.seconds * 0.5
         assert ensemble.generate(QUESTION).escalated == ""  # the setting is off by default
+
+
+def test_a_fitted_calibrator_reads_evidence_outside_what_it_saw_at_the_edge_and_is_never_surer_than_its_count():
+    generator = random.Random(1)
+    evidence = [{"mean_logprob": generator.uniform(-1.0, -0.2), "ended": 1.0} for _ in range(60)]
+    right = [e["mean_logprob"] > -0.6 for e in evidence]
+    calibrator = fit(evidence, right, "separable")
+    seen = max(e["mean_logprob"] for e in evidence)
+    assert calibrator.answers == 60 and calibrator.high is not None
+    assert calibrator.probability({"mean_logprob": 0.0, "ended": 1.0}) == calibrator.probability(
+        {"mean_logprob": seen, "ended": 1.0}
+    )
+    assert calibrator.probability({"mean_logprob": -0.01, "ended": 1.0}) == pytest.approx(61 / 62)
+    assert calibrator.probability({"mean_logprob": -3.0, "ended": 1.0}) == pytest.approx(1 / 62)
+    unbounded = Calibrator(calibrator.weights, calibrator.intercept, calibrator.fill, "a prior")
+    assert unbounded.probability({"mean_logprob": -0.01, "ended": 1.0}) > 61 / 62
+    assert Calibrator.from_dict(unbounded.to_dict()) == unbounded and "low" not in unbounded.to_dict()
+    assert Calibrator.from_dict(calibrator.to_dict()) == calibrator
