@@ -59,6 +59,8 @@ for module in "$@"; do
       selection='["tests/server"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
       selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/research/test_option_report.py"]' ;;
+    engine/evidence.py)
+      selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
       selection='["tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py"]' ;;
     server/anthropic_format.py)

@@ -72,8 +72,10 @@ def test_a_fitted_calibrator_ranks_and_calibrates_the_answers_it_learned_from():
     assert calibrator.probability({"mean_logprob": -1.9, "least_logprob": -5.7, "ended": 1}) < 0.3
     again = Calibrator.from_dict(calibrator.to_dict())
     assert again == calibrator and len(again.weights) == len(FEATURES)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="both right and wrong"):
         fit(evidence[:3], [True] * 3, "one class")
+    some = [{**e, "witnesses": 0.25 if i % 2 else 0.75} if i < 4 else e for i, e in enumerate(evidence)]
+    assert fit(some, right, "some checked").fill[FEATURES.index("witnesses")] == pytest.approx(0.5)
 
 
 def test_a_missing_feature_takes_its_fitted_fill():
@@ -118,7 +120,8 @@ def test_a_paid_check_has_the_other_members_answer_alone_and_counts_who_agrees()
 
     assert final_answer("so it is 1,000.") == final_answer("The answer is 1000") != final_answer("999")
     assert final_answer('{"b": 1, "a": 2}') == final_answer('{"a": 2, "b": 1}')
-    assert final_answer("Yes\n\n  It  is PARIS ") == final_answer("it is paris") and final_answer("  ") is None
+    assert final_answer("Yes\n\n  It  is PARIS ") == "it is paris" and final_answer("  ") is None
+    assert final_answer("", {"b": 1, "a": [2]}) == final_answer("x", {"a": [2], "b": 1}) == '{"a": [2], "b": 1}'
     agreeing = [
         fake_member("a", "It is 42.", n_params=3000),
         fake_member("b", "So 42."),
@@ -181,6 +184,9 @@ def test_a_fitted_calibrator_reads_evidence_outside_what_it_saw_at_the_edge_and_
     )
     assert calibrator.probability({"mean_logprob": -0.01, "ended": 1.0}) == pytest.approx(61 / 62)
     assert calibrator.probability({"mean_logprob": -3.0, "ended": 1.0}) == pytest.approx(1 / 62)
+    edges = Calibrator(calibrator.weights, calibrator.intercept, calibrator.fill, "", calibrator.low, calibrator.high)
+    at_edge = edges.probability({"mean_logprob": seen, "ended": 1.0})
+    assert edges.probability({"mean_logprob": 5.0, "ended": 1.0}) == at_edge > 61 / 62
     unbounded = Calibrator(calibrator.weights, calibrator.intercept, calibrator.fill, "a prior")
     assert unbounded.probability({"mean_logprob": -0.01, "ended": 1.0}) > 61 / 62
     assert Calibrator.from_dict(unbounded.to_dict()) == unbounded and "low" not in unbounded.to_dict()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specem_local.backend.protocol import StepAbandoned
 from specem_local.commands.cli import main
 from specem_local.engine import Ensemble, candidate_label, explain
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
+from specem_local.engine.option_answers import CONFIDENCE_FROM
 from specem_local.engine.request import PromptTooLong
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
 from specem_local.errors import NoMemberLeft, SettingError, SpecemError
@@ -52,7 +54,12 @@ def test_the_members_score_the_options_in_one_step_and_the_tasks_weights_decide(
             assert [c.text for c in round_.candidates] == ['"cat"', '"dog"']
             chosen = next(c for c in round_.candidates if c.text == final.text)
             assert final.confidence == pytest.approx(chosen.combined) and final.confidence > 0.5
-            assert start.weights[round_.author] == pytest.approx(0.9)
+            assert start.weights[round_.author] == pytest.approx(0.9) and final.weights == start.weights
+            assert start.weights_from and final.confidence_from == CONFIDENCE_FROM and final.drafters_per_round == 0
+            assert final.tokens == round_.answer_tokens >= 1 and all(c.ended is True for c in round_.candidates)
+            firsts = [max(range(2), key=lambda i: round_.candidates[i].shares[n]) for n in round_.candidates[0].shares]
+            assert round_.agreement == pytest.approx(firsts.count(["cat", "dog"].index(answer)) / len(firsts))
+            assert all(s <= 0 for c in round_.candidates for s in c.scores.values())  # log-probabilities, summed
             assert f"task {task!r}" in start.notes[0] and "forty labelled items" in start.notes[0]
         assert all(m.model.decodes > 0 for m in ensemble.members)
         assert round_.candidates[0].model == "a" and all(c.option for c in round_.candidates)  # a argued for cat
@@ -147,9 +154,10 @@ def test_task_weights_are_kept_per_ensemble_and_task_and_a_damaged_file_is_one_l
         lean(ensemble, "t1", "b")  # replaces the first
         kept = task_weights(ensemble.members, "t1")
         assert kept is not None and kept.weights["asked:b"] == 9.0 and task_weights(ensemble.members, "t2")
-        assert key_of(ensemble.members) in (tmp_path / "data" / "option_weights.json").read_text()
+        text = (tmp_path / "data" / "option_weights.json").read_text()
+        assert key_of(ensemble.members) in text and text.startswith('[\n {\n  "key"')  # a file a person can read
         (tmp_path / "data" / "option_weights.json").write_text('[{"key": 1}]')
-        with pytest.raises(SpecemError, match=r"damaged .* delete it"):
+        with pytest.raises(SpecemError, match=r"task weights in .*option_weights.json are damaged .* delete it"):
             task_weights(ensemble.members, "t1")
 
 
@@ -241,3 +249,15 @@ def test_without_reusing_the_prompt_each_option_is_scored_from_a_cleared_memory_
         _, reused, _ = events(ensemble)
         _, fresh, _ = events(ensemble, reuse_prompt=False)
     assert [c.scores for c in fresh.candidates] == [c.scores for c in reused.candidates]
+
+
+def test_a_step_abandoned_while_scoring_ends_the_answer_cancelled_and_the_next_is_answered():
+    def abandoned_after_the_prompt(model, _rows):
+        if model.decodes == 2:  # a cancel stopped waiting for a remote member's step
+            raise StepAbandoned("stopped waiting for a on 127.0.0.1")
+
+    members = fake_member("a", '"cat"', on_decode=abandoned_after_the_prompt), fake_member("b", '"dog"')
+    with fake_ensemble(*members) as ensemble:
+        final = ensemble.stream("Which pet?", schema=PETS).final()
+        assert final.finish_reason == "cancelled" and final.text == "" and final.confidence is None
+        assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")

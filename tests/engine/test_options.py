@@ -10,6 +10,7 @@ import pytest
 
 from specem_local.engine import options as opt
 from specem_local.engine.prompting import Message
+from specem_local.engine.task_weights import fit_task
 
 
 @pytest.mark.parametrize(
@@ -22,6 +23,7 @@ from specem_local.engine.prompting import Message
         ({"type": "boolean"}, (True, False)),
         ({"enum": ["x", None], "title": "t", "description": "d"}, ("x", None)),
         ({"type": ["string", "null"], "enum": ["x", None]}, ("x", None)),
+        ({"enum": ["a", "b"], "default": "a", "examples": ["b"], "$id": "x"}, ("a", "b")),
     ],
 )
 def test_a_schema_of_a_few_values_is_a_choice_among_them(schema, values):
@@ -66,8 +68,9 @@ def test_sources_are_named_by_way_and_member_and_split_back():
 
 
 def test_the_plain_text_is_each_message_then_the_cue():
-    messages = [Message("system", "Be brief."), Message("user", " Is it good? "), Message("tool", "x", name="f")]
-    assert opt.plain_text(messages) == "Be brief.\n\nIs it good?\nAnswer:"
+    messages = [Message("system", "Be brief."), Message("user", " Is it good? "), Message("tool", "x", name="f"),
+                Message("assistant", "Which one?"), Message("user", "The first.")]  # fmt: skip
+    assert opt.plain_text(messages) == "Be brief.\n\nIs it good?\n\nWhich one?\n\nThe first.\nAnswer:"
 
 
 def test_a_belief_is_the_softmax_of_the_summed_log_probabilities():
@@ -132,3 +135,20 @@ def test_label_frequencies_tilt_a_corrected_belief_and_believed_applies_a_tasks_
     scores = {"asked:a": [np.log(0.9), np.log(0.1)], "scored:a": [np.log(0.5), np.log(0.5)]}
     found = opt.believed(scores, {"asked:a": lean, opt.LABELS: np.array([0.25, 0.75])})
     assert found["asked:a"] == pytest.approx([0.25, 0.75]) and found["scored:a"] == pytest.approx([0.5, 0.5])
+
+
+def test_a_tasks_fit_keeps_priors_by_its_options_or_by_position_and_label_frequencies_only_when_asked():
+    yes_no = opt.options_in({"enum": ["yes", "no"]})
+    three = opt.options_in({"enum": ["a", "b", "c"]})
+    assert yes_no is not None and three is not None
+    leaning = {"asked:m": [np.log(0.8), np.log(0.2)], "scored:m": [np.log(0.5), np.log(0.5)]}
+    same = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "four items")
+    assert set(same.priors) == {yes_no.key} and opt.LABELS not in same.priors[yes_no.key]
+    assert same.priors[yes_no.key]["asked:m"] == pytest.approx([0.8, 0.2]) and same.items == 4
+    assert set(same.weights) == {"asked:m", "scored:m"} and same.fitted_on == "four items"
+    with_labels = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", labels=True)
+    assert with_labels.priors[yes_no.key][opt.LABELS] == pytest.approx([4 / 6, 2 / 6])
+    flat = {"asked:m": [0.0, 0.0, 0.0], "scored:m": [0.0, 0.0, 0.0]}
+    mixed = fit_task("t", [leaning, flat], [yes_no, three], [0, 2], "")
+    assert set(mixed.priors) == {"#2", "#3"}
+    assert fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", priors=False).priors == {}
