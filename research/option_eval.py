@@ -5,6 +5,7 @@ through the product's own path, and the systems compared on them.
     python -m specem_research.option_eval drafted research/data/choices/sst2_confirm500.jsonl --limit 100 --output DIR
     python -m specem_research.option_eval report --train DIR --confirm DIR2 --output REPORT.json
     python -m specem_research.option_eval fit --train DIR --ensemble-key KEY --output WEIGHTS.json
+    python -m specem_research.option_eval timing research/data/choices/sst2_confirm500.jsonl --limit 20 --output T.json
 
 ``run`` asks each item as the product is asked (``Ensemble.stream(question, schema={"enum":
 choices}, task=TASK)``: every member scores every option, asked and as plain text, in one step)
@@ -13,7 +14,9 @@ so every system below is computed from the same scores: each (member, way) alone
 its label prior divided out; the uniform mix; the mix with the task's weights fitted on labelled
 items. ``drafted`` answers the same questions the way the product did before (drafted in rounds
 under the enum schema, no thinking, the shipped weights): "today's default". Resumable: items
-already recorded are skipped.
+already recorded are skipped. ``timing``: seconds per item of each way of answering (among the
+options or drafted; the ensemble or its best member alone), in turn on the same items, in one
+process: run it with nothing else running.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +101,41 @@ def cmd_answer(args: argparse.Namespace, answer: Any) -> int:
     return 0
 
 
+def cmd_timing(args: argparse.Namespace) -> int:
+    items = read_items(args.tasks, args.limit)
+    os.environ["SPECEM_DATA_DIR"] = tempfile.mkdtemp(prefix="specem-timing-")
+    alone = (args.member,)
+    with Ensemble.from_config(load_config(ensemble=args.ensemble), greedy=True) as ensemble:
+        ways: dict[str, Callable[[dict[str, Any]], object]] = {
+            "options, the ensemble": lambda i: ensemble.generate(i["question"], schema={"enum": i["choices"]}),
+            "options, alone": lambda i: ensemble.generate(i["question"], schema={"enum": i["choices"]}, models=alone),
+            "drafted, the ensemble": lambda i: ensemble.generate(
+                i["question"], schema={"enum": i["choices"]}, score_options=False, think=False
+            ),
+            "drafted, alone": lambda i: ensemble.generate(
+                i["question"], schema={"enum": i["choices"]}, score_options=False, think=False, models=alone
+            ),
+        }
+        for way in ways.values():  # warm: each way once before the clock
+            way(items[0])
+        seconds: dict[str, list[float]] = {name: [] for name in ways}
+        for item in items:
+            for name, way in ways.items():
+                started = time.perf_counter()
+                way(item)
+                seconds[name].append(time.perf_counter() - started)
+    base = statistics.median(seconds["options, alone"])
+    report = {"items": len(items), "member": args.member, "ensemble": args.ensemble, "ways": {
+        name: {"median_seconds": statistics.median(s), "mean_seconds": statistics.fmean(s),
+               "median_against_options_alone": statistics.median(s) / base}
+        for name, s in seconds.items()
+    }}  # fmt: skip
+    Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    for name, entry in report["ways"].items():
+        print(f"{name:<24} {entry['median_seconds']:.3f} s  {entry['median_against_options_alone']:.2f}x")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specem_research.option_eval")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -115,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--labelled", type=int, default=100)
     fit.add_argument("--ensemble-key", required=True)
     fit.add_argument("--output", required=True)
+    timing = commands.add_parser("timing")
+    timing.add_argument("tasks", nargs="+")
+    timing.add_argument("--output", required=True)
+    timing.add_argument("--limit", type=int, default=20)
+    timing.add_argument("--ensemble", default="demo")
+    timing.add_argument("--member", default="qwen2.5-coder-0.5b", help="the member timed alone")
     args = parser.parse_args(argv)
+    if args.command == "timing":
+        return cmd_timing(args)
     if args.command == "run":
         return cmd_answer(args, scored)
     if args.command == "drafted":
