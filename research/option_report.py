@@ -91,17 +91,18 @@ def chosen_fit(train: Sequence[Record], labelled_items: int) -> tuple[TaskWeight
 
 
 def running(records: Sequence[Record], minimum: int = 10) -> Pick:
-    """The uniform mix, each source's prior the mean of its beliefs over the earlier records
-    (from the ``minimum``-th on): label-free, in the records' order."""
-    seen: dict[str, list[np.ndarray]] = defaultdict(list)
+    """The uniform mix, each source's prior the mean of its beliefs over the earlier records with
+    as many options (from the ``minimum``-th on): label-free, in the records' order."""
+    seen: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)  # by source and number of options
     picks: dict[str, int] = {}
     for record in records:
         beliefs = {name: opt.distribution(values) for name, values in record["scores"].items()}
-        priors = {name: opt.mean_prior(seen[name]) for name in beliefs if len(seen[name]) >= minimum}
+        count = len(record["choices"])
+        priors = {name: opt.mean_prior(seen[name, count]) for name in beliefs if len(seen[name, count]) >= minimum}
         corrected = {name: opt.corrected(b, priors.get(name)) for name, b in beliefs.items()}
         picks[record["id"]] = int(np.argmax(opt.mixed(corrected, {})))
         for name, belief in beliefs.items():
-            seen[name].append(belief)
+            seen[name, count].append(belief)
     return lambda r: picks[r["id"]]
 
 
@@ -162,24 +163,31 @@ def cmd_report(args: argparse.Namespace) -> int:
             pooled[name] += systems[name]
         report["tasks"][task] = {**summary(systems), **chosen}
         if task in drafted:
-            report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task])
+            report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task], systems)
     report["pooled"] = summary(pooled)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_report(report)
     return 0
 
 
-def drafted_check(drafted: list[dict[str, Any]], scored: list[dict[str, Any]]) -> dict[str, Any]:
-    """How the drafted answers (the product before issue 56) agree with Qwen asked, scored, and
-    what each cost."""
+def drafted_check(
+    drafted: list[dict[str, Any]], scored: list[dict[str, Any]], systems: Mapping[str, list[bool]]
+) -> dict[str, Any]:
+    """How the drafted answers (the product before issue 56) agree with Qwen asked, scored, what
+    each cost, and each system against them on the same items (paired)."""
     scores = {r["id"]: r for r in scored}
     both = [(d, scores[d["id"]]) for d in drafted if d["id"] in scores]
     if not both:
         return {"items": 0}
     qwen = [int(np.argmax(s["scores"][TODAY])) if TODAY in s["scores"] else -1 for _, s in both]
+    at = {r["id"]: i for i, r in enumerate(scored)}
+    marks = [d["pick"] == d["answer"] for d, _ in both]
     return {
         "items": len(both),
-        "accuracy": float(np.mean([d["pick"] == d["answer"] for d, _ in both])),
+        "accuracy": float(np.mean(marks)),
+        "against_drafted": {
+            name: paired([systems[name][at[d["id"]]] for d, _ in both], marks) for name in (*COMPARED, "best", "today")
+        },
         "qwen_asked_accuracy": float(np.mean([q == s["answer"] for (_, s), q in zip(both, qwen)])),
         "same_as_qwen_asked": float(np.mean([d["pick"] == q for (d, _), q in zip(both, qwen)])),
         "seconds_per_item": float(np.mean([d["seconds"] for d, _ in both])),

@@ -68,3 +68,19 @@ def test_fit_writes_the_products_task_weights(tmp_path):
     assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
     assert max(entries["t"]["weights"], key=entries["t"]["weights"].get) == KNOWS
     assert entries["choices"]["priors"] == {} and set(entries["t"]["priors"]) <= {'["\\"x\\"", "\\"y\\""]'}
+
+
+def test_the_running_prior_is_kept_apart_for_each_number_of_options_and_the_drafted_answers_are_paired(tmp_path):
+    two = records("t", 30, 5)
+    three = [{**r, "id": f"{r['id']}-3", "choices": ["x", "y", "z"], "options": 3, "seconds": 2.0,
+              "scores": {name: [*v, np.log(0.05)] for name, v in r["scores"].items()}} for r in two]  # fmt: skip
+    mixed = [r for pair in zip(two, three) for r in ({**pair[0], "seconds": 2.0}, pair[1])]
+    picks = rep.running(mixed)
+    assert all(picks(r) in range(len(r["choices"])) for r in mixed)
+    systems, _ = rep.task_systems(records("t", 300, 1), mixed, [], 100)
+    drafted = [{"id": r["id"], "answer": r["answer"], "pick": 1, "seconds": 1.0} for r in mixed[:20]]
+    check = rep.drafted_check(drafted, mixed, systems)
+    always_y = sum(r["answer"] == 1 for r in mixed[:20])
+    assert check["items"] == 20 and check["accuracy"] == always_y / 20 and check["scored_seconds_per_item"] == 2.0
+    best = check["against_drafted"]["best"]
+    assert best["ahead"] - best["behind"] == sum(systems["best"][:20]) - always_y
