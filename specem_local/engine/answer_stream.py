@@ -54,6 +54,8 @@ class AnswerStream(Iterator[Event]):
         self._final: FinalEvent | None = None
         self._place: int | None = None
         self._ended = False
+        self._stepping = False  # a thread is in one of its steps: its place is not given back until it returns
+        self._step_lock = threading.Lock()
         self._record: Record | None = None
         self._make_record: Callable[[], Record | None] | None = None
         self.record_warning: Callable[[str], None] | None = None  # told once when the history stops recording
@@ -112,13 +114,21 @@ class AnswerStream(Iterator[Event]):
                 self._failed(error)
                 self.close()
                 raise
+        with self._step_lock:
+            self._stepping = True
         try:
             event = self._runner.step(self._steps)
         except BaseException as error:  # the end, an error, or Ctrl-C inside a step: the answer is over
             if not isinstance(error, StopIteration):
                 self._failed(error)
+            self._stepped()
             self.close()
             raise
+        if self._stepped():  # closed from another thread during the step: its place is free only now
+            assert self._loop is not None
+            self._final = event if isinstance(event, FinalEvent) else self._loop.final_event("cancelled")
+            self._write(self._final)
+            return self._final
         if isinstance(event, FinalEvent):
             event = self._parsed(self._escalated(self._checked(event)))
             self._final = event
@@ -203,9 +213,25 @@ class AnswerStream(Iterator[Event]):
 
     def close(self) -> None:
         """End the stream here: no more events, and the runner may start another answer
-        (dropping the stream does the same)."""
-        self._ended = True
+        (dropping the stream does the same). Closed from another thread while a step of it
+        runs, it is cancelled and gives its place back when that step returns: two answers must
+        never decode on one place's models at once (llama.cpp aborts)."""
+        with self._step_lock:
+            self._ended = True
+            stepping = self._stepping
+        if stepping:
+            self.cancel()
+            return
         self._runner.end(self)
+
+    def _stepped(self) -> bool:
+        """A step has returned: whether the stream was closed meanwhile (its place is given back now)."""
+        with self._step_lock:
+            self._stepping = False
+            closed = self._ended
+        if closed:
+            self._runner.end(self)
+        return closed
 
     # -- the history --------------------------------------------------------------------------------
     def _write(self, event: Event) -> None:
@@ -236,15 +262,19 @@ class AnswerStream(Iterator[Event]):
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
         def run() -> None:
-            finish = None
+            finish: str | None = None
+            failed = False
             try:
                 for event in self:
                     if isinstance(event, FinalEvent):
                         finish = event.finish_reason
                     _tell(loop, queue.put_nowait, event)
             except BaseException as error:  # handed to the loop, which raises it there
+                failed = True
                 _tell(loop, queue.put_nowait, error)
             finally:
+                if finish is None and not failed and self.began:  # closed by its reader between steps
+                    finish = "cancelled"
                 if ended is not None:
                     _tell(loop, ended, finish)
                 _tell(loop, queue.put_nowait, _END)

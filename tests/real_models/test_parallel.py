@@ -108,7 +108,9 @@ def test_a_batch_with_a_bad_line_stopped_and_run_again_answers_every_good_line(t
     kept = target.read_text()
     assert kept.endswith("\n") and all(json.loads(line) for line in kept.splitlines())  # whole lines only
     second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert second.returncode == 0 and "line 3 (id 3): not JSON" in said  # said once, kept in OUT
+    bad = "line 3 (id line 3): not JSON"
+    assert bad in said and bad in second.stderr  # its error record is run again
+    assert second.returncode == 1 and "; 1 failed" in second.stderr
     results = {r["id"]: r for r in map(json.loads, target.read_text().splitlines())}
-    assert sorted(results) == ["3", "q0", "q1", "q2", "q3"]
-    assert all(results[f"q{i}"]["text"] for i in range(4)) and "error" in results["3"]
+    assert sorted(results) == ["line 3", "q0", "q1", "q2", "q3"]
+    assert all(results[f"q{i}"]["text"] for i in range(4)) and "error" in results["line 3"]

@@ -207,7 +207,7 @@ def test_streamed_requests_arriving_together_are_counted_in_line(server):
     ("body", "status", "param"),
     [
         ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
-        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
+        ({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "n": 9}, 400, "n"),
         (
             {"model": "specem", "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"1": 5}},
             400,

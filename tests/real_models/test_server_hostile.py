@@ -116,7 +116,8 @@ def test_5_the_cli_refuses_bad_values_in_one_line_with_exit_2(tmp_path, args, fi
 
 def test_ollamas_client_lists_shows_and_streams(server):
     client = ollama.Client(host=server["base"], timeout=300)
-    assert [m.model for m in client.list().models] == ["specem:latest"]
+    members = ["qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"]
+    assert [m.model for m in client.list().models] == ["specem:latest", *(f"specem/{m}:latest" for m in members)]
     assert client.show("specem").modelinfo["specem.members"] == ["qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m"]
     question = [{"role": "user", "content": "What is the capital of France?"}]
     options = {"temperature": 0, "num_predict": 24, "seed": 1}

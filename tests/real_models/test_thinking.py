@@ -5,6 +5,7 @@ API or ``specem run`` gets valid JSON, and finds the reasoning where its ecosyst
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -122,7 +123,8 @@ def test_specem_run_prints_the_json_alone_and_the_thinking_on_stderr(tmp_path):
         [*command, "--schema", str(schema), "--think=low", "--hide-thinking", QUESTION],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
-    assert hidden.returncode == 0 and hidden.stderr.strip() == "" and hidden.stdout == shown.stdout
+    assert hidden.returncode == 0 and hidden.stdout == shown.stdout
+    assert re.fullmatch(r"\[confidence [01]\.\d+\]", hidden.stderr.strip())  # no thinking: how sure, alone
     bad = subprocess.run([*command, "--schema", str(schema), "--think=lots", QUESTION], capture_output=True, text=True,
                          cwd=ROOT, timeout=600)  # fmt: skip
     assert bad.returncode == 2 and "think must be" in bad.stderr and bad.stderr.count("\n") == 1
