@@ -106,16 +106,13 @@ def cmd_timing(args: argparse.Namespace) -> int:
     os.environ["SPECEM_DATA_DIR"] = tempfile.mkdtemp(prefix="specem-timing-")
     alone = (args.member,)
     with Ensemble.from_config(load_config(ensemble=args.ensemble), greedy=True) as ensemble:
-        ways: dict[str, Callable[[dict[str, Any]], object]] = {
-            "options, the ensemble": lambda i: ensemble.generate(i["question"], schema={"enum": i["choices"]}),
-            "options, alone": lambda i: ensemble.generate(i["question"], schema={"enum": i["choices"]}, models=alone),
-            "drafted, the ensemble": lambda i: ensemble.generate(
-                i["question"], schema={"enum": i["choices"]}, score_options=False, think=False
-            ),
-            "drafted, alone": lambda i: ensemble.generate(
-                i["question"], schema={"enum": i["choices"]}, score_options=False, think=False, models=alone
-            ),
-        }
+
+        def answering(scored: bool, models: tuple[str, ...] | None) -> Callable[[dict[str, Any]], object]:
+            drafted = {} if scored else {"score_options": False, "think": False}
+            return lambda i: ensemble.generate(i["question"], schema={"enum": i["choices"]}, models=models, **drafted)
+
+        ways = {"options, the ensemble": answering(True, None), "options, alone": answering(True, alone),
+                "drafted, the ensemble": answering(False, None), "drafted, alone": answering(False, alone)}  # fmt: skip
         for way in ways.values():  # warm: each way once before the clock
             way(items[0])
         seconds: dict[str, list[float]] = {name: [] for name in ways}
