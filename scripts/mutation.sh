@@ -42,7 +42,7 @@ for module in "$@"; do
     engine/rounds.py|engine/phases.py)
       selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
-      selection='["tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
+      selection='["tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
       selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py"]' ;;
     engine/thinking.py)

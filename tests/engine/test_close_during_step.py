@@ -4,6 +4,7 @@ models at once abort llama.cpp (a GGML_ASSERT in get_rows, seen through ``specem
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from tests.engine.conftest import fake_ensemble, fake_member
@@ -36,3 +37,26 @@ def test_a_stream_closed_during_its_step_gives_its_place_back_only_when_the_step
         waiter.join(10)
         assert got[-1].finish_reason == "cancelled"
         assert second.final().text
+
+
+def test_the_async_events_say_how_the_answer_ended_and_one_left_early_ended_cancelled():
+    async def read(ensemble, leave_after=None):
+        said: list[object] = []
+        got = []
+        async for event in ensemble.stream("Tell a story.").events(ended=said.append):
+            got.append(event)
+            if leave_after is not None and len(got) >= leave_after:
+                break
+        return got, said
+
+    with fake_ensemble(fake_member("a", "one two three"), fake_member("b", "x"), max_tokens=40) as ensemble:
+        events, said = asyncio.run(read(ensemble))
+        assert said == [events[-1].finish_reason] and said[0] != "cancelled"
+
+        async def left_early():
+            _, said = await read(ensemble, leave_after=1)
+            while not said:  # the answer's thread tells the loop when it has stopped
+                await asyncio.sleep(0.01)
+            return said
+
+        assert asyncio.run(left_early()) == ["cancelled"]
