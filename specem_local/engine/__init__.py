@@ -11,7 +11,8 @@ members); ``member`` is one model's part; ``drafting``, ``verifying``, ``contras
 ``vote``, ``feedback``, ``sampling``, ``segments``, ``prompting`` and ``thinking`` are its
 steps; ``formats``, ``format_compiler``, ``schemas``, ``conditions`` and ``tools`` shape
 answers a program can parse; ``options`` and ``option_answers`` choose an answer among a few
-options by every member's scores, with ``task_weights`` kept per task; ``learned`` and
+options by every member's scores, with ``task_weights`` kept per task, and ``choice_points``
+finds such a value inside a larger answer; ``written`` is what a round loop keeps; ``learned`` and
 ``choices`` carry weights across answers (calibration, your picks). Front ends use this face,
 never the modules under it.
 

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -112,6 +113,41 @@ def answer_evidence(rounds: Sequence[RoundEvidence], ended: bool, tokens: int) -
         "voted": sum(r.agreement is not None for r in rounds) / len(rounds) if rounds else 0.0,
         "ended": 1.0 if ended else 0.0,
         "log_tokens": math.log1p(tokens),
+    }
+
+
+def answer_confidence(
+    calibrator: Calibrator | None, rounds: Sequence[RoundEvidence], ended: bool, tokens: int, abstain_below: float
+) -> dict[str, Any]:
+    """The final record's fields of how sure an answer is: the calibrator's reading of its rounds'
+    evidence, what it was fitted on, the evidence itself, and whether it is below ``abstain_below``
+    (the setting); none without a calibrator or a round."""
+    if calibrator is None or not rounds:
+        return {}
+    evidence = answer_evidence(rounds, ended, tokens)
+    confidence = calibrator.probability(evidence)
+    return {
+        "confidence": confidence,
+        "confidence_from": calibrator.fitted_on,
+        "evidence": {name: value for name, value in evidence.items() if math.isfinite(value)},
+        "unsure": confidence < abstain_below,
+    }
+
+
+def round_sureness(
+    calibrator: Calibrator | None, evidence: RoundEvidence, winning: Draft, top: int,
+    token_bytes: Callable[[int], bytes], tokens: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A round event's fields of how sure it is: the calibrator's reading of its evidence alone,
+    its least likely token, its margin and agreement, and, when asked (``top`` >= 0: the
+    ``logprobs`` setting), its tokens' log-probabilities."""
+    alone = answer_evidence([evidence], True, tokens)
+    return {
+        "sure": calibrator.probability(alone) if calibrator is not None and evidence.logprobs else None,
+        "least_probability": math.exp(min(evidence.logprobs)) if evidence.logprobs else None,
+        "margin": evidence.margin,
+        "agreement": evidence.agreement,
+        "logprobs": token_choices(winning, top, token_bytes) if top >= 0 else (),
     }
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from specem_local.backend.protocol import MemberLost, StepAbandoned
 from specem_local.engine import options as opt
 from specem_local.engine.formats import OutputFormat
-from specem_local.engine.member import Member
+from specem_local.engine.member import Member, Scored
 from specem_local.engine.phases import RunEach
 from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest, PromptTooLong
@@ -75,14 +75,23 @@ def option_plan(
                 "in models.toml or shorten the conversation or the options"
             )
     task = settings.task or DEFAULT_TASK
-    sources = [opt.source(m.name, way) for m in members for way in opt.WAYS]
+    weights, priors, said = source_weights(members, task, options, opt.WAYS)
+    return OptionPlan(options, plain, weights, priors, task, said)
+
+
+def source_weights(
+    members: list[Member], task: str, options: opt.Options, ways: tuple[str, ...]
+) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+    """The task's weights of these members' sources of these ``ways`` and their priors over the
+    options (``task_weights.py``), and where they came from in words; every source equally when
+    none are kept for the task."""
+    sources = [opt.source(m.name, way) for m in members for way in ways]
     kept = task_weights(members, task)
     weights = {name: kept.weights.get(name, 0.0) for name in sources} if kept is not None else {}
     if kept is None or sum(weights.values()) <= 0:
-        uniform = {name: 1.0 / len(sources) for name in sources}
-        return OptionPlan(options, plain, uniform, {}, task, f"uniform: none kept for the task {task!r}")
-    said = f"{kept.task!r}, fitted on {kept.fitted_on}"
-    return OptionPlan(options, plain, weights, kept.priors_for(options), task, said)
+        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}"
+    priors = {name: prior for name, prior in kept.priors_for(options).items() if name in weights or name == opt.LABELS}
+    return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}"
 
 
 def _plain_tokens(member: Member, text: str) -> list[int]:
@@ -97,9 +106,69 @@ def option_log_probabilities(
     tokens, in one batched pass (``Member.score``: each in its own sequence on the prompt's
     shared cells); ``reuse``: the ``reuse_prompt`` setting (``Member.start``)."""
     member.start(list(prompt), reuse)
+    summed, lengths, _ = scored_here(member, continuations)
+    return summed, lengths
+
+
+def scored_here(member: Member, continuations: tuple[str, ...]) -> tuple[list[float], list[int], Scored]:
+    """Each continuation's summed token log-probability after what the member holds now, its
+    length in tokens, and the ``Scored`` a commit of one of them adopts."""
     scored = member.score(dict(enumerate(continuations)), "logprob")
     lengths = [len(scored.candidate_tokens[i]) for i in range(len(continuations))]
-    return [scored.scores[i] * lengths[i] for i in range(len(continuations))], lengths
+    return [scored.scores[i] * lengths[i] for i in range(len(continuations))], lengths, scored
+
+
+@dataclass(frozen=True)
+class OptionVote:
+    """The options weighed: the chosen one (``best``, and its probability in the mix), the member
+    whose sources argued most for it, each option as a ``Candidate``, and the round's evidence."""
+
+    best: int
+    confidence: float
+    author: str
+    candidates: tuple[Candidate, ...]
+    runner_up: int
+    ranked_first_by: tuple[str, ...]
+    margin: float
+    agreement: float
+
+
+def option_vote(
+    texts: tuple[str, ...], scores: dict[str, list[float]], priors: dict[str, np.ndarray], weights: dict[str, float]
+) -> OptionVote:
+    """The weighted mix of the sources' corrected beliefs (``scores``: each source's summed
+    log-probability of each option) and what it chose."""
+    beliefs = opt.believed(scores, priors)
+    mix = opt.mixed(beliefs, weights)
+    best = int(np.argmax(mix))
+
+    def champion(option: int) -> str:  # the member whose sources argued most for it
+        return opt.split_source(max(beliefs, key=lambda name: weights.get(name, 0.0) * beliefs[name][option]))[0]
+
+    candidates = tuple(
+        Candidate(
+            model=champion(i),
+            text=text,
+            ended=True,
+            scores={name: float(s[i]) for name, s in scores.items()},
+            shares={name: float(b[i]) for name, b in beliefs.items()},
+            combined=float(mix[i]),
+            option=True,
+        )
+        for i, text in enumerate(texts)
+    )
+    ranked = tuple(opt.split_source(n)[0] for n, b in beliefs.items() if int(np.argmax(b)) == best)
+    runner_up = int(np.argsort(mix)[-2])
+    return OptionVote(
+        best,
+        float(mix[best]),
+        champion(best),
+        candidates,
+        runner_up,
+        tuple(dict.fromkeys(ranked)),
+        float(mix[best] - mix[runner_up]),
+        len(ranked) / len(beliefs),
+    )
 
 
 class OptionsLoop:
@@ -185,50 +254,27 @@ class OptionsLoop:
 
     def _event(self, scores: dict[str, list[float]]) -> RoundEvent:
         plan = self.plan
-        beliefs = opt.believed(scores, plan.priors)
-        mix = opt.mixed(beliefs, plan.weights)
-        best = int(np.argmax(mix))
-        self.confidence = float(mix[best])
-
-        def champion(option: int) -> str:  # the member whose sources argued most for it
-            return opt.split_source(max(beliefs, key=lambda name: plan.weights.get(name, 0.0) * beliefs[name][option]))[
-                0
-            ]
-
-        author = champion(best)
-        candidates = tuple(
-            Candidate(
-                model=champion(i),
-                text=text,
-                ended=True,
-                scores={name: float(s[i]) for name, s in scores.items()},
-                shares={name: float(b[i]) for name, b in beliefs.items()},
-                combined=float(mix[i]),
-                option=True,
-            )
-            for i, text in enumerate(plan.options.texts)
-        )
-        ranked = tuple(opt.split_source(n)[0] for n, b in beliefs.items() if int(np.argmax(b)) == best)
-        runner_up = int(np.argsort(mix)[-2])
+        chosen = option_vote(plan.options.texts, scores, plan.priors, plan.weights)
+        self.confidence = chosen.confidence
         return RoundEvent(
             index=1,
-            text=plan.options.texts[best],
-            author=author,
+            text=plan.options.texts[chosen.best],
+            author=chosen.author,
             decision="options",
-            candidates=candidates,
+            candidates=chosen.candidates,
             weights=self.member_weights,
             drafters=(),
             draft_seconds={},
             draft_tokens={},
             verify_seconds={m.name: 0.0 for m in self.members},
             seconds=time.perf_counter() - self.started,
-            answer_tokens=self._tokens(author, best),
-            runner_up=plan.options.texts[runner_up],
-            ranked_first_by=tuple(dict.fromkeys(ranked)),
+            answer_tokens=self._tokens(chosen.author, chosen.best),
+            runner_up=plan.options.texts[chosen.runner_up],
+            ranked_first_by=chosen.ranked_first_by,
             lost=dict(self.lost),
-            sure=self.confidence,
-            margin=float(mix[best] - mix[runner_up]),
-            agreement=len(ranked) / len(beliefs),
+            sure=chosen.confidence,
+            margin=chosen.margin,
+            agreement=chosen.agreement,
             logprobs=(),
         )
 

@@ -6,11 +6,13 @@ from one to the other is the reasoning phase's, and nothing else about it lives 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from specem_local.backend.protocol import ContextFull
 from specem_local.engine import thinking
+from specem_local.engine.choice_points import ChoicePoint, allowed_options, choice_point
 from specem_local.engine.formats import FormatMatcher, OutputFormat, member_matcher
 from specem_local.engine.member import Member
 from specem_local.engine.request import AnswerRequest, PromptTooLong, prompt_tokens
@@ -31,6 +33,9 @@ class Writing:
         self.matcher = FormatMatcher(output_format) if output_format is not None else None
         if self.matcher is not None and prefix:
             self.matcher.commit(prefix)
+        schema = output_format is not None and output_format.kind == "schema"
+        self.schema = json.loads(output_format.source) if output_format is not None and schema else None
+        self.text = prefix  # the format's text so far
 
     def arm(self, members: list[Member]) -> None:
         """Give each member its matcher (none without a format)."""
@@ -45,6 +50,16 @@ class Writing:
         """Text the format forces next (a key, punctuation): committed without a round."""
         return self.matcher.forced() if self.matcher is not None else ""
 
+    def choices(self) -> ChoicePoint | None:
+        """The options of the value the schema's answer reaches, when it allows only a few
+        (``choice_points.py``) and the format allows two or more: scored, not drafted."""
+        point = choice_point(self.schema, self.text) if self.schema is not None else None
+        matcher = self.matcher
+        if point is None or matcher is None:
+            return None
+        kept = allowed_options(point.options, lambda text: matcher.accepts(text[len(point.begun) :], False))
+        return ChoicePoint(kept, point.begun) if kept is not None else None
+
     def allows(self, text: str, ended: bool) -> bool:
         """Whether a candidate may win (one the format does not allow never can)."""
         return self.matcher is None or self.matcher.accepts(text, ended)
@@ -53,6 +68,7 @@ class Writing:
         """Add the winning text; whether the format is now whole (nothing more is allowed)."""
         if self.matcher is None:
             return False
+        self.text += text
         self.matcher.commit(text)
         return self.matcher.complete
 
@@ -71,6 +87,9 @@ class Reasoning:
 
     def forced(self) -> str:
         return ""
+
+    def choices(self) -> None:
+        return None
 
     def allows(self, _text: str, _ended: bool) -> bool:
         return True

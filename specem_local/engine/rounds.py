@@ -13,23 +13,27 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
+from specem_local.engine import options as opt
+from specem_local.engine.choice_points import ChoicePoint
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
-from specem_local.engine.evidence import RoundEvidence, answer_evidence, segment_evidence, token_choices
+from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
+from specem_local.engine.option_answers import option_vote, scored_here, source_weights
 from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.segments import copied_fraction, find_stop
+from specem_local.engine.task_weights import DEFAULT_TASK
 from specem_local.engine.verifying import verify
+from specem_local.engine.written import Voted, Written
 from specem_local.errors import NoMemberLeft
 from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent, Switch
 from specem_local.settings import EnsembleSettings
@@ -39,38 +43,6 @@ RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run
 
 def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
     return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
-
-
-@dataclass
-class Written:
-    """What an answer has written so far, and the counts its final record reports."""
-
-    wins: dict[str, int]
-    text: str = ""  # the current phase's text (the answer, or the reasoning while it thinks)
-    tokens: int = 0  # in both phases, each segment counted in its writer's tokens
-    rounds: int = 0  # rounds drafted and voted on
-    forced_rounds: int = 0  # rounds of text the format forced (no model drafted them)
-    drafters: int = 0  # drafters summed over the rounds
-    confident_rounds: int = 0  # rounds the vote gate took unvoted
-    drafted_tokens: int = 0
-    contrast_changed: int = 0
-    reasoning: str = ""  # what was thought first, once the answer's phase began
-    reasoning_tokens: int = 0
-    switched: Switch | None = None
-    first_segment: float | None = None
-    started: float = field(default_factory=time.perf_counter)
-    evidence: list[RoundEvidence] = field(default_factory=list)  # each drafted round's (evidence.py)
-
-
-@dataclass(frozen=True)
-class Voted:
-    """A round's vote: the drafts that could win, the winner's tally, the verifiers' scores."""
-
-    drafts: dict[int, Draft]
-    groups: dict[int, list[int]]
-    result: vote.Tally
-    scores: np.ndarray
-    scored: dict[int, Scored]
 
 
 class RoundLoop:
@@ -226,7 +198,7 @@ class RoundLoop:
         return FinalEvent(
             text=written.text if answering else "",
             finish_reason=finish,
-            rounds=written.rounds + written.forced_rounds,
+            rounds=written.rounds + written.forced_rounds + written.option_rounds,
             tokens=written.tokens,
             seconds=time.perf_counter() - written.started,
             first_segment_seconds=written.first_segment,
@@ -245,19 +217,12 @@ class RoundLoop:
         )
 
     def _confidence(self, finish: FinishReason) -> dict[str, Any]:
-        """How sure the answer is, from its rounds' evidence (``evidence.py``); unsure below the
-        ``abstain_below`` setting. An answer never begun or cancelled has none."""
-        calibrator, written = self.request.calibrator, self.written
-        if calibrator is None or finish == "cancelled" or not written.evidence:
+        """How sure the answer is (``evidence.answer_confidence``); none when cancelled."""
+        written = self.written
+        if finish == "cancelled":
             return {}
-        evidence = answer_evidence(written.evidence, finish == "eos", written.tokens)
-        confidence = calibrator.probability(evidence)
-        return {
-            "confidence": confidence,
-            "confidence_from": calibrator.fitted_on,
-            "evidence": {name: value for name, value in evidence.items() if math.isfinite(value)},
-            "unsure": confidence < self.settings.abstain_below,
-        }
+        return answer_confidence(self.request.calibrator, written.evidence, finish == "eos", written.tokens,
+                                 self.settings.abstain_below)  # fmt: skip
 
     # -- a round: draft, vote, commit --------------------------------------------------------------
     def _round(self) -> tuple[RoundEvent | None, FinishReason | None]:
@@ -267,6 +232,9 @@ class RoundLoop:
         forced = self.phase.forced()
         if forced:
             return self._forced_round(forced, started)
+        point = self.phase.choices() if self.settings.score_options else None
+        if point is not None:
+            return self._option_round(point, started)
         following = self.roster.following  # as the round starts: model exit may change it by its end
         drafted = self._draft()
         if not isinstance(drafted, RoundDrafts):
@@ -309,17 +277,10 @@ class RoundLoop:
         return event, finish
 
     def _sureness(self, evidence: RoundEvidence, winning: Draft, writer: int) -> dict[str, Any]:
-        """A round's own evidence for its event, how sure the calibrator reads it alone, and its
-        tokens' log-probabilities when asked (``logprobs``)."""
-        calibrator, top = self.request.calibrator, self.settings.logprobs
-        alone = answer_evidence([evidence], True, self.written.tokens)
-        return {
-            "sure": calibrator.probability(alone) if calibrator is not None and evidence.logprobs else None,
-            "least_probability": math.exp(min(evidence.logprobs)) if evidence.logprobs else None,
-            "margin": evidence.margin,
-            "agreement": evidence.agreement,
-            "logprobs": token_choices(winning, top, self.members[writer].model.token_bytes) if top >= 0 else (),
-        }
+        """A round's own evidence for its event (``evidence.round_sureness``)."""
+        token_bytes = self.members[writer].model.token_bytes
+        return round_sureness(self.request.calibrator, evidence, winning, self.settings.logprobs, token_bytes,
+                              self.written.tokens)  # fmt: skip
 
     def _draft(self) -> RoundDrafts | FinishReason:
         """Every drafter's candidates for this round, or why there can be none. Every verifier
@@ -375,7 +336,7 @@ class RoundLoop:
     def _event(self, segment: str, started: float, **facts: object) -> RoundEvent:
         """A round's event: what it appended, and ``facts`` of how it was chosen."""
         return RoundEvent(
-            index=self.written.rounds + self.written.forced_rounds,
+            index=self.written.rounds + self.written.forced_rounds + self.written.option_rounds,
             text=segment,
             weights=weights_dict(self.members, self.weights),
             seconds=time.perf_counter() - started,
@@ -436,6 +397,30 @@ class RoundLoop:
         none: tuple[Candidate, ...] = ()
         event = self._event(segment, started, author="", decision="forced", candidates=none, drafters=(),
                             draft_seconds={}, draft_tokens={}, verify_seconds={})  # fmt: skip
+        return event, finish
+
+    def _option_round(self, point: ChoicePoint, started: float) -> tuple[RoundEvent, FinishReason | None]:
+        """A value the schema allows only a few of (``choice_points.py``): every verifier scores
+        every option in context, the task's weights for the asked way pick one (no drafting, no
+        Hedge update), and every member that follows the answer commits it."""
+        task = self.settings.task or DEFAULT_TASK
+        weights, priors, _ = source_weights(self.members, task, point.options, ("asked",))
+        found = dict(self.run_each(lambda v: (v, scored_here(self.members[v], point.rests)), self.roster.verifiers))
+        scores = {opt.source(self.names[v], "asked"): summed for v, (summed, _, _) in found.items()}
+        chosen = option_vote(point.rests, scores, priors, weights)
+        text, writer = point.rests[chosen.best], self.names.index(chosen.author)
+        self.run_each(lambda i: self.members[i].commit(chosen.best, text, None, found[i][2] if i in found else None),
+                      self.roster.following, losses_raise=False)  # fmt: skip
+        self.written.tokens += found[writer][1][chosen.best]
+        self.written.wins[chosen.author] += 1
+        self.written.option_rounds += 1
+        segment, finish = self._append(Draft(text, False, None, []))
+        self.written.evidence.append(RoundEvidence((math.log(chosen.confidence),), chosen.margin, chosen.agreement))
+        event = self._event(segment, started, author=chosen.author, decision="options", candidates=chosen.candidates,
+                            drafters=(), draft_seconds={}, draft_tokens={},
+                            verify_seconds={self.names[v]: scored.seconds for v, (_, _, scored) in found.items()},
+                            runner_up=point.rests[chosen.runner_up], ranked_first_by=chosen.ranked_first_by,
+                            sure=chosen.confidence, margin=chosen.margin, agreement=chosen.agreement)  # fmt: skip
         return event, finish
 
     def _append(self, winning: Draft) -> tuple[str, FinishReason | None]:

@@ -43,9 +43,11 @@ def test_the_async_events_say_how_the_answer_ended_and_one_left_early_ended_canc
     async def read(ensemble, leave_after=None):
         said: list[object] = []
         got = []
-        async for event in ensemble.stream("Tell a story.").events(ended=said.append):
+        events = ensemble.stream("Tell a story.").events(ended=said.append)
+        async for event in events:
             got.append(event)
             if leave_after is not None and len(got) >= leave_after:
+                await events.aclose()  # as the server's route does when its client goes away
                 break
         return got, said
 
@@ -53,8 +55,16 @@ def test_the_async_events_say_how_the_answer_ended_and_one_left_early_ended_canc
         events, said = asyncio.run(read(ensemble))
         assert said == [events[-1].finish_reason] and said[0] != "cancelled"
 
+    left = threading.Event()  # the answer's steps wait until its reader has left, so it cannot end first
+
+    def hold(_model, _rows):
+        left.wait(10)
+
+    with fake_ensemble(fake_member("a", "one two three", on_decode=hold), fake_member("b", "x")) as ensemble:
+
         async def left_early():
             _, said = await read(ensemble, leave_after=1)
+            left.set()
             while not said:  # the answer's thread tells the loop when it has stopped
                 await asyncio.sleep(0.01)
             return said

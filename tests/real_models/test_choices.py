@@ -111,3 +111,26 @@ def test_run_choices_and_a_batch_file_give_the_same_options(tmp_path, answers):
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
     for item in ITEMS:
         assert records[item["id"]]["parsed"] == answers[item["id"]][1].parsed
+
+
+def test_an_enum_field_inside_an_object_is_scored_in_context_by_every_member_and_the_rest_drafted(trio):
+    """A choice point (docs/choices.md): the label among the object's fields is not drafted."""
+    item = ITEMS[0]
+    schema = {
+        "type": "object",
+        "properties": {"label": enum(item), "why": {"type": "string", "maxLength": 30}},
+        "required": ["label", "why"],
+        "additionalProperties": False,
+    }
+    events = list(trio.stream(item["question"], schema=schema, max_tokens=60))
+    rounds, final = [e for e in events if isinstance(e, RoundEvent)], events[-1]
+    [chosen] = [r for r in rounds if r.decision == "options"]
+    assert set(chosen.candidates[0].scores) == {
+        f"asked:{m}" for m in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m")
+    }
+    best = max(chosen.candidates, key=lambda c: c.combined)
+    assert chosen.text == best.text and sum(c.combined for c in chosen.candidates) == pytest.approx(1.0)
+    assert any(r.decision not in ("options", "forced") for r in rounds)  # the reason was drafted
+    parsed = final.parsed
+    assert final.finish_reason == "eos" and parsed["label"] in item["choices"] and isinstance(parsed["why"], str)
+    assert f'"label": "{parsed["label"]}"' in final.text and final.confidence is not None

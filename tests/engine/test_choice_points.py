@@ -1,0 +1,202 @@
+"""Choice points inside a larger answer (issue 56): where the JSON being written reaches a value
+its schema allows only a few of, every member scores every option in context and the task's
+weights pick it; the rest is drafted as before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_local.engine import options as opt
+from specem_local.engine.choice_points import Place, allowed_options, choice_point, schema_at, value_path
+from specem_local.engine.task_weights import TaskWeights, keep_task_weights
+from specem_local.events import RoundEvent
+from tests.engine.conftest import fake_ensemble, fake_member
+
+PET = {"enum": ["cat", "dog"]}
+ADOPTION = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "pet": PET},
+    "required": ["name", "pet"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ("", Place(())),
+        ('{"a": ', Place(("a",))),
+        ('{"a":', Place(("a",))),
+        ('{"a": "x', Place(("a",), '"x')),
+        ('{"a": "say \\"hi', Place(("a",), '"say \\"hi')),
+        ('{"a": tr', Place(("a",), "tr")),
+        ('{"a": {"b": ', Place(("a", "b"))),
+        ('{"a": 1, "b": [', Place(("b", 0))),
+        ('{"b": ["x", ', Place(("b", 1))),
+        ('{"b": [1, 2, ', Place(("b", 2))),
+        ('[{"a": 1}, {"c": ', Place((1, "c"))),
+        ('{"a\\"b": ', Place(('a"b',))),
+    ],
+)
+def test_where_a_value_begins_or_is_under_way(text, place):
+    assert value_path(text) == place
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": "x"', '{"a": 1, ', '{"a', '{"a"', '{"a": 1 ', '{"a": []', '"a" "b"', '{"a": 1}}', "{:", '{"a": 1]x'],
+)
+def test_after_a_value_in_a_key_or_outside_json_no_value_begins(text):
+    assert value_path(text) is None
+
+
+def test_the_schema_of_a_value_is_found_through_properties_items_and_local_references():
+    root = {
+        "$defs": {"pet": {"$ref": "#/$defs/kind"}, "kind": PET, "loop": {"$ref": "#/$defs/loop"}},
+        "properties": {
+            "pet": {"$ref": "#/$defs/pet"},
+            "pair": {"prefixItems": [{"type": "integer"}, PET], "items": {"type": "string"}},
+            "tags": {"items": {"enum": ["x", "y"]}},
+            "extra": {"additionalProperties": {"type": "boolean"}, "properties": {}},
+            "loop": {"$ref": "#/$defs/loop"},
+            "far": {"$ref": "other.json#/kind"},
+            "odd": {"$ref": "#/$defs/~1missing"},
+        },
+    }
+    assert schema_at(root, ("pet",)) == PET
+    assert schema_at(root, ("pair", 1)) == PET and schema_at(root, ("pair", 0)) == {"type": "integer"}
+    assert schema_at(root, ("pair", 5)) == {"type": "string"}
+    assert schema_at(root, ("tags", 3)) == {"enum": ["x", "y"]}
+    assert schema_at(root, ("extra", "any")) == {"type": "boolean"}
+    for path in (("loop",), ("far",), ("odd",), ("nowhere",), ("pet", "inside"), ("tags", "key")):
+        assert schema_at(root, path) is None, path
+    assert schema_at({"$ref": "#/$defs/a", "$defs": {"a": {"items": [PET]}}}, (0,)) is None  # old-style items: not one
+
+
+def test_a_choice_point_is_a_value_of_a_few_options_that_begin_with_what_is_written():
+    point = choice_point(ADOPTION, '{"name": "Rex", "pet": ')
+    assert point is not None and point.options.texts == ('"cat"', '"dog"') and point.rests == ('"cat"', '"dog"')
+    point = choice_point(ADOPTION, '{"pet": "')
+    assert point is not None and point.begun == '"' and point.rests == ('cat"', 'dog"')
+    three = {"properties": {"size": {"enum": ["small", "smaller", "large"]}}}
+    point = choice_point(three, '{"size": "sm')
+    assert point is not None and point.rests == ('all"', 'aller"')  # "large" cannot be written any more
+    assert choice_point(ADOPTION, '{"pet": "d') is None  # only one is left: the format forces it
+    assert choice_point(ADOPTION, '{"name": ') is None  # a string of any text
+    assert choice_point({"properties": {"n": {"enum": [1, 12]}}}, '{"n": ') is None  # "1" begins "12"
+    assert choice_point({"properties": {"n": {"anyOf": [PET, {"type": "null"}]}}}, '{"n": ') is None
+    assert choice_point(ADOPTION, '{"pet": "cat"') is None
+
+
+def test_only_the_options_allowed_are_kept_and_one_left_is_no_choice():
+    options = opt.options_in({"enum": ["a", "b", "c"]})
+    kept = allowed_options(options, lambda text: text != '"b"')
+    assert kept is not None and kept.values == ("a", "c") and kept.texts == ('"a"', '"c"') and kept.words == ("a", "c")
+    assert allowed_options(options, lambda text: text == '"a"') is None
+
+
+@pytest.fixture(autouse=True)
+def own_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
+
+
+def adopters():
+    """``a`` would write the cat, ``b`` the dog; both name it Rex."""
+    return fake_ensemble(
+        fake_member("a", '{"name": "Rex", "pet": "cat"}'), fake_member("b", '{"name": "Rex", "pet": "dog"}')
+    )
+
+
+def lean(ensemble, toward, task="choices", way="asked"):
+    weights = {opt.source(m, w): 9.0 if m == toward and w == way else 1.0 for m in ("a", "b") for w in opt.WAYS}
+    keep_task_weights(ensemble.members, TaskWeights(task, weights, {}, 20, "twenty labelled items"))
+
+
+def rounds_of(ensemble, **asked):
+    events = list(ensemble.stream("Which pet, and its name?", **asked))
+    return [e for e in events if isinstance(e, RoundEvent)], events[-1]
+
+
+def test_an_enum_field_among_others_is_scored_by_every_member_and_the_rest_drafted():
+    with adopters() as ensemble:
+        for toward, pet in (("b", "dog"), ("a", "cat")):
+            lean(ensemble, toward)
+            rounds, final = rounds_of(ensemble, schema=ADOPTION)
+            [chosen] = [r for r in rounds if r.decision == "options"]
+            assert chosen.text == f'{pet}"' and chosen.author == toward
+            assert [c.text for c in chosen.candidates] == ['cat"', 'dog"'] and all(c.option for c in chosen.candidates)
+            assert set(chosen.candidates[0].scores) == {"asked:a", "asked:b"}  # in context: the asked way only
+            combined = [c.combined for c in chosen.candidates]
+            assert sum(combined) == pytest.approx(1.0) and chosen.sure == pytest.approx(max(combined))
+            assert chosen.runner_up == ('cat"' if pet == "dog" else 'dog"') and chosen.ranked_first_by == (toward,)
+            assert chosen.margin == pytest.approx(abs(combined[0] - combined[1]))
+            assert any(r.decision not in ("options", "forced") for r in rounds)  # the name was drafted
+            assert json.loads(final.text) == {"name": "Rex", "pet": pet} and final.finish_reason == "eos"
+            assert final.rounds == len(rounds) and final.wins[toward] >= 1
+            assert [r.index for r in rounds] == list(range(1, len(rounds) + 1))
+
+
+def test_the_tasks_weights_decide_and_without_any_each_member_counts_equally():
+    with adopters() as ensemble:
+        lean(ensemble, "b", task="shelter")
+        lean(ensemble, "a", task="cattery")
+        assert json.loads(rounds_of(ensemble, schema=ADOPTION, task="shelter")[1].text)["pet"] == "dog"
+        assert json.loads(rounds_of(ensemble, schema=ADOPTION, task="cattery")[1].text)["pet"] == "cat"
+        lean(ensemble, "b", task="scorers", way="scored")  # b's weight is for the other way: the asked count equally
+        rounds, _ = rounds_of(ensemble, schema=ADOPTION, task="scorers")
+        [chosen] = [r for r in rounds if r.decision == "options"]
+        assert [c.combined for c in chosen.candidates] == pytest.approx([0.5, 0.5])
+
+
+def test_turned_off_or_free_text_the_value_is_drafted():
+    with adopters() as ensemble:
+        lean(ensemble, "b")
+        rounds, final = rounds_of(ensemble, schema=ADOPTION, score_options=False)
+        assert all(r.decision != "options" for r in rounds) and json.loads(final.text)["pet"] == "cat"
+        rounds, _ = rounds_of(ensemble, schema={"type": "object"})
+        assert all(r.decision != "options" for r in rounds)
+
+
+def test_each_label_of_an_array_is_a_choice_point():
+    labels = {"type": "array", "items": PET, "minItems": 2, "maxItems": 2}
+    with fake_ensemble(fake_member("a", '["cat", "cat"]'), fake_member("b", '["dog", "dog"]')) as ensemble:
+        lean(ensemble, "b")
+        rounds, final = rounds_of(ensemble, schema=labels)
+        assert [r.text for r in rounds if r.decision == "options"] == ['dog"', 'dog"']
+        assert json.loads(final.text) == ["dog", "dog"]
+
+
+def test_a_member_lost_while_scoring_the_options_leaves_and_the_choice_is_made_without_it():
+    with adopters() as ensemble:
+        lean(ensemble, "a")
+        model = ensemble.members[0].model
+        score = model.seq_copy
+
+        def lose_at_the_choice(*args, **kwargs):
+            if b"".join(model.pieces[t] for t in model.sequence(0)).endswith(b'"pet": "'):  # at the choice
+                model.lose("127.0.0.1:50052 stopped answering")
+            return score(*args, **kwargs)
+
+        model.seq_copy = lose_at_the_choice
+        rounds, final = rounds_of(ensemble, schema=ADOPTION)
+        [chosen] = [r for r in rounds if r.decision == "options"]
+        assert set(chosen.candidates[0].scores) == {"asked:b"} and chosen.text == 'dog"'  # a's lean went with it
+        assert final.lost == {"a": "127.0.0.1:50052 stopped answering"} and json.loads(final.text)["pet"] == "dog"
+
+
+def test_a_member_that_only_drafts_does_not_score_the_options_yet_follows_the_choice():
+    members = (
+        fake_member("a", '{"name": "Rex", "pet": "cat"}'),
+        fake_member("b", '{"name": "Rex", "pet": "dog"}'),
+        fake_member("c", '{"name": "Rex", "pet": "cat"}', role="draft"),
+    )
+    with fake_ensemble(*members) as ensemble:
+        lean(ensemble, "b")
+        rounds, final = rounds_of(ensemble, schema=ADOPTION)
+        [chosen] = [r for r in rounds if r.decision == "options"]
+        assert set(chosen.candidates[0].scores) == {"asked:a", "asked:b"} and chosen.text == 'dog"'
+        assert json.loads(final.text)["pet"] == "dog" and final.finish_reason == "eos"
+        committed = ensemble.members[2].model.tokenize(final.text)
+        assert ensemble.members[2].tokens[-len(committed) :] == committed  # the drafter holds the answer as chosen
