@@ -6,6 +6,7 @@ through the product's own path, and the systems compared on them.
     python -m specem_research.option_eval report --train DIR --confirm DIR2 --output REPORT.json
     python -m specem_research.option_eval fit --train DIR --ensemble-key KEY --output WEIGHTS.json
     python -m specem_research.option_eval timing research/data/choices/sst2_confirm500.jsonl --limit 20 --output T.json
+    python -m specem_research.option_eval inside research/data/choices/sst2_confirm500.jsonl --limit 100 --output DIR
 
 ``run`` asks each item as the product is asked (``Ensemble.stream(question, schema={"enum":
 choices}, task=TASK)``: every member scores every option, asked and as plain text, in one step)
@@ -16,7 +17,9 @@ items. ``drafted`` answers the same questions the way the product did before (dr
 under the enum schema, no thinking, the shipped weights): "today's default". Resumable: items
 already recorded are skipped. ``timing``: seconds per item of each way of answering (among the
 options or drafted; the ensemble or its best member alone), in turn on the same items, in one
-process: run it with nothing else running.
+process: run it with nothing else running. ``inside``: the option as the one field of a JSON
+object (a choice point inside a larger answer, docs/choices.md), scored in context and drafted,
+beside the option asked alone.
 """
 
 from __future__ import annotations
@@ -82,6 +85,23 @@ def drafted(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
             "text": final.text, "wins": final.wins, "seconds": time.perf_counter() - started}  # fmt: skip
 
 
+def inside(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
+    """One item asked for a JSON object whose one field is the option: the field as a choice point
+    (scored in context, the task's asked-way weights), drafted (``score_options`` off), and, on
+    the same item, the answer asked for the option alone (one step, both ways)."""
+    schema = {"type": "object", "properties": {"answer": {"enum": item["choices"]}}, "required": ["answer"],
+              "additionalProperties": False}  # fmt: skip
+    record: dict[str, Any] = {"id": item["id"], "task": item["task"], "answer": item["answer"]}
+    for name, asked in (("choice_point", {"schema": schema}), ("drafted", {"schema": schema, "score_options": False}),
+                        ("alone", {"schema": {"enum": item["choices"]}})):  # fmt: skip
+        started = time.perf_counter()
+        final = ensemble.generate(item["question"], task=item["task"], think=False, **asked)
+        value = final.parsed.get("answer") if isinstance(final.parsed, dict) else final.parsed
+        record[name] = item["choices"].index(value) if value in item["choices"] else None
+        record[f"{name}_seconds"] = time.perf_counter() - started
+    return record
+
+
 def cmd_answer(args: argparse.Namespace, answer: Any) -> int:
     items = read_items(args.tasks, args.limit)
     output = Path(args.output)
@@ -136,7 +156,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specem_research.option_eval")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("run", "drafted"):
+    for name in ("run", "drafted", "inside"):
         command = commands.add_parser(name)
         command.add_argument("tasks", nargs="+")
         command.add_argument("--output", required=True)
@@ -166,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_answer(args, scored)
     if args.command == "drafted":
         return cmd_answer(args, drafted)
+    if args.command == "inside":
+        return cmd_answer(args, inside)
     from specem_research import option_report
 
     return option_report.cmd_report(args) if args.command == "report" else option_report.cmd_fit(args)

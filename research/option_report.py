@@ -165,9 +165,32 @@ def cmd_report(args: argparse.Namespace) -> int:
         if task in drafted:
             report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task], systems)
     report["pooled"] = summary(pooled)
+    report["label_free_on_train"] = label_free_on_train(train, args.labelled)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_report(report)
     return 0
+
+
+def label_free_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_items: int) -> dict[str, Any]:
+    """The choice between the two label-free systems, made on the train items (no confirm item
+    seen): ``running`` against ``choices`` (the weights fitted on the other tasks' labelled
+    items), per task and pooled, paired."""
+    found: dict[str, Any] = {}
+    pooled: dict[str, list[bool]] = defaultdict(list)
+    for task, records in sorted(train.items()):
+        others = [r for name, rs in train.items() if name != task for r in rs[:labelled_items]]
+        if not others:  # one task alone: no weights without its labels to compare with
+            continue
+        choices = mix(fit(others, 1.0, False, False))
+        marks = {"running": right(records, running(records)), "choices": right(records, choices)}
+        for name, each in marks.items():
+            pooled[name] += each
+        found[task] = {name: float(np.mean(each)) for name, each in marks.items()}
+        found[task]["running_vs_choices"] = paired(marks["running"], marks["choices"])
+    if pooled:
+        found["pooled"] = {name: float(np.mean(each)) for name, each in pooled.items()}
+        found["pooled"]["running_vs_choices"] = paired(pooled["running"], pooled["choices"])
+    return found
 
 
 def drafted_check(

@@ -6,6 +6,7 @@
 #   scripts/mutation.sh engine/vote.py server/gate.py     # modules under specem_local/
 #   MUTATION_JOBS=2 scripts/mutation.sh engine/tools.py    # mutants run at once (default 1)
 #   MUTATION_SAMPLE=120 scripts/mutation.sh server/openai_format.py   # a random sample (seed 0)
+#   MUTATION_MATCH='option_round|choices' scripts/mutation.sh engine/rounds.py   # only the mutants of these functions
 #
 # A module of 1,000 mutants whose tests run a live server takes hours on 2 cores: a sample of a
 # hundred or so gives its score within a few points (the report says the sample and its interval).
@@ -40,7 +41,7 @@ for module in "$@"; do
     server/replies.py)
       selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
     engine/rounds.py|engine/phases.py)
-      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py"]' ;;
+      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py", "tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py|engine/answer_stream.py)
       selection='["tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
@@ -57,8 +58,10 @@ for module in "$@"; do
       selection='["tests/server/test_running.py"]' ;;
     server/*)
       selection='["tests/server"]' ;;
+    engine/choice_points.py)
+      selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
-      selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/research/test_option_report.py"]' ;;
+      selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/engine/test_choice_points.py", "tests/research/test_option_report.py"]' ;;
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
@@ -86,12 +89,14 @@ pytest_add_cli_args = ["-m", "not models", "-p", "no:cacheprovider", "-q", "-x",
 pytest_add_cli_args_test_selection = $selection
 EOF
   names=()
-  if [ -n "${MUTATION_SAMPLE:-}" ]; then  # generate and run the clean tests only, then the sample
+  if [ -n "${MUTATION_SAMPLE:-}${MUTATION_MATCH:-}" ]; then  # generate and run the clean tests only, then the chosen
     (cd "$work" && "$ROOT/.venv/bin/mutmut" run "no-such-mutant" >"$work/run.log" 2>&1 || true)
     mapfile -t names < <(cd "$work" && "$ROOT/.venv/bin/mutmut" results --all true 2>/dev/null \
-      | "$ROOT/.venv/bin/python" -c 'import random, sys
+      | "$ROOT/.venv/bin/python" -c 'import random, re, sys
 names = sorted(line.strip().split(": ")[0] for line in sys.stdin if ": " in line)
-print("\n".join(random.Random(0).sample(names, min(int(sys.argv[1]), len(names)))))' "$MUTATION_SAMPLE")
+names = [name for name in names if re.search(sys.argv[2], name)]
+print("\n".join(random.Random(0).sample(names, min(int(sys.argv[1] or len(names)), len(names)))))' \
+      "${MUTATION_SAMPLE:-}" "${MUTATION_MATCH:-.}")
   fi
   (cd "$work" && "$ROOT/.venv/bin/mutmut" run --max-children "${MUTATION_JOBS:-1}" "${names[@]}" >>"$work/run.log" 2>&1 || true)
   if ! grep -q "mutations/second" "$work/run.log"; then  # the clean run failed: say why, score nothing

@@ -38,6 +38,11 @@ ADOPTION = {
         ('{"b": [1, 2, ', Place(("b", 2))),
         ('[{"a": 1}, {"c": ', Place((1, "c"))),
         ('{"a\\"b": ', Place(('a"b',))),
+        ('{"": ', Place(("",))),
+        ('[{"a": "x"}, ', Place((1,))),
+        ("[{}, ", Place((1,))),
+        ("[[], ", Place((1,))),
+        ('{"a": 1 , "b": ', Place(("b",))),
     ],
 )
 def test_where_a_value_begins_or_is_under_way(text, place):
@@ -46,7 +51,21 @@ def test_where_a_value_begins_or_is_under_way(text, place):
 
 @pytest.mark.parametrize(
     "text",
-    ['{"a": "x"', '{"a": 1, ', '{"a', '{"a"', '{"a": 1 ', '{"a": []', '"a" "b"', '{"a": 1}}', "{:", '{"a": 1]x'],
+    [
+        '{"a": "x"',
+        '{"a": 1, ',
+        '{"a',
+        '{"a"',
+        '{"a": 1 ',
+        '{"a": []',
+        '"a" "b"',
+        '{"a": 1}}',
+        "{:",
+        '{"a": 1]x',
+        '{"a": "x" y',
+        '{"a": "x" y, "b": ',
+        "{a",
+    ],
 )
 def test_after_a_value_in_a_key_or_outside_json_no_value_begins(text):
     assert value_path(text) is None
@@ -67,12 +86,24 @@ def test_the_schema_of_a_value_is_found_through_properties_items_and_local_refer
     }
     assert schema_at(root, ("pet",)) == PET
     assert schema_at(root, ("pair", 1)) == PET and schema_at(root, ("pair", 0)) == {"type": "integer"}
-    assert schema_at(root, ("pair", 5)) == {"type": "string"}
+    assert schema_at(root, ("pair", 2)) == schema_at(root, ("pair", 5)) == {"type": "string"}
     assert schema_at(root, ("tags", 3)) == {"enum": ["x", "y"]}
     assert schema_at(root, ("extra", "any")) == {"type": "boolean"}
     for path in (("loop",), ("far",), ("odd",), ("nowhere",), ("pet", "inside"), ("tags", "key")):
         assert schema_at(root, path) is None, path
     assert schema_at({"$ref": "#/$defs/a", "$defs": {"a": {"items": [PET]}}}, (0,)) is None  # old-style items: not one
+    assert schema_at({"$ref": "#/$defs/a", "$defs": {"a": {"properties": {"p": PET}}}}, ("p",)) == PET
+
+
+def test_a_reference_is_a_json_pointer_with_its_escapes_and_array_indices():
+    defs = {"a/b": PET, "c~d": {"enum": [1, 2]}, "list": [{"type": "string"}, {"enum": [True, None]}]}
+    root = {"$defs": defs, "properties": {name: {"$ref": ref} for name, ref in (
+        ("slash", "#/$defs/a~1b"), ("tilde", "#/$defs/c~0d"), ("second", "#/$defs/list/1"),
+        ("past", "#/$defs/list/2"), ("word", "#/$defs/list/x"),
+    )}}  # fmt: skip
+    assert schema_at(root, ("slash",)) == PET and schema_at(root, ("tilde",)) == {"enum": [1, 2]}
+    assert schema_at(root, ("second",)) == {"enum": [True, None]}
+    assert schema_at(root, ("past",)) is None and schema_at(root, ("word",)) is None
 
 
 def test_a_choice_point_is_a_value_of_a_few_options_that_begin_with_what_is_written():

@@ -8,6 +8,7 @@ import argparse
 import json
 
 import numpy as np
+import pytest
 
 from specem_local.engine import options as opt
 from specem_research import option_report as rep
@@ -57,6 +58,21 @@ def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system
     assert rep.cmd_report(args) == 0
     report = json.loads(out.read_text())
     assert report["pooled"]["items"] == 400 and report["tasks"]["t"]["against_today"]["best"]["ahead"] > 50
+    assert report["label_free_on_train"] == {}  # one task: no other task's weights to compare running with
+
+
+def test_the_label_free_systems_are_compared_on_the_train_items_of_each_task():
+    train = {"t": records("t", 300, 1), "u": records("u", 300, 4)}
+    found = rep.label_free_on_train(train, 100)
+    for task, records_ in train.items():
+        others = train["u" if task == "t" else "t"][:100]
+        running = rep.right(records_, rep.running(records_))
+        choices = rep.right(records_, rep.mix(rep.fit(others, 1.0, False, False)))
+        assert found[task]["running"] == pytest.approx(np.mean(running))
+        assert found[task]["choices"] == pytest.approx(np.mean(choices))
+        assert found[task]["running_vs_choices"] == rep.paired(running, choices)
+    assert found["pooled"]["running"] == pytest.approx(np.mean([found[t]["running"] for t in train]))
+    assert found["pooled"]["running_vs_choices"]["ahead"] == sum(found[t]["running_vs_choices"]["ahead"] for t in train)
 
 
 def test_fit_writes_the_products_task_weights(tmp_path):
