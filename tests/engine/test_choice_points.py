@@ -5,11 +5,14 @@ weights pick it; the rest is drafted as before."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from specem_local.engine import options as opt
 from specem_local.engine.choice_points import Place, allowed_options, choice_point, schema_at, value_path
+from specem_local.engine.formats import output_format_from
+from specem_local.engine.phases import Writing
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights
 from specem_local.events import RoundEvent
 from tests.engine.conftest import fake_ensemble, fake_member
@@ -196,7 +199,9 @@ def test_each_label_of_an_array_is_a_choice_point():
         lean(ensemble, "b")
         rounds, final = rounds_of(ensemble, schema=labels)
         assert [r.text for r in rounds if r.decision == "options"] == ['dog"', 'dog"']
-        assert json.loads(final.text) == ["dog", "dog"]
+        assert (
+            json.loads(final.text) == ["dog", "dog"] and final.rounds == len(rounds) and final.wins == {"a": 0, "b": 2}
+        )
 
 
 def test_a_member_lost_while_scoring_the_options_leaves_and_the_choice_is_made_without_it():
@@ -231,3 +236,82 @@ def test_a_member_that_only_drafts_does_not_score_the_options_yet_follows_the_ch
         assert json.loads(final.text)["pet"] == "dog" and final.finish_reason == "eos"
         committed = ensemble.members[2].model.tokenize(final.text)
         assert ensemble.members[2].tokens[-len(committed) :] == committed  # the drafter holds the answer as chosen
+
+
+PET_ONLY = {"type": "object", "properties": {"pet": PET}, "required": ["pet"], "additionalProperties": False}
+
+
+def pet_owners():
+    return fake_ensemble(fake_member("a", '{"pet": "cat"}'), fake_member("b", '{"pet": "dog"}'))
+
+
+def test_the_choice_rounds_event_and_final_say_what_it_was_and_how_sure_and_count_its_tokens_and_wins():
+    with pet_owners() as ensemble:
+        lean(ensemble, "b")
+        rounds, final = rounds_of(ensemble, schema=PET_ONLY)
+        assert [r.decision for r in rounds] == ["forced", "options", "forced"]
+        chosen = rounds[1]
+        assert chosen.drafters == () and chosen.draft_seconds == {} and chosen.draft_tokens == {}
+        assert set(chosen.verify_seconds) == {"a", "b"} and all(s >= 0 for s in chosen.verify_seconds.values())
+        firsts = [max(range(2), key=lambda i: chosen.candidates[i].shares[n]) for n in ("asked:a", "asked:b")]
+        assert chosen.agreement == pytest.approx(firsts.count(1) / 2)
+        writer = ensemble.members[1].model
+        assert chosen.answer_tokens - rounds[0].answer_tokens == len(writer.tokenize('dog"'))
+        assert final.tokens == rounds[-1].answer_tokens and final.wins == {"a": 0, "b": 1}
+        assert final.text == '{"pet": "dog"}' and final.confidence is not None  # the only evidence is the choice's
+        assert final.evidence["least_margin"] == pytest.approx(chosen.margin)
+        assert final.evidence["mean_agreement"] == pytest.approx(chosen.agreement)
+        assert final.evidence["least_logprob"] == pytest.approx(math.log(chosen.sure))
+
+
+def test_each_verifier_adopts_the_chosen_options_scored_cells_instead_of_decoding_it_again(monkeypatch):
+    with pet_owners() as ensemble:
+        lean(ensemble, "b")
+        commits = []
+        for member in ensemble.members:
+            original = member.commit
+
+            def spy(winner, text, own, scored, original=original, name=member.name):
+                commits.append((name, winner, text, scored))
+                return original(winner, text, own, scored)
+
+            monkeypatch.setattr(member, "commit", spy)
+        rounds_of(ensemble, schema=PET_ONLY)
+        chosen = [(name, winner, scored) for name, winner, text, scored in commits if text == 'dog"']
+        assert [name for name, _, _ in chosen] == ["a", "b"]
+        assert all(winner == 1 and scored is not None and 1 in scored.seq_of for _, winner, scored in chosen)
+
+
+def test_a_member_lost_while_committing_the_choice_leaves_and_the_answer_keeps_it_once(monkeypatch):
+    with adopters() as ensemble:
+        lean(ensemble, "b")
+        first = ensemble.members[0]
+        original = first.commit
+
+        def lost_at_the_choice(winner, text, own, scored):
+            if text == 'dog"':
+                first.model.lose("127.0.0.1:50052 stopped answering")
+            return original(winner, text, own, scored)
+
+        monkeypatch.setattr(first, "commit", lost_at_the_choice)
+        rounds, final = rounds_of(ensemble, schema=ADOPTION)
+        assert [r.text for r in rounds if r.decision == "options"] == ['dog"']
+        assert json.loads(final.text) == {"name": "Rex", "pet": "dog"} and final.lost == {
+            "a": "127.0.0.1:50052 stopped answering"
+        }
+
+
+def test_the_answers_phase_offers_only_the_options_its_matcher_allows_and_no_choice_for_one(monkeypatch):
+    three = {"type": "object", "properties": {"size": {"enum": ["s", "m", "l"]}}, "required": ["size"]}
+    phase = Writing(output_format_from(three), "")
+    assert phase.choices() is None  # nothing written: the value that begins is the object
+    phase.commit('{"size": ')
+    point = phase.choices()
+    assert point is not None and point.rests == ('"s"', '"m"', '"l"')
+    allowed = {'"s"', '"l"'}
+    monkeypatch.setattr(phase.matcher, "accepts", lambda text, ended: text in allowed and ended is False)
+    point = phase.choices()
+    assert point is not None and point.rests == ('"s"', '"l"') and point.begun == ""
+    allowed = {'"m"'}
+    assert phase.choices() is None
+    assert Writing(output_format_from(json_object=True), "").choices() is None  # no schema: no options

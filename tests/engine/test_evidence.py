@@ -16,11 +16,14 @@ from specem_local.engine.evidence import (
     FEATURES,
     Calibrator,
     RoundEvidence,
+    answer_confidence,
     answer_evidence,
     fit,
+    round_sureness,
     token_logprobs,
     vote_evidence,
 )
+from specem_local.engine.member import Draft
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_places import echo
@@ -191,3 +194,41 @@ def test_a_fitted_calibrator_reads_evidence_outside_what_it_saw_at_the_edge_and_
     assert unbounded.probability({"mean_logprob": -0.01, "ended": 1.0}) > 61 / 62
     assert Calibrator.from_dict(unbounded.to_dict()) == unbounded and "low" not in unbounded.to_dict()
     assert Calibrator.from_dict(calibrator.to_dict()) == calibrator
+
+
+class Reading:
+    """A calibrator that reads every evidence as ``sure`` and keeps what it was given."""
+
+    fitted_on = "a reading for the test"
+
+    def __init__(self, sure: float) -> None:
+        self.sure, self.read = sure, []
+
+    def probability(self, evidence):
+        self.read.append(dict(evidence))
+        return self.sure
+
+
+def test_an_answers_confidence_needs_a_calibrator_and_a_round_and_is_unsure_only_below_the_threshold():
+    rounds = [RoundEvidence((-0.5, -1.5), 0.4, 1.0)]
+    assert answer_confidence(None, rounds, True, 2, 0.9) == {}
+    assert answer_confidence(Reading(0.5), [], True, 2, 0.9) == {}
+    reading = Reading(0.5)
+    said = answer_confidence(reading, rounds, True, 2, 0.5)
+    assert said["confidence"] == 0.5 and said["unsure"] is False and said["confidence_from"] == Reading.fitted_on
+    assert reading.read[0]["ended"] == 1.0 and said["evidence"]["ended"] == 1.0 and "witnesses" not in said["evidence"]
+    assert answer_confidence(reading, rounds, False, 2, 0.6)["unsure"] is True
+    assert reading.read[-1]["ended"] == 0.0
+
+
+def test_a_rounds_sureness_is_its_evidence_read_alone_as_an_ended_answer():
+    draft = Draft("ab", False, [1, 2], [np.zeros(4), np.zeros(4), np.zeros(4)])
+    reading = Reading(0.7)
+    said = round_sureness(reading, RoundEvidence((-0.5, -1.5), 0.4, 0.5), draft, -1, bytes, 2)
+    assert said == {"sure": 0.7, "least_probability": pytest.approx(math.exp(-1.5)), "margin": 0.4,
+                    "agreement": 0.5, "logprobs": ()}  # fmt: skip
+    assert reading.read[0]["ended"] == 1.0 and reading.read[0]["least_logprob"] == -1.5
+    unspelt = RoundEvidence((), None, None)  # a segment not spelt by whole drafted tokens
+    assert round_sureness(reading, unspelt, draft, -1, bytes, 2)["sure"] is None
+    assert round_sureness(reading, unspelt, draft, -1, bytes, 2)["least_probability"] is None
+    assert round_sureness(None, RoundEvidence((-0.5,)), draft, -1, bytes, 2)["sure"] is None

@@ -11,7 +11,7 @@ from specem_local.commands.cli import main
 from specem_local.engine import Ensemble, candidate_label, explain
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
-from specem_local.engine.option_answers import CONFIDENCE_FROM
+from specem_local.engine.option_answers import CONFIDENCE_FROM, option_vote, scored_here, source_weights
 from specem_local.engine.request import PromptTooLong
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
 from specem_local.errors import NoMemberLeft, SettingError, SpecemError
@@ -106,9 +106,11 @@ def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_t
         assert thought and all(r.decision != "options" for r in thought)  # the thinking is drafted
         forced, chosen = [r for r in rounds if r.phase == "answer"]  # then the options scored in its context
         assert (forced.decision, forced.text) == ("forced", '"')  # the quote both options begin with
-        assert chosen.decision == "options" and chosen.text == 'dog"' and set(chosen.candidates[0].scores) == {
-            "asked:a", "asked:b"
-        }
+        assert (
+            chosen.decision == "options"
+            and chosen.text == 'dog"'
+            and set(chosen.candidates[0].scores) == {"asked:a", "asked:b"}
+        )
         continued = [{"role": "user", "content": "Which pet?"}, {"role": "assistant", "content": '"d'}]
         rounds = [e for e in ensemble.stream(continued, schema=PETS) if isinstance(e, RoundEvent)]
         assert all(r.decision != "options" for r in rounds)
@@ -268,4 +270,72 @@ def test_a_step_abandoned_while_scoring_ends_the_answer_cancelled_and_the_next_i
     with fake_ensemble(*members) as ensemble:
         final = ensemble.stream("Which pet?", schema=PETS).final()
         assert final.finish_reason == "cancelled" and final.text == "" and final.confidence is None
+        assert final.rounds == 0 and final.tokens == 0 and final.wins == {} and final.first_segment_seconds is None
         assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")
+
+
+def test_the_options_round_and_the_final_say_what_was_done_and_how_long_it_took():
+    with pets() as ensemble:
+        lean(ensemble, "choices", "b")
+        _, round_, final = events(ensemble)
+        assert round_.drafters == () and round_.draft_seconds == {} and round_.draft_tokens == {}
+        assert round_.verify_seconds == {"a": 0.0, "b": 0.0} and round_.logprobs == ()
+        assert 0 <= round_.seconds <= final.seconds < 60 and final.first_segment_seconds == round_.seconds
+        combined = [c.combined for c in round_.candidates]
+        assert round_.runner_up == '"cat"' and round_.sure == final.confidence == combined[1]
+        assert round_.margin == pytest.approx(combined[1] - combined[0])
+        assert round_.answer_tokens == final.tokens == len(ensemble.members[1].model.tokenize('"dog"')) > 1
+        assert final.wins == {"b": 1} and final.rounds == 1 and final.plain_generation is False
+        assert final.unsure is False and final.confidence_from == CONFIDENCE_FROM
+        assert events(ensemble, abstain_below=final.confidence)[-1].unsure is False  # unsure only below it
+        assert events(ensemble, abstain_below=min(final.confidence + 0.01, 1.0))[-1].unsure is True
+    with fake_ensemble(fake_member("a", '"cat"')) as alone:
+        _, round_, final = list(alone.stream("Which pet?", schema=PETS))
+        assert round_.decision == "options" and final.plain_generation is True
+
+
+def test_an_answer_left_after_its_options_round_ends_cancelled_saying_what_was_done_and_nothing_sure():
+    with pets() as ensemble:
+        lean(ensemble, "choices", "b")
+        stream = ensemble.stream("Which pet?", schema=PETS, abstain_below=1.0)
+        round_ = next(e for e in stream if isinstance(e, RoundEvent))
+        stream.close()  # the reader left before the final event
+        final = stream.final()
+        assert final.finish_reason == "cancelled" and final.text == "" and final.rounds == 1
+        assert final.confidence is None and final.confidence_from == "" and final.unsure is False
+        assert final.wins == {"b": 1} and final.tokens == round_.answer_tokens
+        assert final.first_segment_seconds == round_.seconds
+
+
+def test_the_option_vote_credits_each_option_to_the_member_whose_weighted_belief_argued_most_for_it():
+    scores = {"asked:a": [-1.0, -2.0], "asked:b": [-9.0, -0.1], "scored:c": [-5.0, -0.1]}
+    chosen = option_vote(('"x"', '"y"'), scores, {}, {"asked:a": 1.0, "asked:b": 0.5})  # c has no weight
+    assert [c.model for c in chosen.candidates] == ["a", "b"] and chosen.author == "b"
+    assert chosen.ranked_first_by == ("b", "c") and chosen.agreement == pytest.approx(2 / 3)
+
+
+def test_a_member_scores_each_continuation_as_the_sum_of_its_tokens_log_probabilities():
+    with pets() as ensemble:
+        member = ensemble.members[0]
+        member.start(member.model.tokenize("Which pet? "))
+        summed, lengths, scored = scored_here(member, ('"cat"', '"dog"'))
+        assert (
+            lengths == [len(member.model.tokenize('"cat"')), len(member.model.tokenize('"dog"'))] and min(lengths) > 1
+        )
+        assert summed == pytest.approx([scored.scores[0] * lengths[0], scored.scores[1] * lengths[1]])
+        assert scored.candidate_tokens[0] == member.model.tokenize('"cat"')
+
+
+def test_the_sources_weights_are_the_tasks_for_the_ways_asked_uniform_when_none_and_only_their_priors():
+    with pets() as ensemble:
+        options = opt.options_in(PETS)
+        weights, priors, said = source_weights(ensemble.members, "unseen", options, ("asked",))
+        assert weights == {"asked:a": 0.5, "asked:b": 0.5} and priors == {} and "uniform" in said
+        kept = {opt.LABELS: [0.6, 0.4], "asked:a": [0.7, 0.3], "asked:zz": [0.5, 0.5]}
+        keep_task_weights(ensemble.members, TaskWeights("t", {"asked:a": 2.0}, {options.key: kept}, 9, "nine"))
+        weights, priors, said = source_weights(ensemble.members, "t", options, ("asked",))
+        assert weights == {"asked:a": 2.0, "asked:b": 0.0} and "nine" in said
+        assert set(priors) == {opt.LABELS, "asked:a"}  # a member not in the answer keeps its prior to itself
+        keep_task_weights(ensemble.members, TaskWeights("z", {"asked:zz": 2.0, "asked:a": 0.0}, {}, 9, "nine"))
+        weights, _, said = source_weights(ensemble.members, "z", options, ("asked", "scored"))
+        assert weights == {name: 0.25 for name in ("asked:a", "scored:a", "asked:b", "scored:b")} and "uniform" in said
