@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specem_local.engine import options as opt
+from specem_local.engine import schemas
 
 Path = tuple[str | int, ...]  # object keys and array indices, from the root to a value
 MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
@@ -119,18 +120,7 @@ def _followed(root: Any, node: Any) -> Any:
     for _ in range(MAX_REFS):
         if not isinstance(node, dict) or not isinstance(node.get("$ref"), str):
             return node
-        ref = node["$ref"]
-        if not ref.startswith("#"):
-            return None
-        node = root
-        for part in [p for p in ref[1:].split("/") if p]:
-            key = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            else:
-                return None
+        node = schemas.resolve(root, node["$ref"]) if isinstance(root, dict) else None
     return None
 
 
