@@ -534,3 +534,15 @@ def test_the_sse_events_are_named_with_their_json_and_a_failure_is_an_error_even
     }
     refused = asyncio.run(collect(events_of(fail=SettingError("think: too much", "think"))))
     assert refused == [{"event": "error", "data": json.dumps(error(REQUEST, "think: too much"))}]
+
+
+@pytest.mark.parametrize(
+    ("sent", "field"),
+    [(body(stop_sequences="END"), "stop_sequences"), (body(stop_sequences=[1]), "stop_sequences"),
+     (body(thinking=True), "thinking"), (body(thinking={"type": "on"}), "thinking")],
+)  # fmt: skip
+def test_each_refusal_names_the_requests_field_it_found_wrong(sent, field):
+    """Anthropic's error body carries no field; the error keeps it, as every route's does."""
+    with pytest.raises(ApiError) as caught:
+        an.parse_request(sent, MEMBERS)
+    assert caught.value.param == field
