@@ -16,6 +16,7 @@ from typing import Any
 
 from specem_local.engine import options as opt
 from specem_local.engine import schemas
+from specem_local.engine.request import AnswerRequest
 
 Path = tuple[str | int, ...]  # object keys and array indices, from the root to a value
 MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
@@ -162,3 +163,25 @@ def allowed_options(options: opt.Options, allows: Any) -> opt.Options | None:
     if len(kept) < 2:
         return None
     return opt.Options(*(tuple(column[i] for i in kept) for column in (options.values, options.texts, options.words)))
+
+
+def has_choices(schema: Any) -> bool:
+    """Whether any part of ``schema`` allows only a few values (``options.options_in``): an answer
+    to it may meet a choice point, so every verifier must keep up with it."""
+    if isinstance(schema, dict):
+        return opt.options_in(schema) is not None or any(has_choices(value) for value in schema.values())
+    if isinstance(schema, list):
+        return any(has_choices(value) for value in schema)
+    return False
+
+
+def choices_ahead(request: AnswerRequest) -> bool:
+    """Whether an answer asked this way may meet a choice point: options are scored
+    (``score_options``) and its format is a JSON Schema with a part that allows only a few values."""
+    chosen = request.output_format
+    return (
+        request.settings.score_options
+        and chosen is not None
+        and chosen.kind == "schema"
+        and has_choices(json.loads(chosen.source))
+    )

@@ -21,9 +21,13 @@ class Roster:
     """The members' parts in one answer. ``exit_now``: weights known to lose send their
     drafters out from the first round (model exit with learned weights)."""
 
-    def __init__(self, members: list[Member], settings: EnsembleSettings, weights: np.ndarray, exit_now: bool) -> None:
+    def __init__(
+        self, members: list[Member], settings: EnsembleSettings, weights: np.ndarray, exit_now: bool,
+        choices_ahead: bool = False,
+    ) -> None:  # fmt: skip
         self.members = members
         self.settings = settings
+        self.choices_ahead = choices_ahead  # the answer may reach a choice point: every verifier keeps up
         self.verifies = np.array([m.spec.verifies for m in members], dtype=bool)
         self.drafters = [i for i, m in enumerate(members) if m.spec.drafts]
         if exit_now:
@@ -39,8 +43,10 @@ class Roster:
         """The members that keep up with the answer: all of them (but the lost) while a vote
         can still happen (two drafters or more, or a drafting budget of two drafts or more);
         after that only the drafter, since no one will judge again (model exit with one
-        drafter left costs little more than that drafter alone)."""
-        if len(self.drafters) > 1 or self.settings.draft_budget > 1:
+        drafter left costs little more than that drafter alone). An answer that may reach a choice
+        point (``choice_points.py``) keeps every member up with it: each verifier scores its options
+        in context."""
+        if len(self.drafters) > 1 or self.settings.draft_budget > 1 or self.choices_ahead:
             return [i for i in range(len(self.members)) if i not in self.lost]
         readers = self.contrast.amateurs if self.contrast is not None else []
         return sorted({*self.drafters, *readers})

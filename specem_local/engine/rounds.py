@@ -20,7 +20,7 @@ import numpy as np
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
-from specem_local.engine.choice_points import ChoicePoint
+from specem_local.engine.choice_points import ChoicePoint, choices_ahead
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence
 from specem_local.engine.learned import StartingWeights
@@ -66,7 +66,8 @@ class RoundLoop:
         self.absent = absent or {}  # lost members that could not be brought back: name -> why
         self.phase: Writing | Reasoning = first_phase(request)
         self.written = Written(dict.fromkeys(self.names, 0))
-        self.roster = Roster(members, settings, self.weights, settings.model_exit and start.origin != "prior")
+        exit_now = settings.model_exit and start.origin != "prior"
+        self.roster = Roster(members, settings, self.weights, exit_now, choices_ahead(request))
         self.lost_since: dict[str, str] = {}  # members lost since the last event, for the next one
         self.share_totals = np.zeros(len(members))
         self.drafting = Drafting(len(members), settings, cancel)

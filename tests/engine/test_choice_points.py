@@ -12,9 +12,11 @@ import pytest
 from specem_local.engine import options as opt
 from specem_local.engine.choice_points import Place, allowed_options, choice_point, schema_at, value_path
 from specem_local.engine.formats import output_format_from
+from specem_local.engine.learned import calibrate
 from specem_local.engine.phases import Writing
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights
 from specem_local.events import RoundEvent
+from specem_local.storage.weights import WeightStore
 from tests.engine.conftest import fake_ensemble, fake_member
 
 PET = {"enum": ["cat", "dog"]}
@@ -315,3 +317,20 @@ def test_the_answers_phase_offers_only_the_options_its_matcher_allows_and_no_cho
     allowed = {'"m"'}
     assert phase.choices() is None
     assert Writing(output_format_from(json_object=True), "").choices() is None  # no schema: no options
+
+
+def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the_choice(tmp_path):
+    """Seen on the demo trio: only Qwen drafts from the first round, and the others, not keeping up
+    with an answer no one would judge again, had nothing to score the options after."""
+    store = WeightStore(tmp_path / "specem.db")
+    members = fake_member("a", '{"name": "Rex", "pet": "cat"}'), fake_member("b", '{"name": "Rex", "pet": "dog"}')
+    with fake_ensemble(*members, weight_store=store, model_exit=True) as ensemble:
+        calibrate(store, ensemble.members, ensemble.settings, {"a": 0, "b": 20}, 20)
+        lean(ensemble, "b")
+        events = list(ensemble.stream("Which pet, and its name?", schema=ADOPTION))
+        [chosen] = [e for e in events if isinstance(e, RoundEvent) and e.decision == "options"]
+        assert events[0].drafters == ("a",) and set(chosen.candidates[0].scores) == {"asked:a", "asked:b"}
+        assert json.loads(events[-1].text) == {"name": "Rex", "pet": "dog"}
+        before = ensemble.members[1].model.decodes
+        final = ensemble.generate("Name a pet.", schema={"type": "object", "properties": {"name": {"type": "string"}}})
+        assert final.finish_reason == "eos" and ensemble.members[1].model.decodes == before  # no choice: b sits out
