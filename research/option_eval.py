@@ -7,6 +7,7 @@ through the product's own path, and the systems compared on them.
     python -m specem_research.option_eval fit --train DIR --ensemble-key KEY --output WEIGHTS.json
     python -m specem_research.option_eval timing research/data/choices/sst2_confirm500.jsonl --limit 20 --output T.json
     python -m specem_research.option_eval inside research/data/choices/sst2_confirm500.jsonl --limit 100 --output DIR
+    python -m specem_research.option_eval inside-report DIR --output INSIDE.json
 
 ``run`` asks each item as the product is asked (``Ensemble.stream(question, schema={"enum":
 choices}, task=TASK)``: every member scores every option, asked and as plain text, in one step)
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--labelled", type=int, default=100)
     fit.add_argument("--ensemble-key", required=True)
     fit.add_argument("--output", required=True)
+    inside_report = commands.add_parser("inside-report")
+    inside_report.add_argument("run", help="an option_eval inside output folder")
+    inside_report.add_argument("--output", required=True)
     timing = commands.add_parser("timing")
     timing.add_argument("tasks", nargs="+")
     timing.add_argument("--output", required=True)
@@ -188,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_answer(args, drafted)
     if args.command == "inside":
         return cmd_answer(args, inside)
+    if args.command == "inside-report":
+        from specem_research.option_report import inside_summary, read
+
+        summary = inside_summary(read(args.run))
+        Path(args.output).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps(summary["pooled"], indent=1))
+        return 0
     from specem_research import option_report
 
     return option_report.cmd_report(args) if args.command == "report" else option_report.cmd_fit(args)

@@ -245,3 +245,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
     entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
     Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+INSIDE = ("choice_point", "drafted", "alone")
+
+
+def inside_summary(records: Sequence[Record]) -> dict[str, Any]:
+    """``option_eval inside``'s records per task and pooled: each way's accuracy and seconds, the
+    choice point paired against the drafted field and against the option asked alone."""
+
+    def summed(group: Sequence[Record]) -> dict[str, Any]:
+        marks = {name: [r[name] == r["answer"] for r in group] for name in INSIDE}
+        return {
+            "items": len(group),
+            "accuracy": {name: float(np.mean(each)) for name, each in marks.items()},
+            "seconds": {name: float(np.mean([r[f"{name}_seconds"] for r in group])) for name in INSIDE},
+            "choice_point_vs_drafted": paired(marks["choice_point"], marks["drafted"]),
+            "choice_point_vs_alone": paired(marks["choice_point"], marks["alone"]),
+            "same_as_drafted": float(np.mean([r["choice_point"] == r["drafted"] for r in group])),
+        }
+
+    tasks = by_task([dict(r) for r in records])
+    return {**{task: summed(group) for task, group in sorted(tasks.items())}, "pooled": summed(records)}

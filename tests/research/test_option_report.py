@@ -100,3 +100,17 @@ def test_the_running_prior_is_kept_apart_for_each_number_of_options_and_the_draf
     assert check["items"] == 20 and check["accuracy"] == always_y / 20 and check["scored_seconds_per_item"] == 2.0
     best = check["against_drafted"]["best"]
     assert best["ahead"] - best["behind"] == sum(systems["best"][:20]) - always_y
+
+
+def test_the_choice_point_is_paired_against_the_drafted_field_and_the_option_alone():
+    def record(task, answer, choice_point, drafted, alone):
+        return {"task": task, "answer": answer, "choice_point": choice_point, "drafted": drafted, "alone": alone,
+                "choice_point_seconds": 1.0, "drafted_seconds": 0.5, "alone_seconds": 2.0}  # fmt: skip
+
+    records = [record("t", 0, 0, 1, 0), record("t", 1, 1, 1, 0), record("u", 0, 1, 0, None)]
+    found = rep.inside_summary(records)
+    assert found["t"]["accuracy"] == {"choice_point": 1.0, "drafted": 0.5, "alone": 0.5}
+    assert found["t"]["choice_point_vs_drafted"] == rep.paired([True, True], [False, True])
+    assert found["pooled"]["items"] == 3 and found["pooled"]["choice_point_vs_alone"]["ahead"] == 1
+    assert found["pooled"]["same_as_drafted"] == pytest.approx(1 / 3)
+    assert found["pooled"]["seconds"] == {"choice_point": 1.0, "drafted": 0.5, "alone": 2.0}
