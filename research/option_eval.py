@@ -93,7 +93,8 @@ def inside(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
     schema = {"type": "object", "properties": {"answer": {"enum": item["choices"]}}, "required": ["answer"],
               "additionalProperties": False}  # fmt: skip
     record: dict[str, Any] = {"id": item["id"], "task": item["task"], "answer": item["answer"]}
-    for name, asked in (("choice_point", {"schema": schema}), ("drafted", {"schema": schema, "score_options": False}),
+    for name, asked in (("choice_point", {"schema": schema, "choice_points": True}),
+                        ("drafted", {"schema": schema, "score_options": False}),
                         ("alone", {"schema": {"enum": item["choices"]}})):  # fmt: skip
         started = time.perf_counter()
         final = ensemble.generate(item["question"], task=item["task"], think=False, **asked)

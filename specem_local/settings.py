@@ -136,6 +136,12 @@ class EnsembleSettings:
         "an answer whose format allows only a few values (an enum, consts, a boolean) is chosen by every member "
         "scoring every option, asked and as plain text, with the task's weights (not drafted in rounds)",
     )
+    choice_points: bool = setting(
+        False,
+        "answer",
+        "with score_options: a value inside a larger JSON answer (an enum field among others) is chosen by every "
+        "member scoring its options in context, not drafted (measured: worse than drafting it, and slower)",
+    )
     task: str = setting(
         "",
         "answer",

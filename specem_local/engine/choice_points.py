@@ -17,6 +17,7 @@ from typing import Any
 from specem_local.engine import options as opt
 from specem_local.engine import schemas
 from specem_local.engine.request import AnswerRequest
+from specem_local.settings import EnsembleSettings
 
 Path = tuple[str | int, ...]  # object keys and array indices, from the root to a value
 MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
@@ -175,12 +176,18 @@ def has_choices(schema: Any) -> bool:
     return False
 
 
+def choice_points_on(settings: EnsembleSettings) -> bool:
+    """Whether values inside a larger answer are chosen among their options: ``choice_points``,
+    with options scored at all (``score_options``)."""
+    return settings.score_options and settings.choice_points
+
+
 def choices_ahead(request: AnswerRequest) -> bool:
-    """Whether an answer asked this way may meet a choice point: options are scored
-    (``score_options``) and its format is a JSON Schema with a part that allows only a few values."""
+    """Whether an answer asked this way may meet a choice point: they are on and its format is a
+    JSON Schema with a part that allows only a few values."""
     chosen = request.output_format
     return (
-        request.settings.score_options
+        choice_points_on(request.settings)
         and chosen is not None
         and chosen.kind == "schema"
         and has_choices(json.loads(chosen.source))

@@ -20,7 +20,7 @@ import numpy as np
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
-from specem_local.engine.choice_points import ChoicePoint, choices_ahead
+from specem_local.engine.choice_points import ChoicePoint, choice_points_on, choices_ahead
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence
 from specem_local.engine.learned import StartingWeights
@@ -233,7 +233,7 @@ class RoundLoop:
         forced = self.phase.forced()
         if forced:
             return self._forced_round(forced, started)
-        point = self.phase.choices() if self.settings.score_options else None
+        point = self.phase.choices() if choice_points_on(self.settings) else None
         if point is not None:
             return self._option_round(point, started)
         following = self.roster.following  # as the round starts: model exit may change it by its end

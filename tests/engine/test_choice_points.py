@@ -141,7 +141,9 @@ def own_data_dir(tmp_path, monkeypatch):
 def adopters():
     """``a`` would write the cat, ``b`` the dog; both name it Rex."""
     return fake_ensemble(
-        fake_member("a", '{"name": "Rex", "pet": "cat"}'), fake_member("b", '{"name": "Rex", "pet": "dog"}')
+        fake_member("a", '{"name": "Rex", "pet": "cat"}'),
+        fake_member("b", '{"name": "Rex", "pet": "dog"}'),
+        choice_points=True,
     )
 
 
@@ -189,15 +191,17 @@ def test_the_tasks_weights_decide_and_without_any_each_member_counts_equally():
 def test_turned_off_or_free_text_the_value_is_drafted():
     with adopters() as ensemble:
         lean(ensemble, "b")
-        rounds, final = rounds_of(ensemble, schema=ADOPTION, score_options=False)
-        assert all(r.decision != "options" for r in rounds) and json.loads(final.text)["pet"] == "cat"
+        for off in ({"score_options": False}, {"choice_points": False}):
+            rounds, final = rounds_of(ensemble, schema=ADOPTION, **off)
+            assert all(r.decision != "options" for r in rounds) and json.loads(final.text)["pet"] == "cat", off
         rounds, _ = rounds_of(ensemble, schema={"type": "object"})
         assert all(r.decision != "options" for r in rounds)
 
 
 def test_each_label_of_an_array_is_a_choice_point():
     labels = {"type": "array", "items": PET, "minItems": 2, "maxItems": 2}
-    with fake_ensemble(fake_member("a", '["cat", "cat"]'), fake_member("b", '["dog", "dog"]')) as ensemble:
+    members = fake_member("a", '["cat", "cat"]'), fake_member("b", '["dog", "dog"]')
+    with fake_ensemble(*members, choice_points=True) as ensemble:
         lean(ensemble, "b")
         rounds, final = rounds_of(ensemble, schema=labels)
         assert [r.text for r in rounds if r.decision == "options"] == ['dog"', 'dog"']
@@ -230,7 +234,7 @@ def test_a_member_that_only_drafts_does_not_score_the_options_yet_follows_the_ch
         fake_member("b", '{"name": "Rex", "pet": "dog"}'),
         fake_member("c", '{"name": "Rex", "pet": "cat"}', role="draft"),
     )
-    with fake_ensemble(*members) as ensemble:
+    with fake_ensemble(*members, choice_points=True) as ensemble:
         lean(ensemble, "b")
         rounds, final = rounds_of(ensemble, schema=ADOPTION)
         [chosen] = [r for r in rounds if r.decision == "options"]
@@ -244,7 +248,7 @@ PET_ONLY = {"type": "object", "properties": {"pet": PET}, "required": ["pet"], "
 
 
 def pet_owners():
-    return fake_ensemble(fake_member("a", '{"pet": "cat"}'), fake_member("b", '{"pet": "dog"}'))
+    return fake_ensemble(fake_member("a", '{"pet": "cat"}'), fake_member("b", '{"pet": "dog"}'), choice_points=True)
 
 
 def test_the_choice_rounds_event_and_final_say_what_it_was_and_how_sure_and_count_its_tokens_and_wins():
@@ -324,7 +328,7 @@ def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the
     with an answer no one would judge again, had nothing to score the options after."""
     store = WeightStore(tmp_path / "specem.db")
     members = fake_member("a", '{"name": "Rex", "pet": "cat"}'), fake_member("b", '{"name": "Rex", "pet": "dog"}')
-    with fake_ensemble(*members, weight_store=store, model_exit=True) as ensemble:
+    with fake_ensemble(*members, weight_store=store, model_exit=True, choice_points=True) as ensemble:
         calibrate(store, ensemble.members, ensemble.settings, {"a": 0, "b": 20}, 20)
         lean(ensemble, "b")
         events = list(ensemble.stream("Which pet, and its name?", schema=ADOPTION))
@@ -334,3 +338,5 @@ def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the
         before = ensemble.members[1].model.decodes
         final = ensemble.generate("Name a pet.", schema={"type": "object", "properties": {"name": {"type": "string"}}})
         assert final.finish_reason == "eos" and ensemble.members[1].model.decodes == before  # no choice: b sits out
+        assert ensemble.generate("Which pet?", schema=ADOPTION, choice_points=False).finish_reason == "eos"
+        assert ensemble.members[1].model.decodes == before  # choice points off: b sits out too

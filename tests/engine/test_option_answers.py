@@ -94,7 +94,7 @@ def test_without_weights_for_the_task_it_takes_the_choices_weights_then_counts_e
         assert task_weights(ensemble.members, "unseen").task == "choices"
 
 
-def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_thinks_first():
+def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_thinks_first_then_drafts():
     with pets() as ensemble:
         lean(ensemble, "choices", "b")
         for options in ({"score_options": False}, {"schema": {"type": "string"}}):
@@ -102,6 +102,9 @@ def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_t
             rounds = [e for e in ensemble.stream("Which pet?", **asked) if isinstance(e, RoundEvent)]
             assert rounds and all(r.decision != "options" for r in rounds), options
         rounds = [e for e in ensemble.stream("Which pet?", schema=PETS, think=True) if isinstance(e, RoundEvent)]
+        assert rounds and all(r.decision != "options" for r in rounds)  # thought, then drafted (choice points off)
+        asked = {"schema": PETS, "think": True, "choice_points": True}
+        rounds = [e for e in ensemble.stream("Which pet?", **asked) if isinstance(e, RoundEvent)]
         thought = [r for r in rounds if r.phase == "reasoning"]
         assert thought and all(r.decision != "options" for r in thought)  # the thinking is drafted
         forced, chosen = [r for r in rounds if r.phase == "answer"]  # then the options scored in its context

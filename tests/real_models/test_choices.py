@@ -122,7 +122,7 @@ def test_an_enum_field_inside_an_object_is_scored_in_context_by_every_member_and
         "required": ["label", "why"],
         "additionalProperties": False,
     }
-    events = list(trio.stream(item["question"], schema=schema, max_tokens=60))
+    events = list(trio.stream(item["question"], schema=schema, max_tokens=60, choice_points=True))
     rounds, final = [e for e in events if isinstance(e, RoundEvent)], events[-1]
     [chosen] = [r for r in rounds if r.decision == "options"]
     assert set(chosen.candidates[0].scores) == {
