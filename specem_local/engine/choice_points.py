@@ -17,7 +17,6 @@ from typing import Any
 from specem_local.engine import options as opt
 from specem_local.engine import schemas
 from specem_local.engine.request import AnswerRequest
-from specem_local.settings import EnsembleSettings
 
 Path = tuple[str | int, ...]  # object keys and array indices, from the root to a value
 MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
@@ -176,19 +175,9 @@ def has_choices(schema: Any) -> bool:
     return False
 
 
-def choice_points_on(settings: EnsembleSettings) -> bool:
-    """Whether values inside a larger answer are chosen among their options: ``choice_points``,
-    with options scored at all (``score_options``)."""
-    return settings.score_options and settings.choice_points
-
-
 def choices_ahead(request: AnswerRequest) -> bool:
-    """Whether an answer asked this way may meet a choice point: they are on and its format is a
-    JSON Schema with a part that allows only a few values."""
-    chosen = request.output_format
-    return (
-        choice_points_on(request.settings)
-        and chosen is not None
-        and chosen.kind == "schema"
-        and has_choices(json.loads(chosen.source))
-    )
+    """Whether an answer asked this way may meet a choice point: ``choice_points`` is on, with
+    options scored at all (``score_options``), and its format is a JSON Schema with a part that
+    allows only a few values."""
+    settings, chosen = request.settings, request.output_format
+    return settings.score_options and settings.choice_points and chosen is not None and has_choices(chosen.schema)

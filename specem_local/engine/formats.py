@@ -14,6 +14,7 @@ enforce is refused here, up front, with what it could not do.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -50,6 +51,11 @@ class OutputFormat:
     tools: tuple[Tool, ...] = ()  # kind "tools": the functions offered
     choice: ToolChoice | None = None
     notes: tuple[str, ...] = ()  # what the format serves only approximately (llguidance's warnings)
+
+    @functools.cached_property
+    def schema(self) -> Any:
+        """The JSON Schema, parsed once (None for another kind of format)."""
+        return json.loads(self.source) if self.kind == "schema" else None
 
     @property
     def is_json(self) -> bool:

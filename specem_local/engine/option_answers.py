@@ -8,7 +8,6 @@ is the mix's probability of the option it gave.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -52,7 +51,7 @@ def choice_among(
     asked to think first is thought through, then drafted under the format, as before)."""
     if output_format is None or output_format.kind != "schema" or not settings.score_options or begun or thinks:
         return None
-    return opt.options_in(json.loads(output_format.source))
+    return opt.options_in(output_format.schema)
 
 
 def option_plan(

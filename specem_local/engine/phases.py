@@ -6,7 +6,6 @@ from one to the other is the reasoning phase's, and nothing else about it lives 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,9 +32,6 @@ class Writing:
         self.matcher = FormatMatcher(output_format) if output_format is not None else None
         if self.matcher is not None and prefix:
             self.matcher.commit(prefix)
-        schema = output_format is not None and output_format.kind == "schema"
-        self.schema = json.loads(output_format.source) if output_format is not None and schema else None
-        self.text = prefix  # the format's text so far
 
     def arm(self, members: list[Member]) -> None:
         """Give each member its matcher (none without a format)."""
@@ -50,10 +46,12 @@ class Writing:
         """Text the format forces next (a key, punctuation): committed without a round."""
         return self.matcher.forced() if self.matcher is not None else ""
 
-    def choices(self) -> ChoicePoint | None:
-        """The options of the value the schema's answer reaches, when it allows only a few
-        (``choice_points.py``) and the format allows two or more: scored, not drafted."""
-        point = choice_point(self.schema, self.text) if self.schema is not None else None
+    def choices(self, written: str) -> ChoicePoint | None:
+        """The options of the value the schema's answer reaches after ``written`` (what the phase
+        has committed), when it allows only a few (``choice_points.py``) and the format allows two
+        or more: scored, not drafted."""
+        schema = self.output_format.schema if self.output_format is not None else None
+        point = choice_point(schema, self.prefix + written) if schema is not None else None
         matcher = self.matcher
         if point is None or matcher is None:
             return None
@@ -68,7 +66,6 @@ class Writing:
         """Add the winning text; whether the format is now whole (nothing more is allowed)."""
         if self.matcher is None:
             return False
-        self.text += text
         self.matcher.commit(text)
         return self.matcher.complete
 
@@ -88,7 +85,7 @@ class Reasoning:
     def forced(self) -> str:
         return ""
 
-    def choices(self) -> None:
+    def choices(self, _written: str) -> None:
         return None
 
     def allows(self, _text: str, _ended: bool) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
-from specem_local.engine.choice_points import ChoicePoint, choice_points_on, choices_ahead
+from specem_local.engine.choice_points import ChoicePoint, choices_ahead
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence
 from specem_local.engine.learned import StartingWeights
@@ -199,7 +199,7 @@ class RoundLoop:
         return FinalEvent(
             text=written.text if answering else "",
             finish_reason=finish,
-            rounds=written.rounds + written.forced_rounds + written.option_rounds,
+            rounds=written.all_rounds,
             tokens=written.tokens,
             seconds=time.perf_counter() - written.started,
             first_segment_seconds=written.first_segment,
@@ -233,7 +233,7 @@ class RoundLoop:
         forced = self.phase.forced()
         if forced:
             return self._forced_round(forced, started)
-        point = self.phase.choices() if choice_points_on(self.settings) else None
+        point = self.phase.choices(self.written.text) if self.roster.choices_ahead else None
         if point is not None:
             return self._option_round(point, started)
         following = self.roster.following  # as the round starts: model exit may change it by its end
@@ -337,7 +337,7 @@ class RoundLoop:
     def _event(self, segment: str, started: float, **facts: object) -> RoundEvent:
         """A round's event: what it appended, and ``facts`` of how it was chosen."""
         return RoundEvent(
-            index=self.written.rounds + self.written.forced_rounds + self.written.option_rounds,
+            index=self.written.all_rounds,
             text=segment,
             weights=weights_dict(self.members, self.weights),
             seconds=time.perf_counter() - started,

@@ -36,6 +36,11 @@ class Written:
     started: float = field(default_factory=time.perf_counter)
     evidence: list[RoundEvidence] = field(default_factory=list)  # each drafted round's (evidence.py)
 
+    @property
+    def all_rounds(self) -> int:
+        """Every round so far: drafted, forced by the format, and chosen among options."""
+        return self.rounds + self.forced_rounds + self.option_rounds
+
 
 @dataclass(frozen=True)
 class Voted:

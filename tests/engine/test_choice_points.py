@@ -310,17 +310,17 @@ def test_a_member_lost_while_committing_the_choice_leaves_and_the_answer_keeps_i
 def test_the_answers_phase_offers_only_the_options_its_matcher_allows_and_no_choice_for_one(monkeypatch):
     three = {"type": "object", "properties": {"size": {"enum": ["s", "m", "l"]}}, "required": ["size"]}
     phase = Writing(output_format_from(three), "")
-    assert phase.choices() is None  # nothing written: the value that begins is the object
+    assert phase.choices("") is None  # nothing written: the value that begins is the object
     phase.commit('{"size": ')
-    point = phase.choices()
+    point = phase.choices('{"size": ')
     assert point is not None and point.rests == ('"s"', '"m"', '"l"')
     allowed = {'"s"', '"l"'}
     monkeypatch.setattr(phase.matcher, "accepts", lambda text, ended: text in allowed and ended is False)
-    point = phase.choices()
+    point = phase.choices('{"size": ')
     assert point is not None and point.rests == ('"s"', '"l"') and point.begun == ""
     allowed = {'"m"'}
-    assert phase.choices() is None
-    assert Writing(output_format_from(json_object=True), "").choices() is None  # no schema: no options
+    assert phase.choices('{"size": ') is None
+    assert Writing(output_format_from(json_object=True), "").choices("{") is None  # no schema: no options
 
 
 def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the_choice(tmp_path):
