@@ -77,13 +77,14 @@ def main() -> None:
     print(summary, flush=True)
     lines = [summary, f"by status: {dict(by_status)}", ""]
     lines += [f"equivalent: {name}  # {why}" for name, why in sorted(marked.items())]
-    lines += [f"timed out: {name}" for name, status in sorted(counted.items()) if status == HUNG]
-    for name in survivors:
+    hung_names = [name for name, status in sorted(counted.items()) if status == HUNG]
+    for name in [*hung_names, *survivors]:  # a mutant that only hangs is no kill either: its diff is shown too
         diff = ""
         if args.diffs_from and args.mutmut:
             shown = subprocess.run([args.mutmut, "show", name], cwd=args.diffs_from, capture_output=True, text=True)
             diff = shown.stdout.strip()
-        lines += ["", f"survived: {name} ({statuses[name]})", diff]
+        said = "timed out" if statuses[name] == HUNG else "survived"
+        lines += ["", f"{said}: {name} ({statuses[name]})", diff]
     Path(args.report).write_text("\n".join(lines) + "\n", "utf-8")
 
 

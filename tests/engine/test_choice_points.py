@@ -10,7 +10,14 @@ import math
 import pytest
 
 from specem_local.engine import options as opt
-from specem_local.engine.choice_points import Place, allowed_options, choice_point, schema_at, value_path
+from specem_local.engine.choice_points import (
+    Place,
+    allowed_options,
+    choice_point,
+    has_choices,
+    schema_at,
+    value_path,
+)
 from specem_local.engine.formats import output_format_from
 from specem_local.engine.learned import calibrate
 from specem_local.engine.phases import Writing
@@ -124,6 +131,13 @@ def test_a_choice_point_is_a_value_of_a_few_options_that_begin_with_what_is_writ
     assert choice_point({"properties": {"n": {"enum": [1, 12]}}}, '{"n": ') is None  # "1" begins "12"
     assert choice_point({"properties": {"n": {"anyOf": [PET, {"type": "null"}]}}}, '{"n": ') is None
     assert choice_point(ADOPTION, '{"pet": "cat"') is None
+
+
+def test_a_schema_has_choices_where_any_part_of_it_allows_only_a_few_values():
+    assert has_choices(ADOPTION) and has_choices({"prefixItems": [{"type": "string"}, PET]})
+    assert has_choices({"anyOf": [{"type": "null"}, {"type": "boolean"}]})  # a boolean is two values
+    assert not has_choices({"prefixItems": [{"type": "string"}, {"type": "integer"}]})
+    assert not has_choices({"type": "object", "properties": {"name": {"type": "string"}}}) and not has_choices(None)
 
 
 def test_only_the_options_allowed_are_kept_and_one_left_is_no_choice():
@@ -321,6 +335,7 @@ def test_the_answers_phase_offers_only_the_options_its_matcher_allows_and_no_cho
     allowed = {'"m"'}
     assert phase.choices('{"size": ') is None
     assert Writing(output_format_from(json_object=True), "").choices("{") is None  # no schema: no options
+    assert Writing(None, "").choices("{") is None  # no format at all
 
 
 def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the_choice(tmp_path):

@@ -121,6 +121,7 @@ def test_the_start_of_an_answer_to_continue_is_already_part_of_the_formats_text(
     continued = Writing(schema, '{"answer": ')
     assert continued.forced() == ""
     assert continued.allows("42}", True) and not continued.allows('{"answer": 42}', True)
+    assert continued.allows("4", False) and not continued.allows("4", True)  # allowed, but not as its end
     assert continued.commit("42}") is True
     fresh = Writing(schema, "")
     assert fresh.forced() == '{"answer": ' and not fresh.allows("42}", True)
