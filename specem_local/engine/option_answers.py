@@ -49,9 +49,9 @@ def choice_among(
     """The options an answer is chosen from, when it is a choice: its schema allows a few values,
     ``score_options`` is on, nothing of it is written yet and no thinking was asked for (an answer
     asked to think first is thought through, then drafted under the format, as before)."""
-    if output_format is None or output_format.kind != "schema" or not settings.score_options or begun or thinks:
+    if output_format is None or not settings.score_options or begun or thinks:
         return None
-    return opt.options_in(output_format.schema)
+    return opt.options_in(output_format.schema)  # None for a format that is not a schema
 
 
 def option_plan(
@@ -99,7 +99,7 @@ def _plain_tokens(member: Member, text: str) -> list[int]:
 
 
 def option_log_probabilities(
-    member: Member, prompt: tuple[int, ...], continuations: tuple[str, ...], reuse: bool = True
+    member: Member, prompt: tuple[int, ...], continuations: tuple[str, ...], reuse: bool
 ) -> tuple[list[float], list[int]]:
     """Each continuation's summed token log-probability after ``prompt``, and its length in
     tokens, in one batched pass (``Member.score``: each in its own sequence on the prompt's

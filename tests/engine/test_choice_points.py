@@ -355,3 +355,11 @@ def test_with_model_exit_the_members_that_stopped_drafting_keep_up_and_score_the
         assert final.finish_reason == "eos" and ensemble.members[1].model.decodes == before  # no choice: b sits out
         assert ensemble.generate("Which pet?", schema=ADOPTION, choice_points=False).finish_reason == "eos"
         assert ensemble.members[1].model.decodes == before  # choice points off: b sits out too
+
+
+def test_a_format_that_is_no_schema_has_no_choice_points():
+    with adopters() as ensemble:
+        assert ensemble.generate("Which pet?", regex="(cat|dog)").text in ("cat", "dog")
+        assert output_format_from(regex="(cat|dog)").schema is None
+        assert output_format_from(json_object=True).schema is None
+        assert output_format_from(schema=PET).schema == PET

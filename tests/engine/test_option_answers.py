@@ -10,12 +10,14 @@ from specem_local.backend.protocol import StepAbandoned
 from specem_local.commands.cli import main
 from specem_local.engine import Ensemble, candidate_label, explain
 from specem_local.engine import options as opt
+from specem_local.engine.formats import output_format_from
 from specem_local.engine.learned import key_of
-from specem_local.engine.option_answers import CONFIDENCE_FROM, option_vote, scored_here, source_weights
+from specem_local.engine.option_answers import CONFIDENCE_FROM, choice_among, option_vote, scored_here, source_weights
 from specem_local.engine.request import PromptTooLong
 from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
 from specem_local.errors import NoMemberLeft, SettingError, SpecemError
 from specem_local.events import RoundEvent
+from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import fake_ensemble, fake_member
 
 PETS = {"enum": ["cat", "dog"]}
@@ -132,10 +134,15 @@ def test_a_prompt_that_leaves_no_room_for_the_longest_option_is_refused_before_i
     long_words = {"enum": ["x" * 150, "y" * 150]}
     with fake_ensemble(fake_member("a", '"x"', n_ctx=2000), fake_member("b", '"y"', n_ctx=2000)) as ensemble:
         listed = len(ensemble.prepare("Which?", schema=long_words, segment_tokens=2).prompts["a"])
+        longest = len(ensemble.members[0].model.tokenize('"' + "x" * 150 + '"'))
         for member in ensemble.members:
             member.model.n_ctx = listed + 60
-        with pytest.raises(PromptTooLong, match=r"with the options listed .* no room for its longest option"):
+        with pytest.raises(PromptTooLong, match=r"with the options listed .* no room for its longest option") as caught:
             ensemble.prepare("Which?", schema=long_words, max_tokens=8, segment_tokens=2)
+        assert str(caught.value).endswith("raise n_ctx in models.toml or shorten the conversation or the options")
+        for member in ensemble.members:
+            member.model.n_ctx = listed + longest  # exactly room for it
+        assert ensemble.prepare("Which?", schema=long_words, max_tokens=8, segment_tokens=2).options is not None
         assert ensemble.generate("Which?", schema={"enum": ["x", "y"]}, max_tokens=8).parsed in ("x", "y")
 
 
@@ -257,11 +264,29 @@ def test_every_member_lost_while_scoring_is_no_member_left_and_the_next_answer_b
         assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")
 
 
-def test_without_reusing_the_prompt_each_option_is_scored_from_a_cleared_memory_and_the_same():
+def test_without_reusing_the_prompt_each_option_is_scored_from_a_cleared_memory_and_the_same(monkeypatch):
     with pets() as ensemble:
+        cleared = []
+        for member in ensemble.members:
+            clear = member.model.clear
+            monkeypatch.setattr(member.model, "clear", lambda clear=clear: (cleared.append(1), clear())[1])
         _, reused, _ = events(ensemble)
+        _, again, _ = events(ensemble)
+        assert cleared == []  # the same prompt again: its cells are reused
         _, fresh, _ = events(ensemble, reuse_prompt=False)
-    assert [c.scores for c in fresh.candidates] == [c.scores for c in reused.candidates]
+        assert len(cleared) == 4  # each member's memory cleared before each of its two prompts
+    assert (
+        [c.scores for c in fresh.candidates]
+        == [c.scores for c in reused.candidates]
+        == [c.scores for c in again.candidates]
+    )
+
+
+def test_only_an_answer_asked_with_a_schema_of_a_few_values_is_a_choice():
+    settings = EnsembleSettings()
+    assert choice_among(None, settings, False, False) is None
+    assert choice_among(output_format_from(json_object=True), settings, False, False) is None
+    assert choice_among(output_format_from(PETS), settings, False, False).texts == ('"cat"', '"dog"')
 
 
 def test_a_step_abandoned_while_scoring_ends_the_answer_cancelled_and_the_next_is_answered():
