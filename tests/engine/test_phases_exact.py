@@ -2,18 +2,19 @@
 its exact edge, the exact text every member reads across each bridge at the switch, the new
 turn decoded past what each member already holds, the start of an answer to continue already
 part of the format's text (and of each member's matcher), free text and reasoning under no
-matcher, and where an answer begins."""
+matcher, where an answer begins, and a member lost at the switch."""
 
 from __future__ import annotations
 
 import pytest
 
+from specem_local.backend.protocol import MemberLost
 from specem_local.engine.formats import output_format_from
 from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
 from specem_local.engine.request import AnswerRequest, prompt_tokens
 from specem_local.engine.thinking import answer_messages
 from tests.engine.conftest import QUESTION, fake_ensemble
-from tests.engine.test_thinking import SCHEMA, answer, thinker
+from tests.engine.test_thinking import REPLY, SCHEMA, WORKING, answer, thinker
 
 REASONING = "Six times seven: 6 * 7 = 42."
 NOW = "Now give the final answer, with at most one short sentence of explanation."
@@ -161,3 +162,29 @@ def test_an_answer_begins_thinking_for_exactly_its_planned_budget_or_writing_fro
         request = ensemble.prepare(continued, schema=SCHEMA, max_tokens=200)
     phase = first_phase(request)
     assert isinstance(phase, Writing) and phase.prefix == '{"answer": ' and phase.forced() == ""
+
+
+# -- a member lost at the switch ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bridge", ["same-turn", "new-turn"])
+def test_a_member_lost_at_the_switch_leaves_and_the_others_write_the_format_after_the_same_reasoning(bridge):
+    """The switch goes on for the others (its losses do not raise): the round loop must not take
+    the switch again, with the reasoning already moved aside and the bridge read twice."""
+    lost = thinker("a")
+    step = "commit" if bridge == "same-turn" else "start"
+    original, calls = getattr(lost, step), []
+
+    def losing(*args, **kwargs):
+        calls.append(args)
+        at_switch = "Final answer" in args[1] if step == "commit" else len(calls) == 2
+        if at_switch:
+            lost.model.lose("gone at the switch")
+            raise MemberLost("gone at the switch")
+        return original(*args, **kwargs)
+
+    setattr(lost, step, losing)
+    with fake_ensemble(lost, thinker("b"), reasoning_budget=256) as ensemble:
+        final = ensemble.stream(QUESTION, schema=SCHEMA, max_tokens=200, think_bridge=bridge).final()
+    assert final.lost == {"a": "gone at the switch"}
+    assert final.reasoning == WORKING and final.text == REPLY and final.finish_reason == "eos"
