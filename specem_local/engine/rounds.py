@@ -77,7 +77,6 @@ class RoundLoop:
             settings.normalise,
             settings.self_vote,
             settings.pooling,
-            settings.loop_guard,
             settings.contrast,
         )
 

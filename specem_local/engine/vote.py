@@ -40,7 +40,6 @@ class VoteRule:
     normalise: str = "segment"
     self_vote: bool = True
     pooling: str = "linear"
-    loop_guard: bool = False
     contrast: float = 0.0  # beta: the heaviest verifier against the others (0: the weighted vote)
 
 

@@ -4,8 +4,11 @@ cancel leaves, and which winner each member was told to commit."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from specem_local.engine import rounds as rounds_module
 from specem_local.engine.member import Draft, Member
 from specem_local.events import RoundEvent
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
@@ -91,3 +94,20 @@ def test_each_member_commits_a_voted_round_by_its_winning_column(monkeypatch):
     assert any(e.decision == "vote" for e in rounds)
     adopted = [winner for winner, scored in told if scored is not None and winner in scored.seq_of]
     assert adopted and all(isinstance(winner, int) and winner >= 0 for winner, _ in told if _ is not None)
+
+
+def test_every_round_drafts_and_an_answer_ends_within_seconds(monkeypatch):
+    """A round that drafted nothing and ended nothing would loop for ever: bounded here (the
+    answer runs in a thread; a hang fails the test instead of holding it)."""
+    drafts = []
+    original = rounds_module.RoundLoop._draft
+    monkeypatch.setattr(rounds_module.RoundLoop, "_draft", lambda loop: drafts.append(1) or original(loop))
+    ensemble = fake_ensemble(*trio(), segment_tokens=6, model_exit=False)
+    got = []
+    answering = threading.Thread(target=lambda: got.extend(ensemble.stream(QUESTION)), daemon=True)
+    answering.start()
+    answering.join(5)
+    assert not answering.is_alive(), "the answer did not end"
+    ensemble.close()
+    _, rounds, final = split(got)
+    assert rounds and len(drafts) == len(rounds) == final.rounds
