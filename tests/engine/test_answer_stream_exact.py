@@ -110,6 +110,32 @@ def test_a_stream_closed_while_a_round_runs_ends_cancelled_when_the_round_return
         assert ensemble.generate("Say hi.").text  # its place was given back
 
 
+def test_a_stream_closed_during_its_last_step_keeps_how_the_answer_ended(monkeypatch):
+    in_final, release = threading.Event(), threading.Event()
+    original = rounds.RoundLoop.final_event
+
+    def held(loop, finish):
+        final = original(loop, finish)
+        if not in_final.is_set():  # the answer has ended; the stream is closed before the step returns
+            in_final.set()
+            release.wait(10)
+        return final
+
+    monkeypatch.setattr(rounds.RoundLoop, "final_event", held)
+    with fake_ensemble(fake_member("a", "one two three"), fake_member("b", "x"), max_tokens=40) as ensemble:
+        record = Record()
+        stream = ensemble.stream("Tell a story.").log_to(record)
+        got: list[Event] = []
+        reader = threading.Thread(target=lambda: got.extend(stream))
+        reader.start()
+        assert in_final.wait(10)
+        stream.close()
+        release.set()
+        reader.join(10)
+        assert not reader.is_alive()
+        assert isinstance(got[-1], FinalEvent) and got[-1].finish_reason == "eos" and record.events[-1] is got[-1]
+
+
 def test_the_async_face_says_an_answer_that_failed_ended_with_none():
     members = [fake_member("a", ANSWER, on_decode=LoseAt(6)), fake_member("b", ANSWER, role="draft")]
 
@@ -124,7 +150,7 @@ def test_the_async_face_says_an_answer_that_failed_ended_with_none():
         return got, said
 
     with fake_ensemble(*members, segment_tokens=4, model_exit=False) as ensemble:
-        got, said = asyncio.run(asyncio.wait_for(read(ensemble), 10))
+        got, said = asyncio.run(asyncio.wait_for(read(ensemble), 5))
         assert isinstance(got[0], StartEvent) and said == [None]
 
 
@@ -146,7 +172,7 @@ def test_the_async_face_says_an_answer_closed_between_its_steps_ended_cancelled(
         return [first, *rest], said, answering
 
     with fake_ensemble(fake_member("a", "one two three four"), fake_member("b", "x"), max_tokens=40) as ensemble:
-        got, said, answering = asyncio.run(asyncio.wait_for(read(ensemble), 10))
+        got, said, answering = asyncio.run(asyncio.wait_for(read(ensemble), 5))
         assert [type(event) for event in got] == [StartEvent, RoundEvent] and said == ["cancelled"]
         assert len(answering) == 1 and answering[0].daemon  # a server may stop while a model steps
         assert ensemble.generate("Say hi.").text

@@ -52,7 +52,7 @@ def test_the_async_events_say_how_the_answer_ended_and_one_left_early_ended_canc
         return got, said
 
     with fake_ensemble(fake_member("a", "one two three"), fake_member("b", "x"), max_tokens=40) as ensemble:
-        events, said = asyncio.run(read(ensemble))
+        events, said = asyncio.run(asyncio.wait_for(read(ensemble), 5))  # a hang fails
         assert said == [events[-1].finish_reason] and said[0] != "cancelled"
 
     left = threading.Event()  # the answer's steps wait until its reader has left, so it cannot end first
@@ -69,4 +69,4 @@ def test_the_async_events_say_how_the_answer_ended_and_one_left_early_ended_canc
                 await asyncio.sleep(0.01)
             return said
 
-        assert asyncio.run(left_early()) == ["cancelled"]
+        assert asyncio.run(asyncio.wait_for(left_early(), 5)) == ["cancelled"]
