@@ -363,3 +363,12 @@ def test_a_format_that_is_no_schema_has_no_choice_points():
         assert output_format_from(regex="(cat|dog)").schema is None
         assert output_format_from(json_object=True).schema is None
         assert output_format_from(schema=PET).schema == PET
+
+
+def test_choice_points_are_off_by_default_and_the_value_is_drafted():
+    """Measured worse than drafting the field (docs/choices.md): a request must ask for them."""
+    with fake_ensemble(fake_member("a", '{"pet": "cat"}'), fake_member("b", '{"pet": "dog"}')) as ensemble:
+        lean(ensemble, "b")
+        rounds, final = rounds_of(ensemble, schema=PET_ONLY)
+        assert rounds and all(r.decision != "options" for r in rounds)
+        assert json.loads(final.text)["pet"] in ("cat", "dog")
