@@ -81,58 +81,45 @@ def test_an_answer_whose_setting_up_fails_records_why_and_the_runner_is_free():
         assert ensemble.generate(QUESTION).text.startswith("Six")
 
 
-def test_a_stream_closed_while_a_round_runs_ends_cancelled_when_the_round_returns(monkeypatch):
-    in_round, release = threading.Event(), threading.Event()
-    original = rounds.RoundLoop._round
+def read_closed_during(monkeypatch, ensemble, method: str) -> tuple[list[Event], Record]:
+    """Read an answer on a thread and close its stream from here once ``RoundLoop.<method>`` has
+    done its work the first time and before it returns (the step is still running)."""
+    held_once, release = threading.Event(), threading.Event()
+    original = getattr(rounds.RoundLoop, method)
 
-    def held(loop):
-        result = original(loop)
-        if not in_round.is_set():  # the round's work is done; the stream is closed before it returns
-            in_round.set()
+    def held(loop, *args):
+        result = original(loop, *args)
+        if not held_once.is_set():
+            held_once.set()
             release.wait(10)
         return result
 
-    monkeypatch.setattr(rounds.RoundLoop, "_round", held)
+    monkeypatch.setattr(rounds.RoundLoop, method, held)
+    record = Record()
+    stream = ensemble.stream("Tell a story.").log_to(record)
+    got: list[Event] = []
+    reader = threading.Thread(target=lambda: got.extend(stream))
+    reader.start()
+    assert held_once.wait(10)
+    stream.close()
+    release.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    return got, record
+
+
+def test_a_stream_closed_while_a_round_runs_ends_cancelled_when_the_round_returns(monkeypatch):
     members = fake_member("a", "one two three four five six"), fake_member("b", "x")
     with fake_ensemble(*members, max_tokens=40) as ensemble:
-        record = Record()
-        first = ensemble.stream("Tell a story.").log_to(record)
-        got: list[Event] = []
-        reader = threading.Thread(target=lambda: got.extend(first))
-        reader.start()
-        assert in_round.wait(10)
-        first.close()
-        release.set()
-        reader.join(10)
-        assert not reader.is_alive()
+        got, record = read_closed_during(monkeypatch, ensemble, "_round")
         assert [type(event) for event in got] == [StartEvent, FinalEvent]  # not the round it finished
         assert got[-1].finish_reason == "cancelled" and record.events == got
         assert ensemble.generate("Say hi.").text  # its place was given back
 
 
 def test_a_stream_closed_during_its_last_step_keeps_how_the_answer_ended(monkeypatch):
-    in_final, release = threading.Event(), threading.Event()
-    original = rounds.RoundLoop.final_event
-
-    def held(loop, finish):
-        final = original(loop, finish)
-        if not in_final.is_set():  # the answer has ended; the stream is closed before the step returns
-            in_final.set()
-            release.wait(10)
-        return final
-
-    monkeypatch.setattr(rounds.RoundLoop, "final_event", held)
     with fake_ensemble(fake_member("a", "one two three"), fake_member("b", "x"), max_tokens=40) as ensemble:
-        record = Record()
-        stream = ensemble.stream("Tell a story.").log_to(record)
-        got: list[Event] = []
-        reader = threading.Thread(target=lambda: got.extend(stream))
-        reader.start()
-        assert in_final.wait(10)
-        stream.close()
-        release.set()
-        reader.join(10)
-        assert not reader.is_alive()
+        got, record = read_closed_during(monkeypatch, ensemble, "final_event")
         assert isinstance(got[-1], FinalEvent) and got[-1].finish_reason == "eos" and record.events[-1] is got[-1]
 
 
