@@ -4,9 +4,10 @@ Ollama's (``/api``), for Open WebUI, editor plugins, scripts and desktop apps.
 ``app.py`` has the routes, ``answers.py`` the line of answers on the shared models,
 ``gate.py`` what every request passes first (Host, Origin, CORS, Content-Type, the fault
 barrier), ``running.py`` its life until a signal stops it, and ``openai_format.py`` /
-``ollama_format.py`` the two APIs' shapes, as plain functions (``anthropic_format.py``:
-Anthropic's Messages API, ``/v1/messages``, for the ``anthropic`` SDK and Claude Code;
-``mcp_rounds.py``: the agent loop a Responses request runs with the tools of ``--mcp``'s servers).
+``ollama_format.py`` the two APIs' shapes, as plain functions (``anthropic_format.py`` and
+``anthropic_output.py``: Anthropic's Messages API, ``/v1/messages``, for the ``anthropic`` SDK
+and Claude Code; ``mcp_rounds.py``: the agent loop a Responses request runs with the tools of
+``--mcp``'s servers).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from specem_local.errors import Busy
 from specem_local.events import Event
 from specem_local.mcp import McpTools
 from specem_local.server import anthropic_format as an
+from specem_local.server import anthropic_output as ao
 from specem_local.server import ollama_format as ol
 from specem_local.server import openai_format as oa
 from specem_local.server import responses_format as rf
@@ -268,7 +269,7 @@ class EnsembleServer:
 
     async def anthropic_messages(self, request: HttpRequest) -> Response:
         """Anthropic's Messages API (Claude Code, the ``anthropic`` SDK): a ``message``, or its
-        named events (``anthropic_format.py``)."""
+        named events (``anthropic_output.py``)."""
         started = await self._start(request, lambda body: an.parse_request(body, self.ensemble.model_names))
         if isinstance(started, Response):
             return started
@@ -278,13 +279,13 @@ class EnsembleServer:
         events = self.answers.events(stream, gone)
         if parsed.stream:
             return EventSourceResponse(
-                an.sse_events(parsed, events),
+                ao.sse_events(parsed, events),
                 ping=15,
                 sep="\n",
                 background=BackgroundTask(stream.close),
                 shutdown_grace_period=STREAM_GRACE,
             )
-        return await self._whole(request, events, stream, lambda whole: JSONResponse(an.message(parsed, whole)))
+        return await self._whole(request, events, stream, lambda whole: JSONResponse(ao.message(parsed, whole)))
 
     async def ollama_chat(self, request: HttpRequest) -> Response:
         return await self._ollama_answer(

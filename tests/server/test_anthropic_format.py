@@ -18,6 +18,7 @@ from specem_local.engine import Ask, FormatAsk, ToolCall, ToolReply
 from specem_local.errors import SettingError
 from specem_local.events import Event, StartEvent
 from specem_local.server import anthropic_format as an
+from specem_local.server import anthropic_output as ao
 from specem_local.server.errors import ApiError, HttpError, anthropic_error_body, http_error
 from specem_local.server.replies import Whole
 from tests.server.test_replies import final_of, round_of
@@ -121,8 +122,8 @@ def test_a_whole_conversation_with_tool_uses_and_results_becomes_the_engines_ask
 def test_a_member_named_answers_alone_and_the_message_says_which():
     alone = an.parse_request(body(model="specem/b"), MEMBERS)
     assert alone.ask.models == ("b",) and alone.model == "specem/b"
-    assert an.message(alone, Whole(START, final_of("x")))["model"] == "specem/b"
-    [(_, started)] = an.StreamedMessage(alone).of(START)
+    assert ao.message(alone, Whole(START, final_of("x")))["model"] == "specem/b"
+    [(_, started)] = ao.StreamedMessage(alone).of(START)
     assert started["message"]["model"] == "specem/b"
     ensemble = an.parse_request(body(model="specem"), MEMBERS)
     assert ensemble.ask.models is None and ensemble.model == "specem"
@@ -361,12 +362,12 @@ def test_a_setting_the_engine_refuses_names_the_requests_own_field():
 # -- responses -----------------------------------------------------------------------------------
 def whole_message(final_text: str = "Hi.", **fields: Any) -> dict[str, Any]:
     final = dataclasses.replace(final_of(final_text), **fields)
-    return an.message(an.parse_request(body()), Whole(START, final))
+    return ao.message(an.parse_request(body()), Whole(START, final))
 
 
 def test_a_whole_answer_is_a_message():
     parsed = an.parse_request(body())
-    sent = an.message(parsed, Whole(START, final_of("Paris.")))
+    sent = ao.message(parsed, Whole(START, final_of("Paris.")))
     facts = sent.pop("x_specem")
     assert sent == {
         "id": parsed.id,
@@ -387,7 +388,7 @@ def test_a_whole_answer_is_a_message():
 def test_a_tool_reply_is_its_tool_uses_and_stops_for_them():
     parsed = an.parse_request(body(tools=[WEATHER]))
     calls = (ToolCall("get_weather", {"city": "Paris"}, "call_abc"), ToolCall("get_weather", {"city": "Rome"}))
-    sent = an.message(parsed, Whole(START, final_of("{}", parsed=ToolReply(calls))))
+    sent = ao.message(parsed, Whole(START, final_of("{}", parsed=ToolReply(calls))))
     assert sent["content"][0] == {
         "type": "tool_use",
         "id": "toolu_abc",
@@ -397,13 +398,13 @@ def test_a_tool_reply_is_its_tool_uses_and_stops_for_them():
     assert (
         sent["content"][1]["id"] == "toolu_" + calls[1].id.removeprefix("call_") and sent["stop_reason"] == "tool_use"
     )
-    said = an.message(parsed, Whole(START, final_of("{}", parsed=ToolReply(content="Sunny."))))
+    said = ao.message(parsed, Whole(START, final_of("{}", parsed=ToolReply(content="Sunny."))))
     assert said["content"] == [{"type": "text", "text": "Sunny."}] and said["stop_reason"] == "end_turn"
     cut = final_of('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"na', "length")
-    whole_calls = an.message(parsed, Whole(START, cut))
+    whole_calls = ao.message(parsed, Whole(START, cut))
     assert [b["input"] for b in whole_calls["content"]] == [{"city": "Paris"}]  # what of it is whole
     assert whole_calls["stop_reason"] == "max_tokens"
-    plain = an.message(an.parse_request(body()), Whole(START, final_of('{"response": "x"}', parsed=ToolReply(calls))))
+    plain = ao.message(an.parse_request(body()), Whole(START, final_of('{"response": "x"}', parsed=ToolReply(calls))))
     assert plain["content"] == [{"type": "text", "text": '{"response": "x"}'}]  # no tools offered: text as written
 
 
@@ -422,9 +423,9 @@ def test_a_tool_reply_is_its_tool_uses_and_stops_for_them():
 )
 def test_how_it_stopped_in_anthropics_words(finish, stops, reason, sequence):
     parsed = an.parse_request(body(stop_sequences=stops))
-    sent = an.message(parsed, Whole(START, final_of("x", finish)))
+    sent = ao.message(parsed, Whole(START, final_of("x", finish)))
     assert (sent["stop_reason"], sent["stop_sequence"]) == (reason, sequence)
-    assert an.StreamedMessage(parsed).of(final_of("x", finish))[-2][1]["delta"] == {
+    assert ao.StreamedMessage(parsed).of(final_of("x", finish))[-2][1]["delta"] == {
         "stop_reason": reason,
         "stop_sequence": sequence,
     }
@@ -432,7 +433,7 @@ def test_how_it_stopped_in_anthropics_words(finish, stops, reason, sequence):
 
 def test_a_streamed_answer_is_anthropics_events_in_order_each_block_opened_and_closed():
     parsed = an.parse_request(body(tools=[WEATHER]))
-    writer = an.StreamedMessage(parsed)
+    writer = ao.StreamedMessage(parsed)
     call = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'
     said = [
         *writer.of(START),
@@ -442,7 +443,7 @@ def test_a_streamed_answer_is_anthropics_events_in_order_each_block_opened_and_c
         *writer.of(round_of(" there", 4)),
         *writer.of(round_of("", 5)),
     ]
-    tools = an.StreamedMessage(parsed)
+    tools = ao.StreamedMessage(parsed)
     tools.of(START)
     called = tools.of(round_of(call, 1))
     ended = writer.of(final_of("x"))
@@ -487,14 +488,14 @@ def test_a_streamed_answer_is_anthropics_events_in_order_each_block_opened_and_c
 
 def test_a_stream_that_says_nothing_still_starts_and_stops_and_a_call_after_thinking_closes_it():
     parsed = an.parse_request(body(tools=[WEATHER]))
-    empty = an.StreamedMessage(parsed)
+    empty = ao.StreamedMessage(parsed)
     assert [name for name, _ in empty.of(final_of(""))] == ["message_start", "message_delta", "message_stop"]
     assert [name for name, _ in empty.of(final_of(""))] == ["message_delta", "message_stop"]  # started once
-    writer = an.StreamedMessage(parsed)
+    writer = ao.StreamedMessage(parsed)
     said = writer.of(round_of('{"response": "Hi"}', 1))  # no start event first: the message starts anyway
     assert [name for name, _ in said] == ["message_start", "content_block_start", "content_block_delta"]
     assert said[0][1]["message"]["usage"]["input_tokens"] == 0
-    thinker = an.StreamedMessage(parsed)
+    thinker = ao.StreamedMessage(parsed)
     thinker.of(START)
     thinker.of(round_of("Paris.", 1, "reasoning"))
     call = thinker.of(round_of('{"tool_calls": [{"name": "get_weather", "arguments": {}}]}', 2))
@@ -519,7 +520,7 @@ def test_the_sse_events_are_named_with_their_json_and_a_failure_is_an_error_even
     parsed = an.parse_request(body())
 
     async def collect(events: AsyncIterator[Event]) -> list[dict[str, str]]:
-        return [sent async for sent in an.sse_events(parsed, events)]
+        return [sent async for sent in ao.sse_events(parsed, events)]
 
     sent = asyncio.run(collect(events_of(START, round_of("Hi\u2028there\n", 1), final_of("x"))))
     assert [s["event"] for s in sent] == [
