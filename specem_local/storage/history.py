@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import sqlite3
 import time
@@ -26,14 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from specem_local.errors import SpecemError
-from specem_local.events import Event, FinalEvent, RoundEvent, event_from_dict
-from specem_local.storage.chat_files import chats_dir, read_chat_file
-from specem_local.storage.chats import EVENT_FORMAT, GIVEN, INTERRUPTED, Chat, Turn, title_for
+from specem_local.events import Event, FinalEvent, RoundEvent
+from specem_local.storage.chat_files import chats_dir
+from specem_local.storage.chats import INTERRUPTED, Chat, Turn, title_for
 from specem_local.storage.database import Busy, CannotWrite, Database
+from specem_local.storage.history_rows import (
+    final_json,
+    import_chat_files,
+    insert_message,
+    insert_rounds,
+    make_shown,
+    state_of,
+    this_writer,
+    turn_from_row,
+    writer_alive,
+)
 from specem_local.storage.search import Match, fts_query, search
 
 FLUSH_SECONDS = 1.0
-STALE_SECONDS = 600  # an answer still "streaming" with no write for this long was interrupted
 _CHAT_OF_MESSAGE = "SELECT chat_id FROM messages WHERE id = ?"
 
 
@@ -78,13 +87,13 @@ class History:
     def add(self, chat: Chat, turn: Turn) -> int:
         """Append a finished turn (a user message, or an answer as it stands) to the chat, which
         is created if it is new; returns the message's id."""
-        [message_id] = self._insert(chat, [(turn, _state(turn))])
+        [message_id] = self._insert(chat, [(turn, state_of(turn))])
         return message_id
 
     def start_answer(self, chat: Chat, turn: Turn, asked: Sequence[Turn] = ()) -> AnswerRecord:
         """Append the turns ``asked`` (the question, or a request's whole conversation), then
         an answer about to stream, in one transaction; the record writes the answer as it grows."""
-        *asked_ids, answer_id = self._insert(chat, [*((t, _state(t)) for t in asked), (turn, "streaming")])
+        *asked_ids, answer_id = self._insert(chat, [*((t, state_of(t)) for t in asked), (turn, "streaming")])
         return AnswerRecord(self, chat.id, answer_id, turn, asked_ids)
 
     def start_version(self, chat: Chat, turn: Turn, of: Turn) -> AnswerRecord:
@@ -95,7 +104,7 @@ class History:
         if of.message_id is None:
             raise SpecemError("that answer is not in the history; it cannot have other versions")
         with self._transaction() as db:
-            turn.message_id = _insert_message(db, chat.id, turn, "streaming", _writer(), time.time(), of.message_id)
+            turn.message_id = insert_message(db, chat.id, turn, "streaming", this_writer(), time.time(), of.message_id)
         return AnswerRecord(self, chat.id, turn.message_id, turn)
 
     def mark_edited(self, question: Turn, old: Turn) -> None:
@@ -116,7 +125,7 @@ class History:
         if shown.message_id is None or version.message_id is None:
             raise SpecemError("that answer is not in the history")
         with self._transaction() as db:
-            _make_shown(db, version.message_id, shown.message_id)
+            make_shown(db, version.message_id, shown.message_id)
 
     def start_new_chat(self, origin: str, asked: Sequence[Turn]) -> AnswerRecord:
         """A new chat of ``asked`` (titled from the last of them) and an answer about to stream:
@@ -133,7 +142,7 @@ class History:
                 " ON CONFLICT(id) DO UPDATE SET updated = excluded.updated, title = excluded.title",
                 (chat.id, chat.title, chat.origin, chat.created, now),
             )
-            ids = [_insert_message(db, chat.id, turn, state, _writer(), now) for turn, state in turns]
+            ids = [insert_message(db, chat.id, turn, state, this_writer(), now) for turn, state in turns]
         chat.updated = now
         for (turn, _), message_id in zip(turns, ids):
             turn.message_id = message_id
@@ -142,12 +151,12 @@ class History:
     def update(self, message_id: int, turn: Turn, rounds_saved: int) -> None:
         """Write an answer's text, state and the rounds after the first ``rounds_saved``."""
         with self._transaction() as db:
-            state = _state(turn) if turn.done else "streaming"
+            state = state_of(turn) if turn.done else "streaming"
             db.execute(
                 "UPDATE messages SET content = ?, state = ?, error = ?, final = ?, updated = ? WHERE id = ?",
-                (turn.content, state, turn.error, _json(turn.final), time.time(), message_id),
+                (turn.content, state, turn.error, final_json(turn.final), time.time(), message_id),
             )
-            _insert_rounds(db, message_id, turn.rounds[rounds_saved:], rounds_saved)
+            insert_rounds(db, message_id, turn.rounds[rounds_saved:], rounds_saved)
             db.execute(f"UPDATE chats SET updated = ? WHERE id = ({_CHAT_OF_MESSAGE})", (time.time(), message_id))
 
     def remove_messages(self, message_ids: list[int]) -> None:
@@ -191,7 +200,7 @@ class History:
                 " WHERE chat_id = ? ORDER BY id",
                 (chat_id,),
             ).fetchall()
-            turns = {row[0]: _turn(db, *row[:8]) for row in rows}
+            turns = {row[0]: turn_from_row(db, *row[:8]) for row in rows}
         for message_id, *_, alternative_of in rows:
             if alternative_of in turns:
                 turns[alternative_of].alternatives.append(turns[message_id])
@@ -260,52 +269,10 @@ class History:
         host = socket.gethostname()
         streaming = db.execute("SELECT id, writer, updated FROM messages WHERE state = 'streaming'").fetchall()
         for message_id, writer, updated in streaming:
-            if not _writer_alive(writer, host, updated):
+            if not writer_alive(writer, host, updated):
                 db.execute(
                     "UPDATE messages SET state = 'interrupted', error = ? WHERE id = ?", (INTERRUPTED, message_id)
                 )
-
-
-def import_chat_files(db: sqlite3.Connection, directory: Path) -> int:
-    """Copy each chat file in ``directory`` into the history once (the files stay where they
-    are; a file already imported, or a chat id already stored, is skipped; one that cannot be
-    read or stored is left out, and tried again another time). Returns how many were imported."""
-    imported = 0
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        key = str(path.resolve())
-        if db.execute("SELECT 1 FROM imported_files WHERE path = ?", (key,)).fetchone():
-            continue
-        try:
-            chat = read_chat_file(path)
-            db.execute("SAVEPOINT import_file")
-            try:
-                if not db.execute("SELECT 1 FROM chats WHERE id = ?", (chat.id,)).fetchone():
-                    store_chat(db, chat)
-                    imported += 1
-                db.execute("INSERT INTO imported_files VALUES (?, ?, ?)", (key, chat.id, time.time()))
-            except (sqlite3.Error, ValueError):  # this file only (text SQLite cannot store, say)
-                db.execute("ROLLBACK TO import_file")
-                raise
-            finally:
-                db.execute("RELEASE import_file")
-        except (OSError, ValueError, sqlite3.Error):
-            continue
-    return imported
-
-
-def store_chat(db: sqlite3.Connection, chat: Chat) -> None:
-    """Insert a whole chat (an import): its row, then each turn as a message with its rounds."""
-    db.execute(
-        "INSERT INTO chats VALUES (?, ?, ?, ?, ?)", (chat.id, chat.title, chat.origin, chat.created, chat.updated)
-    )
-
-    def insert(turn: Turn, alternative_of: int | None) -> None:
-        message_id = _insert_message(db, chat.id, turn, _state(turn), None, chat.updated, alternative_of)
-        for other in turn.alternatives:
-            insert(other, message_id)
-
-    for turn in chat.turns:
-        insert(turn, None)
 
 
 class AnswerRecord:
@@ -348,140 +315,3 @@ class AnswerRecord:
             return
         self._saved_rounds = len(self.turn.rounds)
         self._last_write = time.monotonic()
-
-
-# -- rows <-> turns ----------------------------------------------------------------------------------
-def _state(turn: Turn) -> str:
-    if turn.error is not None:
-        return "interrupted" if turn.error == INTERRUPTED else "failed"
-    return "stopped" if turn.stopped else "done"
-
-
-def _json(final: FinalEvent | None) -> str | None:
-    return None if final is None else json.dumps(final.to_dict(), ensure_ascii=False)
-
-
-def _insert_message(
-    db: sqlite3.Connection,
-    chat_id: str,
-    turn: Turn,
-    state: str,
-    writer: str | None,
-    when: float,
-    alternative_of: int | None = None,
-) -> int:
-    cursor = db.execute(
-        "INSERT INTO messages (chat_id, role, content, state, error, final, format, writer, created, updated,"
-        " alternative_of, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            chat_id,
-            turn.role,
-            turn.content,
-            state,
-            turn.error,
-            _json(turn.final),
-            EVENT_FORMAT,
-            writer,
-            when,
-            when,
-            alternative_of,
-            turn.kind,
-        ),
-    )
-    message_id = int(cursor.lastrowid or 0)
-    _insert_rounds(db, message_id, turn.rounds, 0)
-    return message_id
-
-
-def _insert_rounds(db: sqlite3.Connection, message_id: int, rounds: list[RoundEvent], first: int) -> None:
-    db.executemany(
-        "INSERT OR REPLACE INTO rounds VALUES (?, ?, ?)",
-        [(message_id, first + i, json.dumps(e.to_dict(), ensure_ascii=False)) for i, e in enumerate(rounds)],
-    )
-
-
-def _make_shown(db: sqlite3.Connection, version: int, shown: int) -> None:
-    """``version`` becomes the message shown; every other version of it its alternatives. The
-    versions are found from the database, not from what the caller last saw: another window may
-    have shown another version since, and the chat must still show one answer per question."""
-    roots = [
-        row[0]
-        for message_id in (version, shown)
-        for row in db.execute("SELECT COALESCE(alternative_of, id) FROM messages WHERE id = ?", (message_id,))
-    ]
-    if not roots:  # both deleted by another window
-        return
-    marks = ", ".join("?" * len(roots))
-    db.execute(
-        f"UPDATE messages SET alternative_of = ? WHERE id != ? AND (id IN ({marks}) OR alternative_of IN ({marks}))",
-        (version, version, *roots, *roots),
-    )
-    db.execute("UPDATE messages SET alternative_of = NULL WHERE id = ?", (version,))
-
-
-def _turn(
-    db: sqlite3.Connection,
-    message_id: int,
-    role: str,
-    content: str,
-    state: str,
-    error: str | None,
-    final: str | None,
-    format_version: int,
-    kind: str = "",
-) -> Turn:
-    """A stored message as a turn. A record this version cannot read keeps the text and says why."""
-    if format_version > EVENT_FORMAT:
-        return Turn(
-            role,
-            content,
-            error=error or f"recorded by a newer specem-local (format {format_version})",
-            kind=kind,
-            message_id=message_id,
-        )
-    try:
-        rounds = [
-            event_from_dict(json.loads(row[0]))
-            for row in db.execute("SELECT event FROM rounds WHERE message_id = ? ORDER BY number", (message_id,))
-        ]
-        final_event = event_from_dict(json.loads(final)) if final else None
-    except ValueError as problem:
-        return Turn(
-            role, content, error=error or f"its records could not be read ({problem})", kind=kind, message_id=message_id
-        )
-    if state == "streaming":  # another process is writing it now
-        error = error or "still being written by another window"
-    if role != "user" and state == "done" and not kind and final_event is None and not rounds:
-        kind = GIVEN  # a system or assistant message a client sent with its request: not written here
-    return Turn(
-        role,
-        content,
-        [r for r in rounds if isinstance(r, RoundEvent)],
-        final_event if isinstance(final_event, FinalEvent) else None,
-        error,
-        kind,
-        message_id=message_id,
-    )
-
-
-def _writer() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _writer_alive(writer: Any, host: str, updated: float) -> bool:
-    """Whether the process that streams an answer may still be writing it. A writer flushes at
-    least every round, so ten minutes without a write means it died (whatever its process id
-    says: ids are reused, and another machine's cannot be asked); sooner, a process of this
-    machine that no longer exists."""
-    if time.time() - updated > STALE_SECONDS:
-        return False
-    name, _, pid = str(writer).rpartition(":")
-    if name != host or not pid.isdigit() or os.name != "posix":
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True

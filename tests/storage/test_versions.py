@@ -92,7 +92,7 @@ def test_the_migration_keeps_every_chat_and_every_weight(tmp_path):
 
 def test_versions_survive_an_export_and_an_import(history, tmp_path):
     from specem_local.storage.chat_files import chat_from_json, chat_markdown, chat_to_json
-    from specem_local.storage.history import import_chat_files
+    from specem_local.storage.history_rows import import_chat_files
 
     chat = Chat()
     _, first = answered(history, chat)
