@@ -45,15 +45,8 @@ from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
 from specem_local.engine.task_weights import TaskWeights, fit_task, keep_task_weights, task_weights
 from specem_local.engine.thinking import plan as think_plan
-from specem_local.engine.tools import (
-    ReplyStream,
-    StreamedCall,
-    ToolCall,
-    ToolReply,
-    recorded_turns,
-    reply_from_text,
-    whole_part,
-)
+from specem_local.engine.tool_stream import ReplyStream, StreamedCall, whole_part
+from specem_local.engine.tools import ToolCall, ToolReply, recorded_turns, reply_from_text
 from specem_local.engine.vote import candidate_label, explain, winning_candidate
 
 __all__ = [

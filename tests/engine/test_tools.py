@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from specem_local.engine.tools import ReplyStream, ToolCall, ToolReply, tools_from
+from specem_local.engine.tool_stream import ReplyStream
+from specem_local.engine.tools import ToolCall, ToolReply, tools_from
 from specem_local.errors import SettingError
 from tests.engine.conftest import fake_ensemble, fake_member
 
@@ -212,7 +213,7 @@ def test_an_assistants_calls_are_recorded_as_the_envelope_the_ensemble_answers_i
 
 
 def test_a_cut_envelope_hands_on_its_whole_calls_only():
-    from specem_local.engine.tools import whole_part
+    from specem_local.engine.tool_stream import whole_part
 
     whole = '{"name": "f", "arguments": {"s": "a \\"}\\" b", "n": {"m": [1]}}}'
     cut = '{"tool_calls": [' + whole + ', {"name": "g", "arguments": {"x": "'

@@ -11,14 +11,13 @@ import jsonschema
 import pytest
 
 from specem_local.engine.prompting import Message
+from specem_local.engine.tool_stream import StreamedCall, partial_reply
 from specem_local.engine.tools import (
-    StreamedCall,
     Tool,
     ToolChoice,
     envelope_schema,
     instruction,
     json_type,
-    partial_reply,
     render_messages,
     tools_from,
 )
