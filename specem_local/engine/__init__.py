@@ -10,9 +10,10 @@ turns a config into members; ``rounds`` runs one answer (draft, vote, commit) in
 members); ``member`` is one model's part; ``drafting``, ``verifying``, ``contrastive``,
 ``vote``, ``feedback``, ``sampling``, ``segments``, ``prompting`` and ``thinking`` are its
 steps; ``formats``, ``format_compiler``, ``schemas``, ``conditions`` and ``tools`` shape
-answers a program can parse; ``options`` and ``option_answers`` choose an answer among a few
-options by every member's scores, with ``task_weights`` kept per task, and ``choice_points``
-finds such a value inside a larger answer; ``written`` is what a round loop keeps; ``learned`` and
+answers a program can parse (``tool_stream`` reads a tool-call answer as it streams);
+``options`` and ``option_answers`` choose an answer among a few options by every member's
+scores, with ``task_weights`` kept per task, and ``choice_points`` finds such a value inside a
+larger answer; ``written`` is what a round loop keeps; ``learned`` and
 ``choices`` carry weights across answers (calibration, your picks). Front ends use this face,
 never the modules under it.
 

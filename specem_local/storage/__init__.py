@@ -1,7 +1,7 @@
 """What is kept on disk, in ``specem.db`` (SQLite): the connection, migrations and preferences
-(``database``), every chat and answer as it streams (``history``), the weights each ensemble
-learned (``weights``), a conversation in memory (``chats``) and chats as files
-(``chat_files``: JSON imports and exports, Markdown).
+(``database``), every chat and answer as it streams (``history``; its rows, ``history_rows``), the
+weights each ensemble learned (``weights``), a conversation in memory (``chats``) and chats as
+files (``chat_files``: JSON imports and exports, Markdown).
 
 May import: ``events``, ``settings``, ``errors``, ``dirs``. Nothing here knows a model.
 """
