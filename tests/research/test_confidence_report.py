@@ -1,5 +1,6 @@
 """The confidence measures of research/confidence.py on numbers whose answers are known: AUROC,
-ECE, and the escalation curve (the ensemble's answer, or the reserve's below the threshold)."""
+ECE, two signals' AUROC compared on the same answers, and the escalation curve (the ensemble's
+answer, or the reserve's below the threshold)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ def test_auroc_is_the_chance_a_right_answer_scores_above_a_wrong_one():
 def test_ece_is_the_gap_between_said_and_seen_weighed_by_bin():
     assert report.ece([0.95] * 20, [True] * 19 + [False]) == pytest.approx(0.0, abs=1e-9)
     assert report.ece([0.9] * 10, [False] * 10) == pytest.approx(0.9)
+
+
+def test_the_paired_auroc_difference_resamples_the_same_answers_for_both_signals():
+    right = [True, False] * 20
+    perfect = [1.0 if r else 0.0 for r in right]
+    backwards = [0.0 if r else 1.0 for r in right]
+    ahead = report.paired_auroc_difference(perfect, backwards, right)
+    assert ahead["difference"] == 1.0 and ahead["ci95"] == [1.0, 1.0] and ahead["not_ahead"] == 0.0
+    level = report.paired_auroc_difference(perfect, perfect, right)
+    assert level["difference"] == 0.0 and level["ci95"] == [0.0, 0.0] and level["not_ahead"] == 1.0
+    noisy = [0.9, 0.2, 0.4, 0.6, 0.8, 0.1, 0.7, 0.3] * 5
+    mixed = report.paired_auroc_difference(noisy, backwards, right)
+    assert mixed["difference"] == pytest.approx(report.auroc(noisy, right) - 0.0)
+    assert mixed["ci95"][0] < mixed["difference"] < mixed["ci95"][1] + 1e-9 and mixed["not_ahead"] == 0.0
 
 
 def test_the_escalation_curve_takes_the_reserves_answer_and_time_below_the_threshold():
