@@ -31,7 +31,7 @@ for module in "$@"; do
     engine/formats.py|engine/format_compiler.py|engine/schemas.py)
       selection='["tests/engine/test_formats.py", "tests/engine/test_conditions.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py"]' ;;
     engine/tools.py|engine/tool_stream.py)
-      selection='["tests/engine/test_tools.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py"]' ;;
+      selection='["tests/engine/test_tools.py", "tests/engine/test_tools_exact.py", "tests/server/test_replies.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py"]' ;;
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
     engine/ask.py)

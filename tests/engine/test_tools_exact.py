@@ -145,3 +145,17 @@ def test_a_result_answering_an_unknown_call_id_is_refused_naming_the_messages():
         render_messages(messages)
     said = "messages[1].tool_call_id 'call_x' answers no earlier tool call"
     assert str(caught.value) == said and caught.value.field == "messages"
+
+
+def test_an_envelope_read_as_it_streams_to_the_letter():
+    """Escapes whole and not yet whole, an empty name, a name not yet followed by its arguments
+    (``tool_stream.py``'s survivors)."""
+    from specem_local.engine.tool_stream import whole_part
+
+    assert partial_reply('{"response": "say \\"hi\\" now') == ('say "hi" now', [])
+    for cut in ("\\u00e", "\\u00E", "\\", "\\uD83D", "\\ud83d"):
+        assert partial_reply('{"response": "a ' + cut) == ("a ", []), cut
+    empty = '{"tool_calls": [{"name": "", "arguments": {}}]}'
+    assert partial_reply(empty) == (None, [StreamedCall("", "{}", True)])
+    assert [(c.name, c.arguments) for c in whole_part(empty).calls] == [("", {})]
+    assert partial_reply('{"tool_calls": [{"name": "f"') == (None, [StreamedCall(None, "", False)])
