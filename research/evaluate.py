@@ -32,7 +32,8 @@ from specem_local.dirs import read_text
 from specem_local.errors import SpecemError
 from specem_local.labelled import Task, load_tasks
 from specem_local.models import Config, tomllib
-from specem_local.settings import EnsembleSettings, checked_values, with_overrides
+from specem_local.setting_fields import checked_values
+from specem_local.settings import EnsembleSettings, with_overrides
 from specem_research.stats import mcnemar_exact_p, wilson_interval
 
 

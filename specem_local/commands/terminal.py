@@ -18,7 +18,8 @@ from typing import Any
 
 from specem_local.errors import SpecemError
 from specem_local.models.config import Config, load_config, with_load_overrides
-from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings, Setting, describe
+from specem_local.setting_fields import Setting, describe
+from specem_local.settings import GROUPS, EnsembleSettings, LoadSettings
 from specem_local.text import printable
 
 _CONVERTERS = {"int": int, "float": float, "str": str}

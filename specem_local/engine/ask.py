@@ -19,7 +19,8 @@ from typing import Any
 from specem_local.engine.formats import OutputFormat, output_format_from
 from specem_local.engine.request import Prompt
 from specem_local.errors import SettingError
-from specem_local.settings import EnsembleSettings, LoadSettings, describe, unknown_key_error
+from specem_local.setting_fields import describe, unknown_key_error
+from specem_local.settings import EnsembleSettings, LoadSettings
 
 
 @dataclass(frozen=True)

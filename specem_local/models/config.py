@@ -24,16 +24,8 @@ from specem_local.dirs import CONFIG_ENV, CONFIG_FILENAME, not_a_file, read_text
 from specem_local.errors import SpecemError
 from specem_local.models.demo_models import DEMO_MODELS
 from specem_local.models.rpc import parse_endpoint, shared_endpoints
-from specem_local.settings import (
-    EnsembleSettings,
-    Limits,
-    LoadSettings,
-    checked,
-    checked_values,
-    describe,
-    split_ensemble_table,
-    unknown_key_error,
-)
+from specem_local.setting_fields import Limits, checked, checked_values, describe, unknown_key_error
+from specem_local.settings import EnsembleSettings, LoadSettings, split_ensemble_table
 
 ROLES = ("both", "draft", "verify", "reserve")  # reserve: answers alone, only when the ensemble is unsure
 PLAIN_TEMPLATE = "plain"

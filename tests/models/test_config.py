@@ -118,7 +118,8 @@ def test_overrides_are_validated():
 
 def test_the_built_in_models_toml_lists_every_setting_at_its_default_in_its_group():
     from specem_local.models.config import tomllib
-    from specem_local.settings import GROUPS, LoadSettings, describe
+    from specem_local.setting_fields import describe
+    from specem_local.settings import GROUPS, LoadSettings
 
     text = (Path(__file__).resolve().parents[2] / "specem_local" / "data" / "models.toml").read_text()
     config = parse(text)

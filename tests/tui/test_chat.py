@@ -217,7 +217,7 @@ def test_chat_files_that_are_not_chats_are_skipped_and_a_wrong_id_is_one_line(ca
 
 
 async def test_the_settings_form_has_every_setting_and_checks_it():
-    from specem_local.settings import describe
+    from specem_local.setting_fields import describe
     from specem_tui.screens.settings import SettingsScreen
 
     app = app_with(*pair())

@@ -53,7 +53,8 @@ def test_a_documented_command_parses_and_its_inputs_exist(doc, line):
 
 
 def test_every_setting_is_in_the_configuration_doc():
-    from specem_local.settings import EnsembleSettings, LoadSettings, describe
+    from specem_local.setting_fields import describe
+    from specem_local.settings import EnsembleSettings, LoadSettings
 
     text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
     missing = [

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 PACKAGES = {"specem_local": ROOT / "specem_local", "specem_tui": ROOT / "tui", "specem_research": ROOT / "research"}
 
 # The top-level modules everything may use, and what each package may import beside them.
-FOUNDATION = {"errors", "settings", "dirs", "events", "text"}
+FOUNDATION = {"errors", "settings", "setting_fields", "dirs", "events", "text"}
 MAY_IMPORT = {
     "models": set(),
     "labelled": set(),

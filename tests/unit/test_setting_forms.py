@@ -9,7 +9,8 @@ import re
 import pytest
 
 from specem_local.errors import SettingError, SpecemError
-from specem_local.settings import MAX_DIGITS, EnsembleSettings, describe, with_overrides
+from specem_local.setting_fields import MAX_DIGITS, describe
+from specem_local.settings import EnsembleSettings, with_overrides
 
 SETTINGS = {item.name: item for item in describe(EnsembleSettings)}
 

@@ -12,7 +12,8 @@ import pytest
 
 from specem_local.errors import SettingError, SpecemError
 from specem_local.models.config import parse_config
-from specem_local.settings import EnsembleSettings, LoadSettings, describe, with_overrides
+from specem_local.setting_fields import describe
+from specem_local.settings import EnsembleSettings, LoadSettings, with_overrides
 
 FLOATS = [item.name for item in describe(EnsembleSettings) if item.kind == "float"]
 INTS = [item.name for item in [*describe(EnsembleSettings), *describe(LoadSettings)] if item.kind == "int"]

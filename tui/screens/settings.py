@@ -20,7 +20,8 @@ from specem_local.errors import SpecemError
 from specem_local.mcp import read_config
 from specem_local.models.config import tomllib
 from specem_local.models.scan import FoundModel
-from specem_local.settings import GROUPS, EnsembleSettings, Setting, describe, with_overrides
+from specem_local.setting_fields import Setting, describe
+from specem_local.settings import GROUPS, EnsembleSettings, with_overrides
 from specem_local.storage.database import Preferences
 from specem_local.storage.weights import ensemble_key
 from specem_tui.screens.found import FoundModelsScreen
