@@ -7,7 +7,8 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
 
 - AUROC (how well the score ranks right answers above wrong ones) with a bootstrap 95% interval,
   AURC (the area under the risk-coverage curve: lower is better), accuracy on the most sure
-  30 / 50 / 80% of answers, and ECE (expected calibration error, 10 equal-width bins);
+  30 / 50 / 80% of answers, and ECE (expected calibration error, 10 equal-width bins) beside
+  the ECE a perfectly calibrated confidence would show on as many answers;
 - beside it, on the same answers, the free baselines a single model has: its mean token
   log-probability and its least token probability (the author's, here the best member's);
 - and the paid checks, computed from the run's other answers: the share of the witnesses
@@ -119,6 +120,20 @@ def ece(probabilities: Sequence[float], right: Sequence[bool], bins: int = 10) -
                      for b in range(bins) if np.any(which == b)))  # fmt: skip
 
 
+def ece_if_calibrated(probabilities: Sequence[float], right: Sequence[bool], draws: int = 2000) -> dict[str, float]:
+    """What ECE a perfectly calibrated confidence would show on as many answers with the same
+    probabilities (each answer right with its probability, seed 0: consistency resampling,
+    Bröcker and Smith 2007): ECE is biased upwards on few answers, so a goal such as 0.05 is
+    read against this. ``p``: the share of those draws at least as far off as the answers
+    measured (a small p: the confidence is not calibrated, beyond what chance explains)."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    generator = np.random.default_rng(0)
+    observed = ece(probabilities, right)
+    values = np.array([ece(p, generator.random(len(p)) < p) for _ in range(draws)])
+    p_value = float(np.mean(values >= observed))
+    return {"mean": float(values.mean()), "p95": float(np.percentile(values, 95)), "p": p_value}
+
+
 def measures(scores: Sequence[float], right: Sequence[bool], probabilities: bool = False) -> dict[str, Any]:
     """Everything ``report`` says of one score over the same answers."""
     aurc, selective = risk_coverage(scores, right)
@@ -126,6 +141,7 @@ def measures(scores: Sequence[float], right: Sequence[bool], probabilities: bool
     out = {"auroc": auroc(scores, right), "auroc_ci95": [low, high], "aurc": aurc, "selective_accuracy": selective}
     if probabilities:
         out["ece"] = ece(scores, right)
+        out["ece_if_calibrated"] = ece_if_calibrated(scores, right)
     return out
 
 
@@ -186,7 +202,10 @@ def cmd_report(args: argparse.Namespace) -> None:
         if name in report:
             entry = report[name]
             low, high = entry["auroc_ci95"]
-            said = f", ECE {entry['ece']:.3f}" if "ece" in entry else ""
+            said = ""
+            if "ece" in entry:
+                floor = entry["ece_if_calibrated"]
+                said = f", ECE {entry['ece']:.3f} (if calibrated: {floor['mean']:.3f}, p = {floor['p']:.3f})"
             print(f"{name:>14}: AUROC {entry['auroc']:.3f} ({low:.3f}-{high:.3f}), AURC {entry['aurc']:.3f}, "
                   f"selective {entry['selective_accuracy']}{said}")  # fmt: skip
 

@@ -46,3 +46,16 @@ def test_the_escalation_curve_takes_the_reserves_answer_and_time_below_the_thres
     assert [p["escalated"] for p in curve] == pytest.approx([0, 1 / 3, 2 / 3, 1])
     assert [p["accuracy"] for p in curve] == pytest.approx([1 / 3, 2 / 3, 1, 2 / 3])
     assert [p["seconds"] for p in curve] == [4.0, 7.0, 12.0, 15.0]
+
+
+def test_the_ece_a_calibrated_confidence_would_show_is_read_beside_the_measured_one():
+    probabilities = [0.2, 0.5, 0.8] * 100
+    calibrated = [i % 10 < 2 for i in range(100)] + [i % 2 == 0 for i in range(100)] + [i % 5 > 0 for i in range(100)]
+    calibrated = [calibrated[k + 100 * j] for k in range(100) for j in range(3)]  # each answer beside its probability
+    floor = report.ece_if_calibrated(probabilities, calibrated)
+    assert report.ece(probabilities, calibrated) == pytest.approx(0.0, abs=1e-9)
+    assert 0.0 < floor["mean"] < floor["p95"] < 0.1 and floor["p"] == 1.0  # chance alone gives an ECE above 0
+    overconfident = report.ece_if_calibrated([0.95] * 300, [i % 2 == 0 for i in range(300)])
+    assert overconfident["p"] == 0.0 and overconfident["mean"] < 0.05  # 0.45 off: no draw comes near
+    again = report.ece_if_calibrated(probabilities, calibrated)
+    assert again == floor  # seeded: the same answers give the same floor
