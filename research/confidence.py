@@ -19,6 +19,7 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
         [--witness MEMBER ...] [--samples RUN ...] --output FILE
     python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE] --output FILE
+    python -m specem_research.confidence penalty RUN --output FILE   # the fit's L2 penalty, cross-validated
 """
 
 from __future__ import annotations
@@ -253,10 +254,39 @@ def cmd_escalation(args: argparse.Namespace) -> None:
               f"{100 * point['accuracy']:.1f}% right, {ratio:.2f}x the reserve's time")  # fmt: skip
 
 
+PENALTIES = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+def cross_validated_log_loss(evidence: Sequence[dict[str, float]], right: Sequence[bool], l2: float,
+                             folds: int = 10) -> float:  # fmt: skip
+    """The mean log-loss of the calibrator fitted with penalty ``l2``, each answer predicted by
+    the fit on the other folds (answer i in fold i mod ``folds``)."""
+    losses = []
+    for fold in range(folds):
+        kept = [i for i in range(len(right)) if i % folds != fold]
+        fitted = fit_calibrator([evidence[i] for i in kept], [right[i] for i in kept], "a fold", l2=l2)
+        for i in range(fold, len(right), folds):
+            p = min(max(fitted.probability(evidence[i]), 1e-6), 1 - 1e-6)
+            losses.append(-math.log(p if right[i] else 1 - p))
+    return float(np.mean(losses))
+
+
+def cmd_penalty(args: argparse.Namespace) -> None:
+    """The fit's L2 penalty checked on the fitting answers alone: ten-fold cross-validated
+    log-loss for each penalty."""
+    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
+    evidence, right = [a["evidence"] for a in answers], [bool(a["correct"]) for a in answers]
+    losses = {str(l2): cross_validated_log_loss(evidence, right, l2) for l2 in PENALTIES}
+    report = {"run": str(args.run), "answers": len(right), "log_loss": losses}
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(", ".join(f"l2 {l2}: {loss:.4f}" for l2, loss in losses.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m specem_research.confidence", description=__doc__.split("\n\n")[0])
     actions = parser.add_subparsers(dest="action", required=True)
-    for action, handler in (("fit", cmd_fit), ("report", cmd_report), ("escalation", cmd_escalation)):
+    handlers = (("fit", cmd_fit), ("report", cmd_report), ("escalation", cmd_escalation), ("penalty", cmd_penalty))
+    for action, handler in handlers:
         sub = actions.add_parser(action)
         sub.add_argument("run", type=Path, help="a specem eval output folder")
         sub.add_argument("--system", default="ensemble")
@@ -265,7 +295,7 @@ def main() -> None:
         sub.add_argument("--output", type=Path, required=True)
         if action == "fit":
             sub.add_argument("--name", required=True, help="what it was fitted on, in words")
-        else:
+        if action in ("report", "escalation"):
             sub.add_argument("--calibrator", type=Path, help="a fitted calibrator (fit's output)")
         if action == "escalation":
             sub.add_argument("--reserve", type=Path, required=True, help="the reserve member's run alone, same items")

@@ -4,6 +4,8 @@ answer, or the reserve's below the threshold)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specem_research import confidence as report
@@ -59,3 +61,13 @@ def test_the_ece_a_calibrated_confidence_would_show_is_read_beside_the_measured_
     assert overconfident["p"] == 0.0 and overconfident["mean"] < 0.05  # 0.45 off: no draw comes near
     again = report.ece_if_calibrated(probabilities, calibrated)
     assert again == floor  # seeded: the same answers give the same floor
+
+
+def test_a_penalty_is_scored_on_answers_its_fit_did_not_see():
+    evidence = [{"mean_logprob": -0.1 * (i % 7), "least_logprob": -0.5 * (i % 5)} for i in range(60)]
+    right = [i % 7 < 3 for i in range(60)]  # mean_logprob says it exactly
+    light, heavy = (report.cross_validated_log_loss(evidence, right, l2) for l2 in (0.1, 100.0))
+    assert light < heavy < math.log(2)  # an answer held out is still predicted better than a coin
+    noise = [i % 3 == 0 for i in range(60)]  # no feature says it: a held-out answer is predicted worse
+    overfitted, shrunk = (report.cross_validated_log_loss(evidence, noise, l2) for l2 in (0.1, 100.0))
+    assert overfitted > shrunk
