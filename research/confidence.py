@@ -238,10 +238,12 @@ def cmd_escalation(args: argparse.Namespace) -> None:
     calibrator = Calibrator.from_dict(json.loads(args.calibrator.read_text())) if args.calibrator else None
     probabilities = [calibrator.probability(a["evidence"]) if calibrator else a["confidence"] for a in answers]
     reserve_items = items(args.reserve)
-    reserve = {r["id"]: next(iter(r["systems"].values())) for r in reserve_items}
+    system = args.reserve_system or next(iter(reserve_items[0]["systems"]))
+    reserve = {r["id"]: r["systems"][system] for r in reserve_items if system in r["systems"]}
     curve = escalation_curve(answers, probabilities, reserve)
     alone = [reserve[a["id"]] for a in answers if a["id"] in reserve]
-    report = {"run": str(args.run), "reserve": str(args.reserve), "items": len(alone),
+    report = {"run": str(args.run), "reserve": str(args.reserve), "reserve_system": system,
+              "items": len(alone),
               "reserve_alone": {"accuracy": float(np.mean([r["correct"] for r in alone])),
                                 "seconds": float(np.sum([r["seconds"] for r in alone]))},
               "curve": curve}  # fmt: skip
@@ -299,6 +301,7 @@ def main() -> None:
             sub.add_argument("--calibrator", type=Path, help="a fitted calibrator (fit's output)")
         if action == "escalation":
             sub.add_argument("--reserve", type=Path, required=True, help="the reserve member's run alone, same items")
+            sub.add_argument("--reserve-system", help="the reserve's system in that run (default: its first)")
         sub.set_defaults(handler=handler)
     args = parser.parse_args()
     args.handler(args)
