@@ -9,9 +9,10 @@ label frequencies) taken from the same items; ``today``: Qwen asked, raw (the sh
 follows it; the ``drafted`` run checks that); the uniform mix, raw and with each source's prior
 from the labelled items; ``fitted``: the task's weights fitted on the labelled train items (the
 product's ``fit_task``), its smoothing and correction chosen by accuracy on the other train items;
-``choices``: the weights fitted on the other tasks' labelled items, no priors (what the product
-does for a task it has no weights for); ``running``: the uniform mix with each source's prior the
-mean of its beliefs over the task's earlier confirm items (no labels). Paired counts and
+``choices``: the weights fitted on the other tasks' labelled items (of those ``--choices-from``
+names), no priors (what the product does for a task it has no weights for); ``running``: the
+uniform mix with each source's prior the mean of its beliefs over the task's earlier confirm
+items (no labels). Paired counts and
 McNemar's exact p against ``best`` and ``today``, per task and pooled.
 """
 
@@ -154,10 +155,12 @@ def summary(systems: Mapping[str, list[bool]]) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     train, confirm = by_task(read(args.train)), by_task(read(args.confirm))
     drafted = by_task(read(args.drafted)) if args.drafted else {}
-    report: dict[str, Any] = {"labelled": args.labelled, "tasks": {}}
+    pool = set(args.choices_from or train)  # the tasks whose labelled items the choices weights come from
+    report: dict[str, Any] = {"labelled": args.labelled, "choices_from": sorted(pool), "tasks": {}}
     pooled: dict[str, list[bool]] = defaultdict(list)
     for task in sorted(set(confirm) & set(train)):
-        others = [r for name, records in train.items() if name != task for r in records[: args.labelled]]
+        others = [r for name, records in train.items() if name != task and name in pool
+                  for r in records[: args.labelled]]  # fmt: skip
         systems, chosen = task_systems(train[task], confirm[task], others, args.labelled)
         for name in ("best", "today", "uniform", "uniform+prior", *COMPARED):
             pooled[name] += systems[name]
@@ -166,6 +169,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task], systems)
     report["pooled"] = summary(pooled)
     report["label_free_on_train"] = label_free_on_train(train, args.labelled)
+    report["choices_pools_on_train"] = choices_pools_on_train(train, args.labelled, pool)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_report(report)
     return 0
@@ -190,6 +194,30 @@ def label_free_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_item
     if pooled:
         found["pooled"] = {name: float(np.mean(each)) for name, each in pooled.items()}
         found["pooled"]["running_vs_choices"] = paired(pooled["running"], pooled["choices"])
+    return found
+
+
+def choices_pools_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_items: int,
+                           pool: set[str]) -> dict[str, Any]:  # fmt: skip
+    """The choice of the tasks the ``choices`` weights are fitted on, made on the train items: the
+    weights from ``pool``'s labelled items against those from every task's, each scored on every
+    task's train items past the labelled ones (which neither fit saw), paired."""
+
+    def weights(tasks: set[str]) -> Pick:
+        labelled_records = [r for name, rs in train.items() if name in tasks for r in rs[:labelled_items]]
+        return mix(fit(labelled_records, 1.0, False, False))
+
+    chosen, everything = weights(pool), weights(set(train))
+    found: dict[str, Any] = {}
+    marks: dict[str, list[bool]] = defaultdict(list)
+    for task, records in sorted(train.items()):
+        held = records[labelled_items:]
+        each = {"pool": right(held, chosen), "every_task": right(held, everything)}
+        found[task] = {name: float(np.mean(values)) for name, values in each.items()}
+        for name, values in each.items():
+            marks[name] += values
+    found["pooled"] = {name: float(np.mean(values)) for name, values in marks.items()}
+    found["pooled"]["pool_vs_every_task"] = paired(marks["pool"], marks["every_task"])
     return found
 
 
@@ -231,8 +259,9 @@ def print_report(report: dict[str, Any]) -> None:
 def cmd_fit(args: argparse.Namespace) -> int:
     """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
     fits them: each task's on its labelled items with the smoothing and correction the report
-    chose for it, and ``choices`` on every task's labelled items, no priors."""
-    train = by_task(read(args.train))
+    chose for it, and ``choices`` on every task's labelled items, no priors (``--tasks``: only
+    these tasks, named and in ``choices``)."""
+    train = {task: records for task, records in by_task(read(args.train)).items() if task in (args.tasks or [task])}
     entries = []
     for task, records in sorted(train.items()):
         _, settings = chosen_fit(records, args.labelled)

@@ -54,7 +54,7 @@ def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system
         (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in made))
     out = tmp_path / "report.json"
     args = argparse.Namespace(train=tmp_path / "train", confirm=tmp_path / "confirm", drafted=None, labelled=100,
-                              output=out)  # fmt: skip
+                              choices_from=None, output=out)  # fmt: skip
     assert rep.cmd_report(args) == 0
     report = json.loads(out.read_text())
     assert report["pooled"]["items"] == 400 and report["tasks"]["t"]["against_today"]["best"]["ahead"] > 50
@@ -78,7 +78,7 @@ def test_the_label_free_systems_are_compared_on_the_train_items_of_each_task():
 def test_fit_writes_the_products_task_weights(tmp_path):
     (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records("t", 150, 4)))
     out = tmp_path / "weights.json"
-    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", output=out)
+    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", tasks=None, output=out)
     assert rep.cmd_fit(args) == 0
     entries = {e["task"]: e for e in json.loads(out.read_text())}
     assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
@@ -114,3 +114,43 @@ def test_the_choice_point_is_paired_against_the_drafted_field_and_the_option_alo
     assert found["pooled"]["items"] == 3 and found["pooled"]["choice_point_vs_alone"]["ahead"] == 1
     assert found["pooled"]["same_as_drafted"] == pytest.approx(1 / 3)
     assert found["pooled"]["seconds"] == {"choice_point": 1.0, "drafted": 0.5, "alone": 2.0}
+
+
+def one_sided(task: str, n: int) -> list[dict]:
+    """A task whose answer is always the first option: the source that always says it looks
+    perfect on it, and no source knows anything the others do not."""
+    return [{**r, "answer": 0} for r in records(task, n, 7)]
+
+
+def test_the_choices_weights_are_fitted_on_the_tasks_named_and_that_choice_is_checked_on_train(tmp_path):
+    train = {"t": records("t", 300, 1), "u": records("u", 300, 4), "n": one_sided("n", 300), "m": one_sided("m", 300)}
+    found = rep.choices_pools_on_train(train, 100, {"t", "u"})
+    for task, kept in train.items():
+        pool = rep.fit([r for name in ("t", "u") for r in train[name][:100]], 1.0, False, False)
+        assert found[task]["pool"] == pytest.approx(np.mean(rep.right(kept[100:], rep.mix(pool))))
+    assert found["t"]["pool"] > found["t"]["every_task"] + 0.05  # the one-sided tasks teach the lean
+    paired = found["pooled"]["pool_vs_every_task"]  # over every task's 200 held-out items
+    assert found["pooled"]["pool"] == pytest.approx(np.mean([found[t]["pool"] for t in train]))
+    gained = sum(found[t]["pool"] - found[t]["every_task"] for t in train)
+    assert paired["ahead"] - paired["behind"] == round(200 * gained)
+    for name, made in (("train", [r for rs in train.values() for r in rs]), ("confirm", records("u", 200, 5))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in made))
+    out = tmp_path / "report.json"
+    args = argparse.Namespace(train=tmp_path / "train", confirm=tmp_path / "confirm", drafted=None, labelled=100,
+                              choices_from=["t", "u"], output=out)  # fmt: skip
+    assert rep.cmd_report(args) == 0
+    report = json.loads(out.read_text())
+    weights = report["tasks"]["u"]["choices_weights"]  # from t's labelled items alone, not n's or m's
+    assert weights == rep.fit(train["t"][:100], 1.0, False, False).weights
+    assert report["choices_from"] == ["t", "u"] and report["choices_pools_on_train"]["t"] == found["t"]
+
+
+def test_fit_ships_only_the_tasks_named(tmp_path):
+    made = records("t", 150, 4) + one_sided("n", 150)
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in made))
+    out = tmp_path / "weights.json"
+    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", tasks=["t"], output=out)
+    assert rep.cmd_fit(args) == 0
+    entries = {e["task"]: e for e in json.loads(out.read_text())}
+    assert set(entries) == {"t", "choices"} and entries["choices"]["items"] == 100
