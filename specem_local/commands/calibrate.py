@@ -108,7 +108,7 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     on these items."""
     from tqdm import tqdm
 
-    from specem_local.engine import Ensemble, fit_task, keep_task_weights, options
+    from specem_local.engine import Ensemble, fit_task, guessed_at_least, keep_task_weights, options
     from specem_local.events import RoundEvent
 
     name = overrides["task"]
@@ -146,6 +146,16 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
         beliefs = options.believed(item, fitted.priors_for(offered_here))
         mixed += int(options.mixed(beliefs, fitted.weights).argmax()) == answer
     print(f"the mix with these weights: {mixed}/{len(tasks)} right on these items (the items it was fitted on)")
+    counts = [len(o.texts) for o in offered if o is not None]
+    chance = guessed_at_least(mixed, counts)
+    if chance >= 0.05:
+        guessed = sum(1 / count for count in counts)
+        print(
+            f"specem: warning: guessing gets {guessed:.1f} of these {len(tasks)} right on average, and {mixed} or "
+            f"more {chance:.0%} of the time: no member is shown to know this task, so these weights are fitted "
+            "to chance (give more items, or other models)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -44,7 +44,7 @@ from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
-from specem_local.engine.task_weights import TaskWeights, fit_task, keep_task_weights, task_weights
+from specem_local.engine.task_weights import TaskWeights, fit_task, guessed_at_least, keep_task_weights, task_weights
 from specem_local.engine.thinking import plan as think_plan
 from specem_local.engine.tool_stream import ReplyStream, StreamedCall, whole_part
 from specem_local.engine.tools import ToolCall, ToolReply, recorded_turns, reply_from_text
@@ -82,6 +82,7 @@ __all__ = [
     "fit_calibrator",
     "fit_task",
     "gpu_layers_for",
+    "guessed_at_least",
     "keep_calibrator",
     "keep_task_weights",
     "leaderboard",

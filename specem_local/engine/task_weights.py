@@ -96,6 +96,18 @@ def _add_one(hits: list[np.ndarray]) -> np.ndarray:
     return counts / counts.sum()
 
 
+def guessed_at_least(right: int, option_counts: Sequence[int]) -> float:
+    """The probability that picking an option at random on each item (``option_counts``: how
+    many it has) gets at least ``right`` of them right: how likely a fit's accuracy is by chance
+    alone. A task the members cannot do (the demo trio on ARC-Challenge or MMLU) gives weights
+    fitted to noise, which no one should mistake for knowledge (docs/choices.md)."""
+    ways = np.array([1.0])  # ways[j]: the probability of j right among the items so far
+    for count in option_counts:
+        hit = 1.0 / count
+        ways = np.concatenate([ways * (1 - hit), [0.0]]) + np.concatenate([[0.0], ways * hit])
+    return float(min(ways[max(right, 0) :].sum(), 1.0))
+
+
 def user_weights_path() -> Path:
     return data_dir() / FILE
 

@@ -236,12 +236,29 @@ def test_calibrate_task_fits_the_weights_that_the_next_answer_of_the_task_uses(m
     assert main(["calibrate", str(items), "--task", "pets", "--limit", "8"]) == 0
     out, _ = capsys.readouterr()
     assert "task 'pets': weights fitted on 8 items" in out and "8/8 right on these items" in out
+    assert "warning" not in capsys.readouterr().err  # 8 of 8: guessing does it 1 time in 256
     kept = task_weights(ensembles[0].members, "pets")
     assert kept is not None and kept.items == 8 and kept.weights["asked:b"] > kept.weights["asked:a"]
     assert main(["run", "--choices", "cat,dog", "--task", "pets", "Which pet?"]) == 0
     assert capsys.readouterr().out == "dog\n"
     assert main(["run", "--choices", "cat,dog", "Which pet?"]) == 0  # another task: the uniform mix, a tie
     assert capsys.readouterr().out == "cat\n"
+
+
+def test_calibrate_task_says_when_the_fit_is_no_better_than_guessing(monkeypatch, capsys, tmp_path):
+    """``a`` always says cat, ``b`` dog, and the labels are half cat, half dog in the same order:
+    no source knows, the fit is right 4 of 8, as guessing is more often than not."""
+    members = fake_member("a", '"cat"'), fake_member("b", '"dog"')
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: fake_ensemble(*members)))
+    items = tmp_path / "coins.jsonl"
+    half = '{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "A"}\n'
+    half += '{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}\n'
+    items.write_text(half * 4)
+    assert main(["calibrate", str(items), "--task", "coins", "--limit", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert "4/8 right on these items" in out
+    assert "guessing gets 4.0 of these 8 right on average, and 4 or more 64% of the time" in err
+    assert "no member is shown to know this task" in err
 
 
 def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from specem_local.engine import options as opt
 from specem_local.engine.prompting import Message
-from specem_local.engine.task_weights import fit_task
+from specem_local.engine.task_weights import fit_task, guessed_at_least
 
 
 @pytest.mark.parametrize(
@@ -152,3 +153,14 @@ def test_a_tasks_fit_keeps_priors_by_its_options_or_by_position_and_label_freque
     mixed = fit_task("t", [leaning, flat], [yes_no, three], [0, 2], "")
     assert set(mixed.priors) == {"#2", "#3"}
     assert fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", priors=False).priors == {}
+
+
+def test_how_likely_guessing_gets_as_many_right_is_exact():
+    assert guessed_at_least(0, [2, 3]) == 1.0
+    assert guessed_at_least(1, [2]) == pytest.approx(0.5)
+    assert guessed_at_least(3, [2, 2, 2]) == pytest.approx(0.125)
+    assert guessed_at_least(2, [2, 4]) == pytest.approx(0.5 * 0.25)
+    assert guessed_at_least(1, [2, 4]) == pytest.approx(1 - 0.5 * 0.75)
+    assert guessed_at_least(3, [2, 2]) == 0.0  # more than there are items
+    binomial = sum(math.comb(300, k) * 0.25**k * 0.75 ** (300 - k) for k in range(83, 301))
+    assert guessed_at_least(83, [4] * 300) == pytest.approx(binomial)  # ARC-Challenge's best on train: 0.159
