@@ -168,21 +168,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         if task in drafted:
             report["tasks"][task]["drafted"] = drafted_check(drafted[task], confirm[task], systems)
     report["pooled"] = summary(pooled)
-    report["label_free_on_train"] = label_free_on_train(train, args.labelled)
+    report["label_free_on_train"] = label_free_on_train(train, args.labelled, pool)
     report["choices_pools_on_train"] = choices_pools_on_train(train, args.labelled, pool)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_report(report)
     return 0
 
 
-def label_free_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_items: int) -> dict[str, Any]:
+def label_free_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_items: int,
+                        pool: set[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The choice between the two label-free systems, made on the train items (no confirm item
     seen): ``running`` against ``choices`` (the weights fitted on the other tasks' labelled
-    items), per task and pooled, paired."""
+    items, of ``pool``'s when given), per task and pooled, paired."""
     found: dict[str, Any] = {}
     pooled: dict[str, list[bool]] = defaultdict(list)
     for task, records in sorted(train.items()):
-        others = [r for name, rs in train.items() if name != task for r in rs[:labelled_items]]
+        others = [r for name, rs in train.items() if name != task and (pool is None or name in pool)
+                  for r in rs[:labelled_items]]  # fmt: skip
         if not others:  # one task alone: no weights without its labels to compare with
             continue
         choices = mix(fit(others, 1.0, False, False))

@@ -144,6 +144,8 @@ def test_the_choices_weights_are_fitted_on_the_tasks_named_and_that_choice_is_ch
     weights = report["tasks"]["u"]["choices_weights"]  # from t's labelled items alone, not n's or m's
     assert weights == rep.fit(train["t"][:100], 1.0, False, False).weights
     assert report["choices_from"] == ["t", "u"] and report["choices_pools_on_train"]["t"] == found["t"]
+    from_t = rep.right(train["u"], rep.mix(rep.fit(train["t"][:100], 1.0, False, False)))
+    assert report["label_free_on_train"]["u"]["choices"] == pytest.approx(np.mean(from_t))  # the pool's too
 
 
 def test_fit_ships_only_the_tasks_named(tmp_path):
