@@ -157,6 +157,7 @@ def test_a_tasks_fit_keeps_priors_by_its_options_or_by_position_and_label_freque
 
 def test_how_likely_guessing_gets_as_many_right_is_exact():
     assert guessed_at_least(0, [2, 3]) == 1.0
+    assert guessed_at_least(0, [3, 3]) == 1.0  # its terms sum to 1 + 2e-16 in floating point: a probability still
     assert guessed_at_least(1, [2]) == pytest.approx(0.5)
     assert guessed_at_least(3, [2, 2, 2]) == pytest.approx(0.125)
     assert guessed_at_least(2, [2, 4]) == pytest.approx(0.5 * 0.25)
