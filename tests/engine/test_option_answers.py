@@ -261,6 +261,21 @@ def test_calibrate_task_says_when_the_fit_is_no_better_than_guessing(monkeypatch
     assert "no member is shown to know this task" in err
 
 
+def test_calibrate_task_warns_below_one_chance_in_twenty_not_only_near_a_coin(monkeypatch, capsys, tmp_path):
+    """``b`` says dog and dog is right on 6 of 8: guessing does as well 14% of the time, which is
+    still no evidence (the warning's line is 5%, not 50%)."""
+    members = fake_member("a", '"cat"'), fake_member("b", '"dog"')
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: fake_ensemble(*members)))
+    items = tmp_path / "mostly.jsonl"
+    dog = '{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}\n'
+    dog += '{"question": "Which pet?", "choices": ["dog", "cat"], "answer": "A"}\n'
+    cat = '{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "A"}\n'
+    items.write_text(dog * 3 + cat * 2)
+    assert main(["calibrate", str(items), "--task", "mostly", "--limit", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert "6/8 right on these items" in out and "and 6 or more 14% of the time" in err
+
+
 def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: pytest.fail("a model was loaded")))
     items = tmp_path / "sums.jsonl"
