@@ -114,8 +114,9 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     name = overrides["task"]
     if any(not task.choices for task in tasks):
         raise SpecemError(f"--task {name}: weights among options are fitted on items with choices and a letter answer")
-    offered = [options.options_in({"enum": list(task.choices)}) for task in tasks]
-    if any(found is None for found in offered):
+    found = [options.options_in({"enum": list(task.choices)}) for task in tasks]
+    offered = [each for each in found if each is not None]
+    if len(offered) < len(found):
         raise SpecemError(f"--task {name}: an item's choices are not distinct options (the same text twice?)")
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         scores, answers = [], []
@@ -129,7 +130,7 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
         fitted = fit_task(
             name,
             scores,
-            [o for o in offered if o is not None],
+            offered,
             answers,
             f"{len(tasks)} labelled items of {Path(args.tasks).name}",
         )
@@ -142,11 +143,10 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     print_table(("SOURCE (WAY:MODEL)", "RIGHT ALONE", "WEIGHT"), rows)
     mixed = 0
     for item, offered_here, answer in zip(scores, offered, answers):
-        assert offered_here is not None
         beliefs = options.believed(item, fitted.priors_for(offered_here))
         mixed += int(options.mixed(beliefs, fitted.weights).argmax()) == answer
     print(f"the mix with these weights: {mixed}/{len(tasks)} right on these items (the items it was fitted on)")
-    counts = [len(o.texts) for o in offered if o is not None]
+    counts = [len(each.texts) for each in offered]
     chance = guessed_at_least(mixed, counts)
     if chance >= 0.05:
         guessed = sum(1 / count for count in counts)
