@@ -276,6 +276,15 @@ def test_calibrate_task_warns_below_one_chance_in_twenty_not_only_near_a_coin(mo
     assert "6/8 right on these items" in out and "and 6 or more 14% of the time" in err
 
 
+def test_calibrate_task_refuses_an_item_whose_options_repeat_before_any_model_loads(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: pytest.fail("a model was loaded")))
+    items = tmp_path / "twice.jsonl"
+    items.write_text('{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "A"}\n'
+                     '{"question": "Which pet?", "choices": ["cat", "cat"], "answer": "A"}\n')  # fmt: skip
+    assert main(["calibrate", str(items), "--task", "twice"]) == 1
+    assert "--task twice: an item's choices are not distinct options" in capsys.readouterr().err
+
+
 def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(Ensemble, "from_config", classmethod(lambda *_, **__: pytest.fail("a model was loaded")))
     items = tmp_path / "sums.jsonl"
