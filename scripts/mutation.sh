@@ -51,7 +51,7 @@ for module in "$@"; do
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py|commands/answer_printer.py)
-      selection='["tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)

@@ -1,0 +1,55 @@
+"""``specem run``'s lines on the terminal, to the letter (commands/answer_printer.py): how sure
+an answer is, who answered again, the parsed form alone on stdout, and the legend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specem_local.commands import answer_printer as printer
+from specem_local.engine import ToolReply
+from specem_local.engine.tools import ToolCall
+from specem_local.errors import SpecemError
+from specem_local.events import FinalEvent
+
+FINAL = FinalEvent("the answer", "eos", 4, 20, 2.0, 0.5, {"a": 3, "b": 1}, 1.5, {"a": 0.75}, False)
+
+
+def test_how_sure_is_said_on_stderr_and_unsure_is_marked(capsys):
+    printer.sure_line(dataclasses.replace(FINAL, confidence=0.834))
+    printer.sure_line(dataclasses.replace(FINAL, confidence=0.21, unsure=True))
+    printer.sure_line(FINAL)  # no confidence: nothing said
+    assert capsys.readouterr() == ("", "[confidence 0.83]\n[unsure: confidence 0.21]\n")
+
+
+def test_an_escalated_answer_says_who_answered_again_and_prints_its_answer(capsys):
+    printer.escalation_lines(dataclasses.replace(FINAL, escalated="big", text="42"))
+    printer.escalation_lines(FINAL)
+    assert capsys.readouterr() == ("42\n", "[the ensemble was unsure: big answered again]\n")
+
+
+def test_the_parsed_form_is_printed_alone_and_an_unfinished_one_says_why():
+    with pytest.raises(SpecemError, match=r"^the answer was cut at max_tokens \(7\) before it was whole; raise"):
+        printer.print_parsed(dataclasses.replace(FINAL, finish_reason="length"), 7)
+    with pytest.raises(SpecemError, match=r"^the answer was stopped before it was whole$"):
+        printer.print_parsed(dataclasses.replace(FINAL, finish_reason="cancelled"), 7)
+    with pytest.raises(SpecemError, match=r"^the answer ended \(stop\) before it was whole$"):
+        printer.print_parsed(dataclasses.replace(FINAL, finish_reason="stop"), 7)
+
+
+def test_tool_calls_print_as_a_json_list_of_names_and_arguments(capsys):
+    printer.print_parsed(dataclasses.replace(FINAL, parsed=ToolReply((ToolCall("add", {"x": 1}),))), 7)
+    printer.print_parsed(dataclasses.replace(FINAL, parsed=ToolReply(content="no call")), 7)
+    printer.print_parsed(dataclasses.replace(FINAL, text='"cat"', parsed="cat"), 7, bare=True)
+    printer.print_parsed(dataclasses.replace(FINAL, text='"cat"', parsed="cat"), 7)
+    assert capsys.readouterr().out == '[{"name": "add", "arguments": {"x": 1}}]\nno call\ncat\n"cat"\n'
+
+
+def test_the_legend_names_each_author_its_segments_and_weight(capsys):
+    printer.print_legend(FINAL, {"a": "green"}, False, "the shipped weights")
+    legend, totals = capsys.readouterr().out.splitlines()
+    assert legend == "«a» (3 segments, weight 0.75)  «b» (1 segments)"
+    assert totals.endswith("finish: eos; weights started from the shipped weights")
+    printer.print_legend(FINAL, {"a": "green"}, True, "x")
+    assert capsys.readouterr().out.startswith("\x1b[32m■ a\x1b[0m (3 segments, weight 0.75)  \x1b[0m■ b\x1b[0m")
