@@ -15,11 +15,11 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
   (the other members, each alone, greedy) whose final answer equals the ensemble's, and the
   best member's k samples (``--samples RUN...``, ``specem eval --sampled`` runs) agreeing.
 
-    python -m specem_research.confidence fit RUN --system ensemble --name NAME --output FILE
+    python -m specem_research.confidence fit RUN [RUN ...] --system ensemble --name NAME [--l2 L2] --output FILE
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
         [--witness MEMBER ...] [--samples RUN ...] --output FILE
     python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE] --output FILE
-    python -m specem_research.confidence penalty RUN --output FILE   # the fit's L2 penalty, cross-validated
+    python -m specem_research.confidence penalty RUN [RUN ...] --output FILE   # the fit's L2 penalty, cross-validated
 """
 
 from __future__ import annotations
@@ -168,9 +168,15 @@ def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequenc
     return out
 
 
+def fitting_answers(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The answers ``fit`` and ``penalty`` learn from: every run named, one after another."""
+    return [a for run in args.run for a in with_checks(items(run), args.system, args.witness, args.samples)]
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
-    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
-    calibrator = fit_calibrator([a["evidence"] for a in answers], [a["correct"] for a in answers], args.name)
+    answers = fitting_answers(args)
+    evidence, right = [a["evidence"] for a in answers], [a["correct"] for a in answers]
+    calibrator = fit_calibrator(evidence, right, args.name, l2=args.l2)
     args.output.write_text(json.dumps(calibrator.to_dict(), indent=1) + "\n")
     print(f"fitted on {len(answers)} answers ({sum(a['correct'] for a in answers)} right): {args.output}")
 
@@ -276,12 +282,14 @@ def cross_validated_log_loss(evidence: Sequence[dict[str, float]], right: Sequen
 def cmd_penalty(args: argparse.Namespace) -> None:
     """The fit's L2 penalty checked on the fitting answers alone: ten-fold cross-validated
     log-loss for each penalty."""
-    answers = with_checks(items(args.run), args.system, args.witness, args.samples)
+    answers = fitting_answers(args)
     evidence, right = [a["evidence"] for a in answers], [bool(a["correct"]) for a in answers]
     losses = {str(l2): cross_validated_log_loss(evidence, right, l2) for l2 in PENALTIES}
-    report = {"run": str(args.run), "answers": len(right), "log_loss": losses}
+    best = min(PENALTIES, key=lambda l2: losses[str(l2)])
+    runs = [str(run) for run in args.run]
+    report = {"run": runs[0] if len(runs) == 1 else runs, "answers": len(right), "log_loss": losses, "best": best}
     args.output.write_text(json.dumps(report, indent=1) + "\n")
-    print(", ".join(f"l2 {l2}: {loss:.4f}" for l2, loss in losses.items()))
+    print(", ".join(f"l2 {l2}: {loss:.4f}" for l2, loss in losses.items()) + f"; least: {best}")
 
 
 def main() -> None:
@@ -290,13 +298,16 @@ def main() -> None:
     handlers = (("fit", cmd_fit), ("report", cmd_report), ("escalation", cmd_escalation), ("penalty", cmd_penalty))
     for action, handler in handlers:
         sub = actions.add_parser(action)
-        sub.add_argument("run", type=Path, help="a specem eval output folder")
+        several = action in ("fit", "penalty")
+        what = "specem eval output folders, their answers pooled" if several else "a specem eval output folder"
+        sub.add_argument("run", type=Path, nargs="+" if several else None, help=what)
         sub.add_argument("--system", default="ensemble")
         sub.add_argument("--witness", action="append", default=[], help="another system of the run, as a witness")
         sub.add_argument("--samples", action="append", type=Path, default=[], help="a sampled run of the best member")
         sub.add_argument("--output", type=Path, required=True)
         if action == "fit":
             sub.add_argument("--name", required=True, help="what it was fitted on, in words")
+            sub.add_argument("--l2", type=float, default=1.0, help="the L2 penalty on standardised features")
         if action in ("report", "escalation"):
             sub.add_argument("--calibrator", type=Path, help="a fitted calibrator (fit's output)")
         if action == "escalation":

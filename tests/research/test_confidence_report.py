@@ -4,10 +4,13 @@ answer, or the reserve's below the threshold)."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 
 import pytest
 
+from specem_local.engine.evidence import FEATURES
 from specem_research import confidence as report
 
 
@@ -71,3 +74,34 @@ def test_a_penalty_is_scored_on_answers_its_fit_did_not_see():
     noise = [i % 3 == 0 for i in range(60)]  # no feature says it: a held-out answer is predicted worse
     overfitted, shrunk = (report.cross_validated_log_loss(evidence, noise, l2) for l2 in (0.1, 100.0))
     assert overfitted > shrunk
+
+
+def write_run(folder, answers):
+    """A specem eval output folder whose ensemble gave ``answers`` (evidence, right) in order."""
+    folder.mkdir()
+    lines = [
+        {"id": f"{folder.name}-{i}", "systems": {"ensemble": {"evidence": e, "correct": right, "extracted": "1"}}}
+        for i, (e, right) in enumerate(answers)
+    ]
+    (folder / "items.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return folder
+
+
+def test_fit_and_penalty_pool_the_answers_of_every_run_named(tmp_path, monkeypatch):
+    first = write_run(tmp_path / "dev", [({"mean_logprob": -0.1 * (i % 7)}, i % 7 < 3) for i in range(30)])
+    second = write_run(tmp_path / "more", [({"mean_logprob": -0.2 * (i % 5)}, i % 5 < 1) for i in range(40)])
+    for l2 in ("1", "100"):
+        out = tmp_path / f"calibrator-{l2}.json"
+        argv = ["confidence", "fit", str(first), str(second), "--name", "both", "--l2", l2, "--output", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        report.main()
+    light, heavy = (json.loads((tmp_path / f"calibrator-{l2}.json").read_text()) for l2 in ("1", "100"))
+    assert light["answers"] == heavy["answers"] == 70 and light["fitted_on"] == "both"
+    mean = FEATURES.index("mean_logprob")
+    assert abs(heavy["weights"][mean]) < abs(light["weights"][mean])  # the penalty named is the one used
+    argv = ["confidence", "penalty", str(first), str(second), "--output", str(tmp_path / "p.json")]
+    monkeypatch.setattr(sys, "argv", argv)
+    report.main()
+    penalties = json.loads((tmp_path / "p.json").read_text())
+    assert penalties["answers"] == 70 and penalties["run"] == [str(first), str(second)]
+    assert penalties["best"] == min(report.PENALTIES, key=lambda l2: penalties["log_loss"][str(l2)])
