@@ -3,6 +3,7 @@ an answer is, who answered again, the parsed form alone on stdout, and the legen
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -11,7 +12,7 @@ from specem_local.commands import answer_printer as printer
 from specem_local.engine import ToolReply
 from specem_local.engine.tools import ToolCall
 from specem_local.errors import SpecemError
-from specem_local.events import FinalEvent
+from specem_local.events import FinalEvent, StartEvent
 
 FINAL = FinalEvent("the answer", "eos", 4, 20, 2.0, 0.5, {"a": 3, "b": 1}, 1.5, {"a": 0.75}, False)
 
@@ -53,3 +54,51 @@ def test_the_legend_names_each_author_its_segments_and_weight(capsys):
     assert totals.endswith("finish: eos; weights started from the shipped weights")
     printer.print_legend(FINAL, {"a": "green"}, True, "x")
     assert capsys.readouterr().out.startswith("\x1b[32m■ a\x1b[0m (3 segments, weight 0.75)  \x1b[0m■ b\x1b[0m")
+
+
+class Stream:
+    """The few things AnswerPrinter asks of an AnswerStream: its events, cancel and final."""
+
+    def __init__(self, events, stop_after=None):
+        self.events, self.stop_after, self.calls = events, stop_after, []
+
+    def __iter__(self):
+        for i, event in enumerate(self.events):
+            if i == self.stop_after:
+                raise KeyboardInterrupt
+            yield event
+
+    def cancel(self):
+        self.calls.append("cancel")
+
+    def final(self):
+        self.calls.append("final")
+
+
+def shown(**flags):
+    args = {"json": False, "authors": False, "hide_thinking": False, "choices": None, **flags}
+    return printer.AnswerPrinter(argparse.Namespace(**args), {"a": "green"}, False, 20)
+
+
+def test_json_lines_keep_text_as_written(capsys):
+    final, code = shown(json=True).answer(Stream([dataclasses.replace(FINAL, text="café ☕")]))
+    assert code == 0 and final.text == "café ☕"
+    assert '"text": "café ☕"' in capsys.readouterr().out
+
+
+def test_a_stopped_answer_is_cancelled_recorded_and_said_so(capsys, monkeypatch):
+    monkeypatch.setattr(printer, "ignore_stop_signals", lambda: None)  # pytest keeps its own Ctrl-C
+    stream = Stream([FINAL], stop_after=0)
+    assert shown().answer(stream) == (None, 130)
+    assert stream.calls == ["cancel", "final"]
+    assert capsys.readouterr().err == "\n[stopped]\n"
+
+
+def test_the_legend_is_coloured_and_says_where_the_weights_started(capsys):
+    start = StartEvent(("a", "b"), ("a", "b"), {"a": 0.5, "b": 0.5}, {"a": 3, "b": 3}, False, weights_from="built-in")
+    terminal = shown(authors=True)
+    terminal.colour = True
+    terminal.answer(Stream([start, FINAL]))
+    out = capsys.readouterr().out
+    assert "\x1b[32m■ a\x1b[0m (3 segments, weight 0.75)" in out
+    assert out.rstrip().endswith(f"weights started from {start.weights_origin}")
