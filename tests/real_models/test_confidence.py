@@ -25,7 +25,7 @@ from tests.conftest import ROOT, stop_process
 pytestmark = pytest.mark.models
 
 QUESTION = "What is 12 plus 30? Answer with the number."
-FITTED = "the demo trio's 120 GSM8K dev answers"
+FITTED = "the demo trio's 520 GSM8K train answers"
 
 
 @pytest.fixture(scope="module")
