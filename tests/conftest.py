@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tqdm import tqdm
 
 from specem_local.models.config import Config, ModelSpec, load_config
 from specem_local.settings import EnsembleSettings
@@ -20,6 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MODEL_TESTS = ROOT / "tests" / "real_models"
+
+# tqdm's default lock is a multiprocessing semaphore, shared by every process forked from the one
+# that made it: mutmut forks each mutant's tests from one server, so a mutant stopped while its
+# progress bar held the lock left every later mutant waiting on it (counted as timeouts). A
+# thread lock is each process's own; no monitor thread is forked while it holds it either.
+tqdm.set_lock(threading.RLock())
+tqdm.monitor_interval = 0
 
 
 @pytest.hookimpl(wrapper=True)

@@ -234,11 +234,18 @@ def test_calibrate_task_fits_the_weights_that_the_next_answer_of_the_task_uses(m
     both_orders += '{"question": "Which pet?", "choices": ["dog", "cat"], "answer": "A"}\n'
     items.write_text(both_orders * 4)  # the same options in both orders: no source leans to a position
     assert main(["calibrate", str(items), "--task", "pets", "--limit", "8"]) == 0
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert "task 'pets': weights fitted on 8 items" in out and "8/8 right on these items" in out
-    assert "warning" not in capsys.readouterr().err  # 8 of 8: guessing does it 1 time in 256
+    table = [line.split() for line in out.splitlines() if line.startswith(("SOURCE", "asked:", "scored:"))]
+    assert table == [  # each source alone on the items, the heaviest first
+        ["SOURCE", "(WAY:MODEL)", "RIGHT", "ALONE", "WEIGHT"],
+        ["asked:b", "8/8", "0.623"], ["scored:a", "4/8", "0.147"], ["scored:b", "4/8", "0.147"],
+        ["asked:a", "0/8", "0.083"],
+    ]  # fmt: skip
+    assert "warning" not in err  # 8 of 8: guessing does it 1 time in 256
     kept = task_weights(ensembles[0].members, "pets")
     assert kept is not None and kept.items == 8 and kept.weights["asked:b"] > kept.weights["asked:a"]
+    assert kept.fitted_on == "8 labelled items of pets.jsonl"
     assert main(["run", "--choices", "cat,dog", "--task", "pets", "Which pet?"]) == 0
     assert capsys.readouterr().out == "dog\n"
     assert main(["run", "--choices", "cat,dog", "Which pet?"]) == 0  # another task: the uniform mix, a tie
@@ -258,7 +265,9 @@ def test_calibrate_task_says_when_the_fit_is_no_better_than_guessing(monkeypatch
     out, err = capsys.readouterr()
     assert "4/8 right on these items" in out
     assert "guessing gets 4.0 of these 8 right on average, and 4 or more 64% of the time" in err
-    assert "no member is shown to know this task" in err
+    said = "no member is shown to know this task, so these weights are fitted to chance "
+    said += "(give more items, or other models)\n"
+    assert err.endswith(said)
 
 
 def test_calibrate_task_warns_below_one_chance_in_twenty_not_only_near_a_coin(monkeypatch, capsys, tmp_path):
