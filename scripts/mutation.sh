@@ -76,7 +76,7 @@ for module in "$@"; do
       selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;
     storage/history.py|storage/history_rows.py|storage/chats.py)
-      selection='["tests/storage", "tests/unit/test_properties.py"]' ;;
+      selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py"]' ;;
     setting_fields.py|settings.py)
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
