@@ -178,7 +178,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     evidence, right = [a["evidence"] for a in answers], [a["correct"] for a in answers]
     calibrator = fit_calibrator(evidence, right, args.name, l2=args.l2)
     args.output.write_text(json.dumps(calibrator.to_dict(), indent=1) + "\n")
-    print(f"fitted on {len(answers)} answers ({sum(a['correct'] for a in answers)} right): {args.output}")
+    print(f"fitted on {len(answers)} answers ({sum(right)} right): {args.output}")
 
 
 def cmd_report(args: argparse.Namespace) -> None:

@@ -64,7 +64,7 @@ for module in "$@"; do
       selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
       selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/engine/test_choice_points.py", "tests/research/test_option_report.py"]' ;;
-    commands/calibrate.py)  # its commands run on fakes in these; collecting every folder took longer than mutmut's timeout
+    commands/calibrate.py)  # the tests that run `specem calibrate` (each way) on fakes
       selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py"]' ;;
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py"]' ;;
