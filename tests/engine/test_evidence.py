@@ -232,3 +232,38 @@ def test_a_rounds_sureness_is_its_evidence_read_alone_as_an_ended_answer():
     assert round_sureness(reading, unspelt, draft, -1, bytes, 2)["sure"] is None
     assert round_sureness(reading, unspelt, draft, -1, bytes, 2)["least_probability"] is None
     assert round_sureness(None, RoundEvidence((-0.5,)), draft, -1, bytes, 2)["sure"] is None
+
+
+def test_calibrate_weighs_each_member_by_its_own_answers_and_refuses_what_it_cannot(tmp_path, capsys, monkeypatch):
+    from specem_local.commands.cli import main
+    from specem_local.engine import Ensemble
+    from specem_local.engine.learned import key_of
+    from specem_local.storage.weights import WeightStore
+
+    store = WeightStore(tmp_path / "specem.db")
+    made: list[list] = [[fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 7.")]]
+    monkeypatch.setattr(
+        Ensemble, "from_config", classmethod(lambda cls, config=None, **_: fake_ensemble(*made[-1], weight_store=store))
+    )
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        "".join(json.dumps({"question": f"Q{i}?", "answer": "42" if i < 4 else "7"}) + "\n" for i in range(6))
+    )
+    assert main(["calibrate", str(items)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"calibrated on 6 items of {items}"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert rows["a"][0] == "4/6" and rows["b"][0] == "2/6"  # each member alone, graded
+    assert float(rows["a"][2]) > float(rows["a"][1]) and float(rows["b"][2]) < float(rows["b"][1])
+    kept = store.get(key_of(made[-1]))
+    assert kept is not None and kept.calibrated_items == 6
+    assert len(kept.anchor) == 2  # both members' weights, the anchor later answers decay back to
+    made.append([fake_member("a", "It is 42.")])
+    assert main(["calibrate", str(items)]) == 1
+    assert capsys.readouterr().err.strip() == "specem: error: calibrate needs an ensemble of at least two models"
+    made.append([fake_member("a", "It is 42."), fake_member("j", "7", role="verify")])
+    assert main(["calibrate", str(items)]) == 1
+    assert (
+        "j only verifies, so it cannot answer alone; calibrate weighs members by their own answers"
+        in capsys.readouterr().err
+    )
