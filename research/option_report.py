@@ -9,6 +9,8 @@ label frequencies) taken from the same items; ``today``: Qwen asked, raw (the sh
 follows it; the ``drafted`` run checks that); the uniform mix, raw and with each source's prior
 from the labelled items; ``fitted``: the task's weights fitted on the labelled train items (the
 product's ``fit_task``), its smoothing and correction chosen by accuracy on the other train items;
+``fitted-log``: the product's log-linear pool (``fit_task``'s ``log``) fitted on the labelled
+train items alone, its penalty chosen by cross-validation on them;
 ``choices``: the weights fitted on the other tasks' labelled items (of those ``--choices-from``
 names), no priors (what the product does for a task it has no weights for); ``running``: the
 uniform mix with each source's prior the mean of its beliefs over the task's earlier confirm
@@ -63,13 +65,20 @@ def labelled(records: Sequence[Record]) -> tuple[list[Any], list[opt.Options], l
 
 
 def fit(records: Sequence[Record], smoothing: float, priors: bool, labels: bool, task: str = "t") -> TaskWeights:
-    return fit_task(task, *labelled(records), "", smoothing, priors, labels)
+    """The linear pool's weights, as the product fitted them before the log-linear pool."""
+    return fit_task(task, *labelled(records), "", smoothing, priors, labels, pool="linear")
 
 
 def mix(kept: TaskWeights, weights: Mapping[str, float] | None = None) -> Pick:
-    """The product's pick with these weights and priors (``weights``: others, the priors kept)."""
+    """The product's pick with these weights and priors, mixed as they are kept (``weights``:
+    others, the priors and the pool kept)."""
     chosen = kept.weights if weights is None else weights
-    return lambda r: int(np.argmax(opt.mixed(opt.believed(r["scores"], kept.priors_for(options_of(r))), chosen)))
+
+    def pick(record: Record) -> int:
+        beliefs = opt.believed(record["scores"], kept.priors_for(options_of(record)))
+        return int(np.argmax(opt.pooled(beliefs, chosen, kept.pool)))
+
+    return pick
 
 
 def right(records: Sequence[Record], pick: Pick) -> list[bool]:
@@ -132,15 +141,18 @@ def task_systems(
     systems["uniform+prior"] = right(confirm, mix(corrections[(True, False)], uniform))
     kept, settings = chosen_fit(train, labelled_items)
     systems["fitted"] = right(confirm, mix(kept))
+    log_kept = fit_task("t", *labelled(fit_on), "", pool="log")
+    systems["fitted-log"] = right(confirm, mix(log_kept))
     pooled = fit(others, 1.0, False, False) if others else corrections[(False, False)]
     systems["choices"] = right(confirm, mix(pooled))
     systems["running"] = right(confirm, running(confirm))
     chosen = {"best": {"source": best[0], "priors": best[1][0], "labels": best[1][1], "train_accuracy": on_train[best]},
-              "fit": settings, "weights": kept.weights, "choices_weights": pooled.weights}  # fmt: skip
+              "fit": settings, "weights": kept.weights, "log_weights": log_kept.weights,
+              "choices_weights": pooled.weights}  # fmt: skip
     return systems, chosen
 
 
-COMPARED = ("fitted", "choices", "running", "uniform")
+COMPARED = ("fitted", "fitted-log", "choices", "running", "uniform")
 
 
 def summary(systems: Mapping[str, list[bool]]) -> dict[str, Any]:
@@ -149,6 +161,7 @@ def summary(systems: Mapping[str, list[bool]]) -> dict[str, Any]:
         "accuracy": {name: float(np.mean(marks)) for name, marks in systems.items()},
         "against_best": {name: paired(systems[name], systems["best"]) for name in COMPARED},
         "against_today": {name: paired(systems[name], systems["today"]) for name in (*COMPARED, "best")},
+        "log_against_fitted": paired(systems["fitted-log"], systems["fitted"]),
     }
 
 
@@ -249,31 +262,31 @@ def drafted_check(
 
 
 def print_report(report: dict[str, Any]) -> None:
-    shown = ("today", "best", "uniform", "uniform+prior", "running", "choices", "fitted")
-    print(f"{'task':<14}" + "".join(f"{name:>14}" for name in shown) + "  fitted vs best    choices vs today")
+    shown = ("today", "best", "uniform", "uniform+prior", "running", "choices", "fitted", "fitted-log")
+    compared = (("fitted-log vs best", "against_best", "fitted-log"), ("fitted vs best", "against_best", "fitted"),
+                ("choices vs today", "against_today", "choices"))  # fmt: skip
+    print(f"{'task':<14}" + "".join(f"{name:>12}" for name in shown) + "".join(f"  {c[0]:<22}" for c in compared))
     for task, entry in [*report["tasks"].items(), ("pooled", report["pooled"])]:
-        cells = "".join(f"{100 * entry['accuracy'][name]:>14.1f}" for name in shown)
-        vs_best, vs_today = entry["against_best"]["fitted"], entry["against_today"]["choices"]
-        print(f"{task:<14}{cells}  +{vs_best['ahead']}/-{vs_best['behind']} p={vs_best['p']:.3g}"
-              f"   +{vs_today['ahead']}/-{vs_today['behind']} p={vs_today['p']:.3g}")  # fmt: skip
+        cells = "".join(f"{100 * entry['accuracy'][name]:>12.1f}" for name in shown)
+        pairs = [entry[against][name] for _, against, name in compared]
+        said = ["+{ahead}/-{behind} p={p:.2g}".format(**pair) for pair in pairs]
+        print(f"{task:<14}{cells}" + "".join(f"  {each:<22}" for each in said))
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
-    fits them: each task's on its labelled items with the smoothing and correction the report
-    chose for it, and ``choices`` on every task's labelled items, no priors (``--tasks``: only
-    these tasks, named and in ``choices``)."""
+    fits them: each task's on its labelled items, a log-linear pool (``specem calibrate --task``'s
+    fit), and ``choices`` on every task's labelled items, a linear pool with no priors
+    (``--tasks``: only these tasks, named and in ``choices``)."""
     train = {task: records for task, records in by_task(read(args.train)).items() if task in (args.tasks or [task])}
     entries = []
     for task, records in sorted(train.items()):
-        _, settings = chosen_fit(records, args.labelled)
         said = f"{args.labelled} labelled {task} train items (research/data/choices)"
-        kept = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"],
-                        settings["labels"])  # fmt: skip
-        entries.append(kept.to_json(args.ensemble_key))
+        entries.append(fit_task(task, *labelled(records[: args.labelled]), said, pool="log").to_json(args.ensemble_key))
     everything = [r for records in train.values() for r in records[: args.labelled]]
     said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
-    entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
+    choices = fit_task("choices", *labelled(everything), said, 1.0, False, pool="linear")
+    entries.append(choices.to_json(args.ensemble_key))
     Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return 0
 

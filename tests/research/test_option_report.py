@@ -47,6 +47,11 @@ def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system
     assert chosen["best"]["source"] == KNOWS and chosen["weights"][KNOWS] > 0.6
     assert np.mean(systems["best"]) > 0.8 and np.mean(systems["today"]) < 0.6
     assert np.mean(systems["fitted"]) >= np.mean(systems["best"]) - 0.02
+    log_kept = rep.fit_task("t", *rep.labelled(train[:100]), "", pool="log")  # the labelled items only
+    assert systems["fitted-log"] == rep.right(records("t", 400, 2), rep.mix(log_kept))
+    assert chosen["log_weights"] == log_kept.weights and log_kept.weights[KNOWS] > 0
+    assert rep.mix(log_kept)(train[0]) == int(np.argmax(opt.pooled(opt.believed(train[0]["scores"], {}),
+                                                                    log_kept.weights, "log")))  # fmt: skip
     assert np.mean(systems["choices"]) > np.mean(systems["today"])
     for name, folder in (("train", tmp_path / "train"), ("confirm", tmp_path / "confirm")):
         folder.mkdir()
@@ -58,6 +63,9 @@ def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system
     assert rep.cmd_report(args) == 0
     report = json.loads(out.read_text())
     assert report["pooled"]["items"] == 400 and report["tasks"]["t"]["against_today"]["best"]["ahead"] > 50
+    entry = report["tasks"]["t"]
+    assert entry["log_against_fitted"] == rep.paired(systems["fitted-log"], systems["fitted"])
+    assert entry["against_best"]["fitted-log"] == rep.paired(systems["fitted-log"], systems["best"])
     assert report["label_free_on_train"] == {}  # one task: no other task's weights to compare running with
 
 
@@ -83,7 +91,8 @@ def test_fit_writes_the_products_task_weights(tmp_path):
     entries = {e["task"]: e for e in json.loads(out.read_text())}
     assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
     assert max(entries["t"]["weights"], key=entries["t"]["weights"].get) == KNOWS
-    assert entries["choices"]["priors"] == {} and set(entries["t"]["priors"]) <= {'["\\"x\\"", "\\"y\\""]'}
+    assert entries["choices"]["priors"] == {} and entries["t"]["priors"] == {}
+    assert entries["t"]["pool"] == "log" and entries["choices"]["pool"] == "linear"
 
 
 def test_the_running_prior_is_kept_apart_for_each_number_of_options_and_the_drafted_answers_are_paired(tmp_path):
