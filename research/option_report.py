@@ -9,8 +9,8 @@ label frequencies) taken from the same items; ``today``: Qwen asked, raw (the sh
 follows it; the ``drafted`` run checks that); the uniform mix, raw and with each source's prior
 from the labelled items; ``fitted``: the task's weights fitted on the labelled train items (the
 product's ``fit_task``), its smoothing and correction chosen by accuracy on the other train items;
-``fitted-log``: the product's log-linear pool (``fit_task``'s ``log``) fitted on the labelled
-train items alone, its penalty chosen by cross-validation on them;
+``fitted-log``: a log-linear pool of the raw beliefs (``log_pool.py``, tried and not shipped)
+fitted on the labelled train items alone, its penalty chosen by cross-validation on them;
 ``choices``: the weights fitted on the other tasks' labelled items (of those ``--choices-from``
 names), no priors (what the product does for a task it has no weights for); ``running``: the
 uniform mix with each source's prior the mean of its beliefs over the task's earlier confirm
@@ -32,6 +32,7 @@ import numpy as np
 
 from specem_local.engine import TaskWeights, fit_task
 from specem_local.engine import options as opt
+from specem_research import log_pool
 from specem_research.stats import mcnemar_exact_p
 
 SMOOTHING = (0.25, 1.0, 4.0, 16.0)
@@ -65,20 +66,22 @@ def labelled(records: Sequence[Record]) -> tuple[list[Any], list[opt.Options], l
 
 
 def fit(records: Sequence[Record], smoothing: float, priors: bool, labels: bool, task: str = "t") -> TaskWeights:
-    """The linear pool's weights, as the product fitted them before the log-linear pool."""
-    return fit_task(task, *labelled(records), "", smoothing, priors, labels, pool="linear")
+    return fit_task(task, *labelled(records), "", smoothing, priors, labels)
 
 
 def mix(kept: TaskWeights, weights: Mapping[str, float] | None = None) -> Pick:
-    """The product's pick with these weights and priors, mixed as they are kept (``weights``:
-    others, the priors and the pool kept)."""
+    """The product's pick with these weights and priors (``weights``: others, the priors kept)."""
     chosen = kept.weights if weights is None else weights
+    return lambda r: int(np.argmax(opt.mixed(opt.believed(r["scores"], kept.priors_for(options_of(r))), chosen)))
 
-    def pick(record: Record) -> int:
-        beliefs = opt.believed(record["scores"], kept.priors_for(options_of(record)))
-        return int(np.argmax(opt.pooled(beliefs, chosen, kept.pool)))
 
-    return pick
+def log_fit(records: Sequence[Record]) -> dict[str, float]:
+    """The log-linear pool's weights on these labelled records' raw beliefs."""
+    return log_pool.fitted([opt.believed(r["scores"], {}) for r in records], [r["answer"] for r in records])
+
+
+def log_mix(weights: Mapping[str, float]) -> Pick:
+    return lambda r: int(np.argmax(log_pool.log_mixed(opt.believed(r["scores"], {}), weights)))
 
 
 def right(records: Sequence[Record], pick: Pick) -> list[bool]:
@@ -141,13 +144,13 @@ def task_systems(
     systems["uniform+prior"] = right(confirm, mix(corrections[(True, False)], uniform))
     kept, settings = chosen_fit(train, labelled_items)
     systems["fitted"] = right(confirm, mix(kept))
-    log_kept = fit_task("t", *labelled(fit_on), "", pool="log")
-    systems["fitted-log"] = right(confirm, mix(log_kept))
+    log_weights = log_fit(fit_on)
+    systems["fitted-log"] = right(confirm, log_mix(log_weights))
     pooled = fit(others, 1.0, False, False) if others else corrections[(False, False)]
     systems["choices"] = right(confirm, mix(pooled))
     systems["running"] = right(confirm, running(confirm))
     chosen = {"best": {"source": best[0], "priors": best[1][0], "labels": best[1][1], "train_accuracy": on_train[best]},
-              "fit": settings, "weights": kept.weights, "log_weights": log_kept.weights,
+              "fit": settings, "weights": kept.weights, "log_weights": log_weights,
               "choices_weights": pooled.weights}  # fmt: skip
     return systems, chosen
 
@@ -275,18 +278,20 @@ def print_report(report: dict[str, Any]) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
-    fits them: each task's on its labelled items, a log-linear pool (``specem calibrate --task``'s
-    fit), and ``choices`` on every task's labelled items, a linear pool with no priors
-    (``--tasks``: only these tasks, named and in ``choices``)."""
+    fits them: each task's on its labelled items with the smoothing and correction the report
+    chose for it, and ``choices`` on every task's labelled items, no priors (``--tasks``: only
+    these tasks, named and in ``choices``)."""
     train = {task: records for task, records in by_task(read(args.train)).items() if task in (args.tasks or [task])}
     entries = []
     for task, records in sorted(train.items()):
+        _, settings = chosen_fit(records, args.labelled)
         said = f"{args.labelled} labelled {task} train items (research/data/choices)"
-        entries.append(fit_task(task, *labelled(records[: args.labelled]), said, pool="log").to_json(args.ensemble_key))
+        kept = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"],
+                        settings["labels"])  # fmt: skip
+        entries.append(kept.to_json(args.ensemble_key))
     everything = [r for records in train.values() for r in records[: args.labelled]]
     said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
-    choices = fit_task("choices", *labelled(everything), said, 1.0, False, pool="linear")
-    entries.append(choices.to_json(args.ensemble_key))
+    entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
     Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return 0
 

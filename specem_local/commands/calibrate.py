@@ -137,16 +137,14 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
         kept = keep_task_weights(ensemble.members, fitted)
     print(f"task {name!r}: weights fitted on {len(tasks)} items of {args.tasks}, kept in {kept}")
     rows = []
-    for source, weight in sorted(fitted.weights.items(), key=lambda item: -abs(item[1])):
+    for source, weight in sorted(fitted.weights.items(), key=lambda item: -item[1]):
         right = sum(int(max(range(len(s[source])), key=s[source].__getitem__)) == a for s, a in zip(scores, answers))
-        rows.append((source, f"{right}/{len(tasks)}", f"{round(weight, 3) + 0.0:.3f}"))  # + 0.0: never "-0.000"
+        rows.append((source, f"{right}/{len(tasks)}", f"{weight:.3f}"))
     print_table(("SOURCE (WAY:MODEL)", "RIGHT ALONE", "WEIGHT"), rows)
-    if any(round(weight, 3) < 0 for weight in fitted.weights.values()):
-        print("a weight below 0: the mix leans away from what that source says")
     mixed = 0
     for item, offered_here, answer in zip(scores, offered, answers):
         beliefs = options.believed(item, fitted.priors_for(offered_here))
-        mixed += int(options.pooled(beliefs, fitted.weights, fitted.pool).argmax()) == answer
+        mixed += int(options.mixed(beliefs, fitted.weights).argmax()) == answer
     print(f"the mix with these weights: {mixed}/{len(tasks)} right on these items (the items it was fitted on)")
     counts = [len(each.texts) for each in offered]
     chance = guessed_at_least(mixed, counts)

@@ -41,7 +41,6 @@ class OptionPlan:
     priors: dict[str, np.ndarray] = field(default_factory=dict)
     task: str = "choices"
     weights_from: str = "uniform: no weights kept for this task"
-    pool: str = "linear"  # how the weights mix the beliefs (``options.POOLS``)
 
 
 def choice_among(
@@ -75,25 +74,23 @@ def option_plan(
                 "in models.toml or shorten the conversation or the options"
             )
     task = settings.task or DEFAULT_TASK
-    weights, priors, said, pool = source_weights(members, task, options, opt.WAYS)
-    return OptionPlan(options, plain, weights, priors, task, said, pool)
+    weights, priors, said = source_weights(members, task, options, opt.WAYS)
+    return OptionPlan(options, plain, weights, priors, task, said)
 
 
 def source_weights(
     members: list[Member], task: str, options: opt.Options, ways: tuple[str, ...]
-) -> tuple[dict[str, float], dict[str, np.ndarray], str, str]:
-    """The task's weights of these members' sources of these ``ways``, their priors over the
-    options (``task_weights.py``), where they came from in words, and how they mix; every
-    source equally, in a linear pool, when none are kept for the task (or none of these sources
-    has a weight in them)."""
+) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+    """The task's weights of these members' sources of these ``ways`` and their priors over the
+    options (``task_weights.py``), and where they came from in words; every source equally when
+    none are kept for the task."""
     sources = [opt.source(m.name, way) for m in members for way in ways]
     kept = task_weights(members, task)
     weights = {name: kept.weights.get(name, 0.0) for name in sources} if kept is not None else {}
-    if kept is None or not any(weights.values()):
-        uniform = {name: 1.0 / len(sources) for name in sources}
-        return uniform, {}, f"uniform: none kept for the task {task!r}", "linear"
+    if kept is None or sum(weights.values()) <= 0:
+        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}"
     priors = {name: prior for name, prior in kept.priors_for(options).items() if name in weights or name == opt.LABELS}
-    return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}", kept.pool
+    return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}"
 
 
 def _plain_tokens(member: Member, text: str) -> list[int]:
@@ -136,16 +133,12 @@ class OptionVote:
 
 
 def option_vote(
-    texts: tuple[str, ...],
-    scores: dict[str, list[float]],
-    priors: dict[str, np.ndarray],
-    weights: dict[str, float],
-    pool: str = "linear",
+    texts: tuple[str, ...], scores: dict[str, list[float]], priors: dict[str, np.ndarray], weights: dict[str, float]
 ) -> OptionVote:
-    """The weighted mix (``pool``: ``options.POOLS``) of the sources' corrected beliefs
-    (``scores``: each source's summed log-probability of each option) and what it chose."""
+    """The weighted mix of the sources' corrected beliefs (``scores``: each source's summed
+    log-probability of each option) and what it chose."""
     beliefs = opt.believed(scores, priors)
-    mix = opt.pooled(beliefs, weights, pool)
+    mix = opt.mixed(beliefs, weights)
     best = int(np.argmax(mix))
 
     def champion(option: int) -> str:  # the member whose sources argued most for it
@@ -202,14 +195,13 @@ class OptionsLoop:
         self.member_weights = self._member_weights()
 
     def _member_weights(self) -> dict[str, float]:
-        """Each member's weight in the mix: its sources' share of all the weights' sizes (a
-        log-linear pool's weight may be negative: the member still counts, against its lean)."""
-        total = sum(abs(weight) for weight in self.plan.weights.values()) or 1.0
+        """Each member's weight in the mix: the sum of its sources'."""
+        total = sum(self.plan.weights.values()) or 1.0
         weights = {m.name: 0.0 for m in self.members}
         for name, weight in self.plan.weights.items():
             member, _ = opt.split_source(name)
             if member in weights:
-                weights[member] += abs(weight) / total
+                weights[member] += weight / total
         return weights
 
     def run(self) -> Iterator[Event]:
@@ -261,7 +253,7 @@ class OptionsLoop:
 
     def _event(self, scores: dict[str, list[float]]) -> RoundEvent:
         plan = self.plan
-        chosen = option_vote(plan.options.texts, scores, plan.priors, plan.weights, plan.pool)
+        chosen = option_vote(plan.options.texts, scores, plan.priors, plan.weights)
         self.confidence = chosen.confidence
         return RoundEvent(
             index=1,

@@ -11,9 +11,7 @@ by its prior over the options: how it leans when the question says nothing); the
 picks the answer, and its probability is the answer's confidence.
 
 The weights are kept per task (``task_weights.py``); ``fitted_weights`` learns them from
-labelled items by maximum likelihood of the mix (EM), pulled towards uniform. A task's own
-weights, fitted on its labelled items, mix the raw beliefs in a log-linear pool instead
-(``log_pool.py``); ``pooled`` mixes either way.
+labelled items by maximum likelihood of the mix (EM), pulled towards uniform.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.engine import log_pool
 from specem_local.engine.prompting import Message
 
 WAYS = ("asked", "scored")
@@ -33,7 +30,6 @@ MAX_OPTIONS = 20  # beyond this an answer is not a choice among options but a vo
 FLOOR = 1e-9  # no probability is taken as exactly 0 (a log of it, a division by it)
 PLAIN_CUE = "Answer:"  # what the scored way's plain-text prompt ends with
 LABELS = "labels"  # among a task's priors: how often each option is right (a source's name has a colon)
-POOLS = ("linear", "log")  # how weighted beliefs are mixed: their mean (``mixed``), or their product (``log_pool``)
 
 
 @dataclass(frozen=True)
@@ -157,11 +153,6 @@ def mixed(beliefs: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np
         given = np.ones(len(names))
     stacked = np.stack([beliefs[name] for name in names])
     return (given[:, None] * stacked).sum(axis=0) / given.sum()
-
-
-def pooled(beliefs: Mapping[str, np.ndarray], weights: Mapping[str, float], pool: str) -> np.ndarray:
-    """The mix of the sources' beliefs the ``pool`` way (of ``POOLS``)."""
-    return log_pool.log_mixed(beliefs, weights) if pool == "log" else mixed(beliefs, weights)
 
 
 def fitted_weights(

@@ -404,10 +404,10 @@ class RoundLoop:
         every option in context, the task's weights for the asked way pick one (no drafting, no
         Hedge update), and every member that follows the answer commits it."""
         task = self.settings.task or DEFAULT_TASK
-        weights, priors, _, pool = source_weights(self.members, task, point.options, ("asked",))
+        weights, priors, _ = source_weights(self.members, task, point.options, ("asked",))
         found = dict(self.run_each(lambda v: (v, scored_here(self.members[v], point.rests)), self.roster.verifiers))
         scores = {opt.source(self.names[v], "asked"): summed for v, (summed, _, _) in found.items()}
-        chosen = option_vote(point.rests, scores, priors, weights, pool)
+        chosen = option_vote(point.rests, scores, priors, weights)
         text, writer = point.rests[chosen.best], self.names.index(chosen.author)
         self.run_each(lambda i: self.members[i].commit(chosen.best, text, None, found[i][2] if i in found else None),
                       self.roster.following, losses_raise=False)  # fmt: skip

@@ -5,9 +5,8 @@ The best member, and the best way to ask it, change with the task (docs/choices.
 in its chat template for sentiment, Gemma scoring the options for physical commonsense. A task is
 a name the user gives (``task = "sentiment"``: a setting, so a request, ``--task`` or a
 models.toml section); without one it is ``choices``. ``specem calibrate --task NAME items.jsonl``
-fits a task's weights from labelled items, as a log-linear pool of the sources' beliefs
-(``log_pool.py``, chosen on train splits), and keeps them in the user's data dir; the built-in
-ensembles ship theirs
+fits a task's weights (``options.fitted_weights``) and each source's label prior from labelled
+items and keeps them in the user's data dir; the built-in ensembles ship theirs
 (``data/option_weights.json``). A task with none uses the ensemble's ``choices`` weights, and
 with none of those every source counts equally.
 """
@@ -26,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from specem_local.dirs import data_dir, replace_file
-from specem_local.engine import log_pool
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
 from specem_local.engine.member import Member
@@ -34,7 +32,6 @@ from specem_local.errors import SpecemError
 
 DEFAULT_TASK = "choices"
 SMOOTHING = 1.0  # items each source is credited besides the labelled ones (chosen on train: docs/choices.md)
-POOL = "log"  # how a task's own fitted weights mix the beliefs (chosen on train: docs/choices.md)
 FILE = "option_weights.json"
 
 
@@ -42,15 +39,13 @@ FILE = "option_weights.json"
 class TaskWeights:
     """A task's weights by source, each source's prior over an option set (by ``Options.key``, or
     ``"#N"``: by position among N options, for tasks whose options change from item to item),
-    what they were fitted on, and how they mix the beliefs (``options.POOLS``; entries kept
-    before the log-linear pool have none: ``linear``)."""
+    and what they were fitted on."""
 
     task: str
     weights: dict[str, float]
     priors: dict[str, dict[str, list[float]]]
     items: int
     fitted_on: str
-    pool: str = "linear"
 
     def priors_for(self, options: opt.Options) -> dict[str, np.ndarray]:
         """Each source's prior over these options, where one was kept."""
@@ -59,7 +54,7 @@ class TaskWeights:
 
     def to_json(self, key: str) -> dict[str, Any]:
         return {"key": key, "task": self.task, "weights": self.weights, "priors": self.priors,
-                "items": self.items, "fitted_on": self.fitted_on, "pool": self.pool}  # fmt: skip
+                "items": self.items, "fitted_on": self.fitted_on}  # fmt: skip
 
 
 def fit_task(
@@ -71,19 +66,12 @@ def fit_task(
     smoothing: float = SMOOTHING,
     priors: bool = True,
     labels: bool = False,
-    pool: str = POOL,
 ) -> TaskWeights:
-    """A task's weights from labelled items. ``log`` (``POOL``): the weights of a log-linear pool
-    of the raw beliefs (``log_pool.fitted_log_weights``, its penalty chosen by cross-validation
-    on the items), no prior kept. ``linear``: each source's prior over the options (its mean
+    """A task's weights from labelled items: each source's prior over the options (its mean
     belief: by the options when every item has the same, else by position) and, with
     ``labels``, how often each option was right (add-one); then the weights that make the mix of
     the corrected beliefs likeliest to be right (``options.fitted_weights``). ``scores``: each
     item's summed log-probabilities of its options, by source."""
-    if pool == "log":
-        beliefs = [opt.believed(item, {}) for item in scores]
-        weights = log_pool.fitted_log_weights(beliefs, answers, log_pool.chosen_penalty(beliefs, answers))
-        return TaskWeights(task, weights, {}, len(answers), fitted_on, pool)
     keys = {o.key for o in options}
     seen: dict[str, dict[str, list[np.ndarray]]] = {}
     for item, offered, answer in zip(scores, options, answers):
@@ -172,7 +160,4 @@ def _entry(entry: dict[str, Any]) -> TaskWeights:
     weights = {str(name): float(value) for name, value in entry["weights"].items()}
     priors = {str(key): {str(n): [float(v) for v in values] for n, values in kept.items()}
               for key, kept in entry.get("priors", {}).items()}  # fmt: skip
-    pool = str(entry.get("pool", "linear"))
-    if pool not in opt.POOLS:
-        raise ValueError(f"pool {pool!r} is none of {', '.join(opt.POOLS)}")
-    return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]), pool)
+    return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]))

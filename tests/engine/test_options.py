@@ -138,22 +138,21 @@ def test_label_frequencies_tilt_a_corrected_belief_and_believed_applies_a_tasks_
     assert found["asked:a"] == pytest.approx([0.25, 0.75]) and found["scored:a"] == pytest.approx([0.5, 0.5])
 
 
-def test_a_linear_fit_keeps_priors_by_its_options_or_by_position_and_label_frequencies_only_when_asked():
+def test_a_tasks_fit_keeps_priors_by_its_options_or_by_position_and_label_frequencies_only_when_asked():
     yes_no = opt.options_in({"enum": ["yes", "no"]})
     three = opt.options_in({"enum": ["a", "b", "c"]})
     assert yes_no is not None and three is not None
     leaning = {"asked:m": [np.log(0.8), np.log(0.2)], "scored:m": [np.log(0.5), np.log(0.5)]}
-    same = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "four items", pool="linear")
-    assert same.pool == "linear"
+    same = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "four items")
     assert set(same.priors) == {yes_no.key} and opt.LABELS not in same.priors[yes_no.key]
     assert same.priors[yes_no.key]["asked:m"] == pytest.approx([0.8, 0.2]) and same.items == 4
     assert set(same.weights) == {"asked:m", "scored:m"} and same.fitted_on == "four items"
-    with_labels = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", labels=True, pool="linear")
+    with_labels = fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", labels=True)
     assert with_labels.priors[yes_no.key][opt.LABELS] == pytest.approx([4 / 6, 2 / 6])
     flat = {"asked:m": [0.0, 0.0, 0.0], "scored:m": [0.0, 0.0, 0.0]}
-    mixed = fit_task("t", [leaning, flat], [yes_no, three], [0, 2], "", pool="linear")
+    mixed = fit_task("t", [leaning, flat], [yes_no, three], [0, 2], "")
     assert set(mixed.priors) == {"#2", "#3"}
-    assert fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", priors=False, pool="linear").priors == {}
+    assert fit_task("t", [leaning] * 4, [yes_no] * 4, [0, 0, 0, 1], "", priors=False).priors == {}
 
 
 def test_how_likely_guessing_gets_as_many_right_is_exact():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from specem_local.engine import options as opt
+from specem_research import log_pool
 from specem_research import option_report as rep
 
 KNOWS, LEANS, GUESSES = "scored:gemma", "asked:qwen2.5-coder-0.5b", "asked:smol"
@@ -47,11 +48,12 @@ def test_the_fit_finds_the_source_that_knows_and_the_report_compares_each_system
     assert chosen["best"]["source"] == KNOWS and chosen["weights"][KNOWS] > 0.6
     assert np.mean(systems["best"]) > 0.8 and np.mean(systems["today"]) < 0.6
     assert np.mean(systems["fitted"]) >= np.mean(systems["best"]) - 0.02
-    log_kept = rep.fit_task("t", *rep.labelled(train[:100]), "", pool="log")  # the labelled items only
-    assert systems["fitted-log"] == rep.right(records("t", 400, 2), rep.mix(log_kept))
-    assert chosen["log_weights"] == log_kept.weights and log_kept.weights[KNOWS] > 0
-    assert rep.mix(log_kept)(train[0]) == int(np.argmax(opt.pooled(opt.believed(train[0]["scores"], {}),
-                                                                    log_kept.weights, "log")))  # fmt: skip
+    log_weights = rep.log_fit(train[:100])  # the labelled items only
+    assert systems["fitted-log"] == rep.right(records("t", 400, 2), rep.log_mix(log_weights))
+    assert chosen["log_weights"] == log_weights and log_weights[KNOWS] > 0.5
+    beliefs, answers = [opt.believed(r["scores"], {}) for r in train[:100]], [r["answer"] for r in train[:100]]
+    assert log_weights == log_pool.fitted_log_weights(beliefs, answers, log_pool.chosen_penalty(beliefs, answers))
+    assert rep.log_mix(log_weights)(train[0]) == int(np.argmax(log_pool.log_mixed(beliefs[0], log_weights)))
     assert np.mean(systems["choices"]) > np.mean(systems["today"])
     for name, folder in (("train", tmp_path / "train"), ("confirm", tmp_path / "confirm")):
         folder.mkdir()
@@ -91,8 +93,7 @@ def test_fit_writes_the_products_task_weights(tmp_path):
     entries = {e["task"]: e for e in json.loads(out.read_text())}
     assert set(entries) == {"t", "choices"} and entries["t"]["key"] == "KEY" and entries["t"]["items"] == 100
     assert max(entries["t"]["weights"], key=entries["t"]["weights"].get) == KNOWS
-    assert entries["choices"]["priors"] == {} and entries["t"]["priors"] == {}
-    assert entries["t"]["pool"] == "log" and entries["choices"]["pool"] == "linear"
+    assert entries["choices"]["priors"] == {} and set(entries["t"]["priors"]) <= {'["\\"x\\"", "\\"y\\""]'}
 
 
 def test_the_running_prior_is_kept_apart_for_each_number_of_options_and_the_drafted_answers_are_paired(tmp_path):

@@ -1,17 +1,12 @@
-"""The log-linear pool of the sources' beliefs (engine/log_pool.py): its mix, its fit and the
+"""The log-linear pool tried for issue 56 (research/log_pool.py): its mix, its fit and the
 penalty cross-validation chooses, on numbers made up so each answer is known."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from specem_local.engine import log_pool
-from specem_local.engine import options as opt
-from specem_local.engine.task_weights import TaskWeights, _parsed, fit_task
-from specem_local.errors import SpecemError
+from specem_research import log_pool
 
 
 def test_the_pool_is_the_softmax_of_the_weighted_log_beliefs():
@@ -20,8 +15,6 @@ def test_the_pool_is_the_softmax_of_the_weighted_log_beliefs():
     assert log_pool.log_mixed(beliefs, {"a": 1.0, "b": 2.0}) == pytest.approx([0.64, 0.36])
     assert log_pool.log_mixed(beliefs, {"a": -1.0}) == pytest.approx([0.2, 0.8])  # against a's lean
     assert log_pool.log_mixed(beliefs, {}) == pytest.approx([0.5, 0.5])
-    assert opt.pooled(beliefs, {"a": 1.0, "b": 2.0}, "log") == pytest.approx([0.64, 0.36])
-    assert opt.pooled(beliefs, {"a": 1.0, "b": 1.0}, "linear") == pytest.approx([0.6, 0.4])
 
 
 def test_a_belief_of_nothing_counts_as_the_floor_and_a_missing_source_as_silence():
@@ -67,6 +60,9 @@ def test_the_fit_is_the_penalised_likelihoods_optimum_and_a_larger_penalty_shrin
     shrunk = log_pool.fitted_log_weights(beliefs, answers, 30.0)
     assert sum(v * v for v in shrunk.values()) < sum(v * v for v in weights.values())
     assert log_pool.fitted_log_weights([], [], 1.0) == {}
+    assert log_pool.fitted(beliefs, answers) == log_pool.fitted_log_weights(
+        beliefs, answers, log_pool.chosen_penalty(beliefs, answers)
+    )
 
 
 def test_cross_validation_chooses_a_small_penalty_for_signal_and_the_largest_for_noise():
@@ -77,21 +73,3 @@ def test_cross_validation_chooses_a_small_penalty_for_signal_and_the_largest_for
     guessed = [int(rng.integers(0, 2)) for _ in range(100)]
     assert log_pool.chosen_penalty(noise, guessed) == log_pool.PENALTIES[-1]
     assert log_pool.chosen_penalty(beliefs[:1], answers[:1]) == log_pool.PENALTIES[0]  # no fold to hold: the least
-
-
-def test_a_tasks_fit_is_a_log_pool_of_the_raw_beliefs_and_is_kept_and_read_with_its_pool():
-    yes_no = opt.options_in({"enum": ["yes", "no"]})
-    assert yes_no is not None
-    beliefs, answers = made_up(40, 4)
-    scores = [{name: list(np.log(b)) for name, b in item.items()} for item in beliefs]
-    fitted = fit_task("t", scores, [yes_no] * 40, answers, "forty")
-    assert fitted.pool == "log" and fitted.priors == {} and fitted.items == 40
-    penalty = log_pool.chosen_penalty(beliefs, answers)
-    assert fitted.weights == pytest.approx(log_pool.fitted_log_weights(beliefs, answers, penalty))
-    entry = fitted.to_json("KEY")
-    assert entry["pool"] == "log" and _parsed(json.dumps([entry]), "here")[("KEY", "t")] == fitted
-    old = {k: v for k, v in entry.items() if k != "pool"}  # kept before the log pool: a linear one
-    assert _parsed(json.dumps([old]), "here")[("KEY", "t")].pool == "linear"
-    with pytest.raises(SpecemError, match=r"the task weights in here are damaged \(pool 'geometric' is none of "):
-        _parsed(json.dumps([{**entry, "pool": "geometric"}]), "here")
-    assert TaskWeights("t", {}, {}, 0, "").pool == "linear"

@@ -1,12 +1,13 @@
-"""A log-linear pool of the sources' beliefs over a few options (issue 56), as plain functions.
+"""A log-linear pool of the sources' beliefs over a few options: the alternative to the
+product's linear pool tried for issue 56 and not shipped (docs/choices.md, "A log-linear pool
+for a task's weights": ahead on train splits, behind the linear fit on the confirm items).
 
 The linear pool (``options.mixed``) averages the sources' beliefs: a source that knows the task
 is diluted by every source at chance, and none can say "the opposite of what that one leans to".
 The log-linear pool multiplies them, each raised to its weight: the answer's probabilities are
-the softmax of ``sum_s w_s log b_s``. A weight may be large, zero or negative, and, fitted by
-maximum likelihood on labelled items (a conditional logit), the pool's probability of an answer
-is fitted as a probability. Chosen for a task's own weights on the train splits only
-(docs/choices.md, "A log-linear pool for a task's weights").
+the softmax of ``sum_s w_s log b_s``. A weight may be large, zero or negative; fitted by
+maximum likelihood on labelled items (a conditional logit), with an L2 penalty chosen by
+cross-validation on the same items.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def log_beliefs(beliefs: Mapping[str, np.ndarray], names: Sequence[str], count: 
     is a row of zeros: it says nothing."""
     rows = [np.log(np.maximum(beliefs[name], LOG_FLOOR)) if name in beliefs else np.zeros(count) for name in names]
     return np.stack(rows) if rows else np.zeros((0, count))
+
+
+def fitted(beliefs: Sequence[Mapping[str, np.ndarray]], answers: Sequence[int]) -> dict[str, float]:
+    """The weights fitted on labelled items with the penalty cross-validation chooses."""
+    return fitted_log_weights(beliefs, answers, chosen_penalty(beliefs, answers))
 
 
 def log_mixed(beliefs: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
