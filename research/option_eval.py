@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--ensemble-key", required=True)
     fit.add_argument("--tasks", nargs="+", metavar="TASK", help="the tasks whose weights ship (default: all)")
     fit.add_argument("--output", required=True)
+    splits = commands.add_parser("splits", help="the log-linear pool against the best source on train splits")
+    splits.add_argument("--train", required=True)
+    splits.add_argument("--labelled", type=int, default=100)
+    splits.add_argument("--repeats", type=int, default=8)
+    splits.add_argument("--seed", type=int, default=1)
+    splits.add_argument("--output", required=True)
     inside_report = commands.add_parser("inside-report")
     inside_report.add_argument("run", help="an option_eval inside output folder")
     inside_report.add_argument("--output", required=True)
@@ -204,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from specem_research import option_report
 
+    if args.command == "splits":
+        return option_report.cmd_splits(args)
     return option_report.cmd_report(args) if args.command == "report" else option_report.cmd_fit(args)
 
 

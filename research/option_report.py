@@ -191,6 +191,50 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def log_pool_on_train_splits(train: Mapping[str, list[dict[str, Any]]], labelled_items: int, repeats: int,
+                             seed: int) -> dict[str, Any]:  # fmt: skip
+    """How the log-linear pool was chosen, on the train items only: each task's records split at
+    random ``repeats`` times into ``labelled_items`` to fit on and the rest to score; on each
+    split, the best (source, correction) chosen on the labelled items, the product's linear fit
+    (``specem calibrate --task``: smoothing 1, priors) and the log-linear pool, per task and
+    pooled, each paired with the best. The splits overlap: this chose a method, it tests none."""
+    rng = np.random.default_rng(seed)
+    marks: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for task, records in sorted(train.items()):
+        sources = sorted(records[0]["scores"])
+        for _ in range(repeats):
+            order = rng.permutation(len(records))
+            fit_on = [records[i] for i in order[:labelled_items]]
+            held = [records[i] for i in order[labelled_items:]]
+            corrections = {key: fit(fit_on, 1.0, *key) for key in CORRECTIONS}
+            candidates = [(name, key) for name in sources for key in CORRECTIONS]
+            on_fit = [float(np.mean(right(fit_on, mix(corrections[c[1]], {c[0]: 1.0})))) for c in candidates]
+            name, key = candidates[int(np.argmax(on_fit))]  # ties: the first
+            picks = {"best": mix(corrections[key], {name: 1.0}), "linear": mix(corrections[(True, False)]),
+                     "log": log_mix(log_fit(fit_on))}  # fmt: skip
+            for system, pick in picks.items():
+                marks[task][system] += right(held, pick)
+    pooled: dict[str, list[bool]] = defaultdict(list)
+    found: dict[str, Any] = {}
+    for task, systems in [*marks.items(), ("pooled", pooled)]:
+        if task != "pooled":
+            for system, each in systems.items():
+                pooled[system] += each
+        found[task] = {system: float(np.mean(each)) for system, each in systems.items()}
+        found[task]["log_vs_best"] = paired(systems["log"], systems["best"])
+    return found
+
+
+def cmd_splits(args: argparse.Namespace) -> int:
+    found = log_pool_on_train_splits(by_task(read(args.train)), args.labelled, args.repeats, args.seed)
+    Path(args.output).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    for task, entry in found.items():
+        pair = entry["log_vs_best"]
+        print(f"{task:<14} best {100 * entry['best']:.1f}  linear {100 * entry['linear']:.1f}  "
+              f"log {100 * entry['log']:.1f}  log vs best +{pair['ahead']}/-{pair['behind']}")  # fmt: skip
+    return 0
+
+
 def label_free_on_train(train: Mapping[str, list[dict[str, Any]]], labelled_items: int,
                         pool: set[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The choice between the two label-free systems, made on the train items (no confirm item

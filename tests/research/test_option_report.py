@@ -166,3 +166,26 @@ def test_fit_ships_only_the_tasks_named(tmp_path):
     assert rep.cmd_fit(args) == 0
     entries = {e["task"]: e for e in json.loads(out.read_text())}
     assert set(entries) == {"t", "choices"} and entries["choices"]["items"] == 100
+
+
+def test_the_log_pool_is_compared_on_random_splits_of_the_train_items_only(tmp_path):
+    train = {"t": records("t", 60, 6), "u": records("u", 60, 7)}
+    found = rep.log_pool_on_train_splits(train, 20, 3, 0)
+    rng = np.random.default_rng(0)
+    marks: dict[str, list[bool]] = {"best": [], "linear": [], "log": []}
+    for task in ("t", "u"):  # the same splits, drawn in the same order
+        for _ in range(3):
+            order = rng.permutation(60)
+            fit_on, held = [train[task][i] for i in order[:20]], [train[task][i] for i in order[20:]]
+            best = rep.mix(rep.fit(fit_on, 1.0, False, False), {KNOWS: 1.0})  # the source that knows, uncorrected
+            marks["best"] += rep.right(held, best)
+            marks["linear"] += rep.right(held, rep.mix(rep.fit(fit_on, 1.0, True, False)))
+            marks["log"] += rep.right(held, rep.log_mix(rep.log_fit(fit_on)))
+    for system, each in marks.items():
+        assert found["pooled"][system] == pytest.approx(np.mean(each)), system
+    assert found["pooled"]["log_vs_best"] == rep.paired(marks["log"], marks["best"])
+    assert set(found) == {"t", "u", "pooled"} and found["t"]["best"] > 0.7
+    out = tmp_path / "splits.json"
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train["t"] + train["u"]))
+    args = argparse.Namespace(train=tmp_path, labelled=20, repeats=3, seed=0, output=out)
+    assert rep.cmd_splits(args) == 0 and json.loads(out.read_text()) == json.loads(json.dumps(found))
