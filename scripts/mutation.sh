@@ -69,7 +69,7 @@ for module in "$@"; do
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
-      selection='["tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py"]' ;;
+      selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py"]' ;;
     server/anthropic_format.py|server/anthropic_output.py)
       selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py"]' ;;
     server/writers.py)

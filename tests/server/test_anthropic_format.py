@@ -547,3 +547,46 @@ def test_each_refusal_names_the_requests_field_it_found_wrong(sent, field):
     with pytest.raises(ApiError) as caught:
         an.parse_request(sent, MEMBERS)
     assert caught.value.param == field
+
+
+def test_what_the_start_said_rides_in_x_specem_and_every_delta_carries_its_rounds_facts():
+    parsed = an.parse_request(body(tools=[WEATHER]))
+    start = dataclasses.replace(START, absent={"c": "its file is missing"}, notes=("the format is approximate",))
+    said = {"absent": {"c": "its file is missing"}, "notes": ["the format is approximate"]}
+    whole = ao.message(parsed, Whole(start, final_of("Paris.")))["x_specem"]
+    assert {key: whole[key] for key in said} == said
+    writer = ao.StreamedMessage(parsed)
+    writer.of(start)
+    text = writer.of(round_of('{"response": "Hi', 3))
+    assert text[-1][1]["x_specem"]["round"] == 3 and text[-1][1]["x_specem"]["author"] == "a"
+    ended = writer.of(final_of("x"))[-2][1]["x_specem"]
+    assert {key: ended[key] for key in said} == said
+    called = ao.StreamedMessage(parsed)
+    called.of(start)
+    [_, (_, delta), _] = called.of(round_of('{"tool_calls": [{"name": "get_weather", "arguments": {}}]}', 4))
+    assert delta["delta"]["type"] == "input_json_delta" and delta["x_specem"]["round"] == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "phase"),
+    [("Hmm.", "reasoning"), ('{"tool_calls": [{"name": "get_weather", "arguments": {}}]}', "answer")],
+)
+def test_a_stream_whose_first_event_is_a_thought_or_a_call_still_starts_with_the_message(text, phase):
+    said = ao.StreamedMessage(an.parse_request(body(tools=[WEATHER]))).of(round_of(text, 1, phase))
+    assert [name for name, _ in said][:2] == ["message_start", "content_block_start"]
+
+
+def test_text_and_arguments_go_out_as_utf8_never_escaped():
+    """Anthropic's API sends UTF-8 as it is: a client reading the raw stream sees the text."""
+    parsed = an.parse_request(body(tools=[WEATHER]))
+
+    async def collect(events: AsyncIterator[Event]) -> list[dict[str, str]]:
+        return [sent async for sent in ao.sse_events(parsed, events)]
+
+    sent = asyncio.run(collect(events_of(START, round_of('{"response": "Zürich', 1), final_of("x"))))
+    assert '"text": "Zürich"' in sent[2]["data"]
+    writer = ao.StreamedMessage(parsed)
+    writer.of(START)
+    call = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Zürich"}}]}'
+    [_, (_, delta), _] = writer.of(round_of(call, 1))
+    assert delta["delta"]["partial_json"] == '{"city": "Zürich"}'
