@@ -54,6 +54,9 @@ def test_a_response_in_progress_then_completed_or_incomplete_with_the_usage_of_e
         "output_tokens_details": {"reasoning_tokens": 4}, "total_tokens": 24,
     }  # fmt: skip
     assert done["x_specem"]["wins"] == {"a": 3} and "answers" not in done["x_specem"]
+    start = dataclasses.replace(START, absent={"c": "its file is missing"}, notes=("approximate",))
+    facts = ro.response(asked, start, final, [])["x_specem"]
+    assert facts["absent"] == {"c": "its file is missing"} and facts["notes"] == ["approximate"]
     earlier = Whole(dataclasses.replace(START, prompt_tokens={"a": 30}), dataclasses.replace(final, tokens=5))
     looped = ro.response(asked, START, final, [], [earlier, earlier])
     assert looped["usage"]["input_tokens"] == 15 + 30 + 30 and looped["usage"]["output_tokens"] == 9 + 5 + 5
@@ -140,6 +143,7 @@ def test_a_stream_is_numbered_each_item_added_written_and_done_in_order():
     ]  # fmt: skip
     assert said[0]["response"]["status"] == "in_progress" and said[1]["response"] == said[0]["response"]
     thought_id = said[2]["item"]["id"]
+    assert thought_id.startswith("rs_") and len(thought_id) == 35 and said[6]["item"]["id"] == thought_id
     assert said[2]["item"] == {"type": "reasoning", "id": thought_id, "summary": []} and said[2]["output_index"] == 0
     assert said[3] == {"type": "response.reasoning_text.delta", "sequence_number": 4, "item_id": thought_id,
                        "output_index": 0, "content_index": 0, "delta": "Hmm"}  # fmt: skip
@@ -160,6 +164,7 @@ def test_a_stream_is_numbered_each_item_added_written_and_done_in_order():
     assert said[12]["part"] == {"type": "output_text", "text": "It is sunny", "annotations": []}
     assert (said[12]["item_id"], said[12]["output_index"], said[12]["content_index"]) == (message_id, 1, 0)
     assert said[13]["item"]["content"][0]["text"] == "It is sunny" and said[13]["item"]["status"] == "completed"
+    assert said[13]["item"]["id"] == message_id
     added, delta, done, item_done = said[14:18]
     assert added["output_index"] == 2 and added["item"] == {"type": "function_call", "id": "fc_9",
         "call_id": "call_9", "name": "get_weather", "arguments": "", "status": "in_progress"}  # fmt: skip
@@ -180,6 +185,11 @@ def test_a_stream_that_wrote_nothing_ends_with_an_empty_message_unless_it_had_to
     assert kinds(said) == ["created", "in_progress", "output_item.added", "content_part.added", "output_text.delta",
                            "output_text.done", "content_part.done", "output_item.done", "incomplete"]  # fmt: skip
     assert said[-1]["response"]["output"][0]["content"] == [{"type": "output_text", "text": "", "annotations": []}]
+    spoke = ro.Events(request())
+    said = [*spoke.started(), *spoke.piece(Piece(round_of("Hi", 1), text="Hi")), *spoke.ended(START, final_of("Hi"))]
+    assert kinds(said)[-5:] == ["output_text.delta", "output_text.done", "content_part.done", "output_item.done",
+                                "completed"]  # fmt: skip
+    assert [item["content"][0]["text"] for item in said[-1]["response"]["output"]] == ["Hi"]  # no empty one after
     tooled = ro.Events(request(tools=[WEATHER]))
     said = [*tooled.started(), *tooled.ended(START, final_of(""))]
     assert kinds(said) == ["created", "in_progress", "completed"] and said[-1]["response"]["output"] == []
@@ -196,6 +206,10 @@ def test_an_mcp_loop_lists_its_servers_skips_the_calls_it_runs_and_counts_every_
     said += writer.piece(Piece(round_of("Let me see", 1), text="Let me see"))
     ran = ToolCall("weather__now", {}, "call_3")
     assert list(writer.piece(Piece(round_of("{}", 2), calls=((0, ran),)))) == []  # the server runs it
+    beside = ro.Events(asked)
+    theirs = ToolCall("get_weather", {}, "call_4")
+    both = list(beside.piece(Piece(round_of("{}", 1), calls=((0, ran), (1, theirs)))))
+    assert [e["item"]["id"] for e in both if e["type"] == "response.output_item.done"] == ["fc_4"]  # the client's
     first = Whole(START, final_of("{}", parsed=ToolReply((ran,))))
     result = ro.mcp_call_item(NOW, ran, "12:00")
     answered = list(writer.answered(first, [result]))
