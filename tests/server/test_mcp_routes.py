@@ -19,13 +19,14 @@ import openai
 import pytest
 
 from specem_local.commands.cli import main
-from specem_local.engine import Ensemble
+from specem_local.engine import Ensemble, ToolCall
 from specem_local.mcp import McpTools
 from specem_local.server import EnsembleServer, ServerOptions
+from specem_local.server.mcp_rounds import called_and_answered
 from specem_local.storage.history import History
 from tests.conftest import poll_until
 from tests.engine.conftest import fake_ensemble, fake_member
-from tests.engine.test_functions import calls_until, scripted
+from tests.engine.test_functions import FORCED, calls_until, scripted
 from tests.mcp.servers import EXITS, gone, marker, processes, python, tools_server, write_config
 from tests.server.live import free_port, health, serving
 
@@ -80,7 +81,7 @@ def kinds(reply) -> list[str]:
 
 
 def test_the_server_runs_the_mcp_tool_and_the_answer_reads_its_result(tools):
-    members = both(calls_until("add returned: 5", ADD, "It is 5."))
+    members = both(calls_until("add returned:", ADD, "It is 5."))  # any result ends the loop: one round
     with served(tools, *members) as client:
         reply = client.responses.create(model="specem", input="Add 2 and 3.", tools=[CALC])
     assert kinds(reply) == ["mcp_list_tools", "mcp_call", "message"]
@@ -161,12 +162,50 @@ def test_a_call_that_does_not_answer_in_time_is_one_error_line(tmp_path):
 
 
 def test_after_8_rounds_of_results_the_answer_is_a_message(tools):
-    members = both(calls_until("never", ADD))  # calls again and again, unless told not to
+    def script(text: str) -> str:  # calls again and again unless told not to, and gives up after 10 results
+        return '{"response": "Done."}' if FORCED in text or text.count("add returned: 5") >= 10 else ADD
+
+    members = both(script)
     with served(tools, *members, max_tokens=100) as client:
         reply = client.responses.create(model="specem", input="Keep adding.", tools=[CALC])
     assert kinds(reply) == ["mcp_list_tools", *["mcp_call"] * 8, "message"]
     assert all(item.output == "5" for item in reply.output[1:-1])
     assert reply.output_text == "Done." and members[0].model.read.count("add returned: 5") == 8
+
+
+def test_two_rounds_of_results_are_three_answers_each_counted_in_the_usage(tools):
+    def script(text: str) -> str:  # calls twice, then answers
+        return '{"response": "It is 5."}' if text.count("add returned: 5") >= 2 else ADD
+
+    with served(tools, *both(script)) as client:
+        reply = client.responses.create(model="specem", input="Add twice.", tools=[CALC])
+        once = client.responses.create(model="specem", input="Add once.", tools=[CALC], max_output_tokens=80)
+    assert kinds(reply) == ["mcp_list_tools", "mcp_call", "mcp_call", "message"]
+    assert reply.model_extra["x_specem"]["answers"] == 3
+    assert reply.usage.output_tokens >= 2 * len(ADD) + len('{"response": "It is 5."}') - 4  # all three answers
+    assert once.usage.input_tokens < reply.usage.input_tokens  # each answer's prompt counted: the later are longer
+
+
+def test_an_answer_cut_while_calling_an_mcp_tool_runs_nothing_and_says_so(tools):
+    members = both(calls_until("never", ADD))
+    with served(tools, *members, max_tokens=len(ADD) - 2) as client:  # the call whole, the envelope not closed
+        reply = client.responses.create(model="specem", input="Add.", tools=[CALC])
+    assert kinds(reply) == ["mcp_list_tools", "mcp_call"] and reply.status == "incomplete"
+    call = reply.output[1]
+    assert (call.name, call.status, call.output, call.error) == ("add", "incomplete", None, None)
+    assert json.loads(call.arguments) == {"a": 2, "b": 3} and "add returned" not in members[0].model.read
+
+
+def test_the_calls_and_their_results_are_read_by_the_next_answer_in_openais_shape():
+    calls = [ToolCall("add", {"a": 2, "name": "Zoë"}, "call_1"), ToolCall("fail", {}, "call_2")]
+    assert called_and_answered(calls, ["5", "error: no"]) == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "name": "Zoë"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "fail", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "error: no"},
+    ]  # fmt: skip
 
 
 def test_a_client_function_called_beside_an_mcp_tool_comes_back_and_the_mcp_call_still_runs(tools):
