@@ -125,6 +125,21 @@ def paired(first: list[bool], second: list[bool]) -> dict[str, Any]:
     return {"ahead": only_first, "behind": only_second, "p": mcnemar_exact_p(only_first, only_second)}
 
 
+Correction = tuple[bool, bool]
+
+
+def best_source(
+    fit_on: Sequence[Record], sources: Sequence[str]
+) -> tuple[dict[Correction, TaskWeights], tuple[str, Correction], float]:
+    """The fits of each correction on the labelled items, the (source, correction) right most
+    often on them (ties: the first, sources sorted, less correction first), and how often."""
+    corrections = {(priors, labels): fit(fit_on, 1.0, priors, labels) for priors, labels in CORRECTIONS}
+    candidates = [(name, key) for name in sources for key in CORRECTIONS]
+    on_fit = [float(np.mean(right(fit_on, mix(corrections[c[1]], {c[0]: 1.0})))) for c in candidates]
+    chosen = int(np.argmax(on_fit))
+    return corrections, candidates[chosen], on_fit[chosen]
+
+
 def task_systems(
     train: list[dict[str, Any]], confirm: list[dict[str, Any]], others: list[dict[str, Any]], labelled_items: int
 ) -> tuple[dict[str, list[bool]], dict[str, Any]]:
@@ -133,10 +148,7 @@ def task_systems(
     fit_on = train[:labelled_items]
     systems: dict[str, list[bool]] = {name: right(confirm, mix(fit(fit_on, 1.0, False, False), {name: 1.0}))
                                       for name in sources}  # fmt: skip
-    corrections = {(priors, labels): fit(fit_on, 1.0, priors, labels) for priors, labels in CORRECTIONS}
-    candidates = [(name, key) for name in sources for key in CORRECTIONS]
-    on_train = {c: float(np.mean(right(fit_on, mix(corrections[c[1]], {c[0]: 1.0})))) for c in candidates}
-    best = max(candidates, key=lambda c: (on_train[c], -candidates.index(c)))
+    corrections, best, on_train = best_source(fit_on, sources)
     systems["best"] = right(confirm, mix(corrections[best[1]], {best[0]: 1.0}))
     systems["today"] = systems[TODAY] if TODAY in sources else systems[sources[0]]
     uniform = dict.fromkeys(sources, 1.0)
@@ -149,7 +161,7 @@ def task_systems(
     pooled = fit(others, 1.0, False, False) if others else corrections[(False, False)]
     systems["choices"] = right(confirm, mix(pooled))
     systems["running"] = right(confirm, running(confirm))
-    chosen = {"best": {"source": best[0], "priors": best[1][0], "labels": best[1][1], "train_accuracy": on_train[best]},
+    chosen = {"best": {"source": best[0], "priors": best[1][0], "labels": best[1][1], "train_accuracy": on_train},
               "fit": settings, "weights": kept.weights, "log_weights": log_weights,
               "choices_weights": pooled.weights}  # fmt: skip
     return systems, chosen
@@ -206,10 +218,7 @@ def log_pool_on_train_splits(train: Mapping[str, list[dict[str, Any]]], labelled
             order = rng.permutation(len(records))
             fit_on = [records[i] for i in order[:labelled_items]]
             held = [records[i] for i in order[labelled_items:]]
-            corrections = {key: fit(fit_on, 1.0, *key) for key in CORRECTIONS}
-            candidates = [(name, key) for name in sources for key in CORRECTIONS]
-            on_fit = [float(np.mean(right(fit_on, mix(corrections[c[1]], {c[0]: 1.0})))) for c in candidates]
-            name, key = candidates[int(np.argmax(on_fit))]  # ties: the first
+            corrections, (name, key), _ = best_source(fit_on, sources)
             picks = {"best": mix(corrections[key], {name: 1.0}), "linear": mix(corrections[(True, False)]),
                      "log": log_mix(log_fit(fit_on))}  # fmt: skip
             for system, pick in picks.items():
