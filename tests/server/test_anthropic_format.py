@@ -516,24 +516,29 @@ async def events_of(*events: Event, fail: Exception | None = None) -> AsyncItera
         raise fail
 
 
-def test_the_sse_events_are_named_with_their_json_and_a_failure_is_an_error_event():
-    parsed = an.parse_request(body())
+def sse(parsed: an.Request, events: AsyncIterator[Event]) -> list[dict[str, str]]:
+    """The Server-Sent Events ``sse_events`` makes of these events, collected."""
 
-    async def collect(events: AsyncIterator[Event]) -> list[dict[str, str]]:
+    async def collect() -> list[dict[str, str]]:
         return [sent async for sent in ao.sse_events(parsed, events)]
 
-    sent = asyncio.run(collect(events_of(START, round_of("Hi\u2028there\n", 1), final_of("x"))))
+    return asyncio.run(collect())
+
+
+def test_the_sse_events_are_named_with_their_json_and_a_failure_is_an_error_event():
+    parsed = an.parse_request(body())
+    sent = sse(parsed, events_of(START, round_of("Hi\u2028there\n", 1), final_of("x")))
     assert [s["event"] for s in sent] == [
         "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
         "message_stop",
     ]  # fmt: skip
     assert json.loads(sent[2]["data"])["delta"]["text"] == "Hi\u2028there\n" and "\n" not in sent[2]["data"]
-    failed = asyncio.run(collect(events_of(START, fail=RuntimeError("decode failed"))))
+    failed = sse(parsed, events_of(START, fail=RuntimeError("decode failed")))
     assert failed[-1] == {
         "event": "error",
         "data": json.dumps(error("api_error", "the answer failed: RuntimeError: decode failed")),
     }
-    refused = asyncio.run(collect(events_of(fail=SettingError("think: too much", "think"))))
+    refused = sse(parsed, events_of(fail=SettingError("think: too much", "think")))
     assert refused == [{"event": "error", "data": json.dumps(error(REQUEST, "think: too much"))}]
 
 
@@ -579,11 +584,7 @@ def test_a_stream_whose_first_event_is_a_thought_or_a_call_still_starts_with_the
 def test_text_and_arguments_go_out_as_utf8_never_escaped():
     """Anthropic's API sends UTF-8 as it is: a client reading the raw stream sees the text."""
     parsed = an.parse_request(body(tools=[WEATHER]))
-
-    async def collect(events: AsyncIterator[Event]) -> list[dict[str, str]]:
-        return [sent async for sent in ao.sse_events(parsed, events)]
-
-    sent = asyncio.run(collect(events_of(START, round_of('{"response": "Zürich', 1), final_of("x"))))
+    sent = sse(parsed, events_of(START, round_of('{"response": "Zürich', 1), final_of("x")))
     assert '"text": "Zürich"' in sent[2]["data"]
     writer = ao.StreamedMessage(parsed)
     writer.of(START)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sqlite3
@@ -20,7 +19,6 @@ from specem_local.storage.chat_files import chat_to_json, export_chat
 from specem_local.storage.chats import INTERRUPTED, Chat, Turn
 from specem_local.storage.database import MIGRATIONS
 from specem_local.storage.history import History
-from specem_local.storage.history_rows import state_of
 from specem_local.storage.weights import WeightStore
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 
@@ -272,11 +270,3 @@ def test_a_search_of_long_messages_is_linear_and_takes_no_write_lock(tmp_path):
     finally:
         writer.rollback()
         writer.close()
-
-
-def test_a_turns_state_says_how_its_answer_ended():
-    final = FinalEvent("ok", "eos", 1, 1, 1.0, 1.0, {}, 1.0, {}, False)
-    assert state_of(Turn("assistant", "ok", final=final)) == "done"
-    assert state_of(Turn("assistant", "o", final=dataclasses.replace(final, finish_reason="cancelled"))) == "stopped"
-    assert state_of(Turn("assistant", "o", error="the member was lost")) == "failed"
-    assert state_of(Turn("assistant", "o", error=INTERRUPTED)) == "interrupted"

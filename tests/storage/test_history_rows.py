@@ -4,15 +4,16 @@ as alive, and rounds numbered so that later ones are added, never written over."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import sqlite3
 import time
 
-from specem_local.events import RoundEvent
-from specem_local.storage.chats import GIVEN, Chat, Turn
+from specem_local.events import FinalEvent, RoundEvent
+from specem_local.storage.chats import GIVEN, INTERRUPTED, Chat, Turn
 from specem_local.storage.history import History
-from specem_local.storage.history_rows import STALE_SECONDS, this_writer, turn_from_row, writer_alive
+from specem_local.storage.history_rows import STALE_SECONDS, state_of, this_writer, turn_from_row, writer_alive
 from tests.storage.test_history import answer_events
 
 
@@ -20,6 +21,14 @@ def rounds_table() -> sqlite3.Connection:
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE rounds (message_id INTEGER, number INTEGER, event TEXT)")
     return db
+
+
+def test_a_turns_state_says_how_its_answer_ended():
+    final = FinalEvent("ok", "eos", 1, 1, 1.0, 1.0, {}, 1.0, {}, False)
+    assert state_of(Turn("assistant", "ok", final=final)) == "done"
+    assert state_of(Turn("assistant", "o", final=dataclasses.replace(final, finish_reason="cancelled"))) == "stopped"
+    assert state_of(Turn("assistant", "o", error="the member was lost")) == "failed"
+    assert state_of(Turn("assistant", "o", error=INTERRUPTED)) == "interrupted"
 
 
 def test_a_message_reads_back_as_its_state_says():
@@ -51,9 +60,9 @@ def test_rounds_written_later_are_added_after_the_first_never_over_them(tmp_path
     rounds = [e for e in answer_events() if isinstance(e, RoundEvent)]
     assert len(rounds) >= 3
     chat = Chat()
-    history.add(chat, Turn("user", "q"))
-    first = Turn("assistant", "so far", rounds=rounds[:2])
-    [message_id] = history._insert(chat, [(first, "streaming")])
+    message_id = history.start_answer(
+        chat, Turn("assistant", "so far", rounds=rounds[:2]), [Turn("user", "q")]
+    ).message_id
     later = Turn("assistant", "all of it", rounds=rounds)
     history.update(message_id, later, 2)
     with sqlite3.connect(history.path) as db:
