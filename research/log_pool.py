@@ -51,10 +51,17 @@ def fitted_log_weights(
     ``penalty`` times their squared sum (Newton's method: the problem is strictly concave, so it
     has one optimum; with no items, every weight is 0)."""
     names = list(beliefs[0]) if beliefs else []
-    matrices = [log_beliefs(item, names, len(next(iter(item.values())))) for item in beliefs]
-    weights = np.zeros(len(names))
+    return dict(zip(names, _newton(_matrices(beliefs, names), answers, penalty, len(names)).tolist()))
+
+
+def _matrices(beliefs: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[np.ndarray]:
+    return [log_beliefs(item, names, len(next(iter(item.values())))) for item in beliefs]
+
+
+def _newton(matrices: Sequence[np.ndarray], answers: Sequence[int], penalty: float, size: int) -> np.ndarray:
+    weights = np.zeros(size)
     for _ in range(ROUNDS):
-        gradient, hessian = 2 * penalty * weights, 2 * penalty * np.eye(len(names))
+        gradient, hessian = 2 * penalty * weights, 2 * penalty * np.eye(size)
         for matrix, answer in zip(matrices, answers):
             probabilities = _softmax(weights @ matrix)
             expected = matrix @ probabilities
@@ -64,7 +71,7 @@ def fitted_log_weights(
         weights -= step
         if np.abs(step).max(initial=0.0) < 1e-9:
             break
-    return {name: float(w) for name, w in zip(names, weights)}
+    return weights
 
 
 def log_likelihood(
@@ -76,7 +83,10 @@ def log_likelihood(
 
 def chosen_penalty(beliefs: Sequence[Mapping[str, np.ndarray]], answers: Sequence[int]) -> float:
     """The penalty (of ``PENALTIES``) whose fits are likeliest to give held-out labelled answers:
-    ``FOLDS``-fold cross-validation on the items themselves (ties: the smaller penalty)."""
+    ``FOLDS``-fold cross-validation on the items themselves (ties: the smaller penalty). Each
+    item's log-beliefs are taken once, for every fold and penalty."""
+    names = list(beliefs[0]) if beliefs else []
+    matrices = _matrices(beliefs, names)
 
     def held_out(penalty: float) -> float:
         total = 0.0
@@ -85,8 +95,8 @@ def chosen_penalty(beliefs: Sequence[Mapping[str, np.ndarray]], answers: Sequenc
             held = [i for i in range(len(answers)) if i % FOLDS == fold]
             if not held or not fit_on:
                 continue
-            weights = fitted_log_weights([beliefs[i] for i in fit_on], [answers[i] for i in fit_on], penalty)
-            total += log_likelihood([beliefs[i] for i in held], [answers[i] for i in held], weights)
+            weights = _newton([matrices[i] for i in fit_on], [answers[i] for i in fit_on], penalty, len(names))
+            total += sum(float(np.log(max(_softmax(weights @ matrices[i])[answers[i]], 1e-300))) for i in held)
         return total
 
     scored = [(held_out(penalty), -index) for index, penalty in enumerate(PENALTIES)]
