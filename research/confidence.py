@@ -11,13 +11,15 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
   the ECE a perfectly calibrated confidence would show on as many answers;
 - beside it, on the same answers, the free baselines a single model has: its mean token
   log-probability and its least token probability (the author's, here the best member's);
-- and the paid checks, computed from the run's other answers: the share of the witnesses
-  (the other members, each alone, greedy) whose final answer equals the ensemble's, and the
-  best member's k samples (``--samples RUN...``, ``specem eval --sampled`` runs) agreeing.
+- and the paid checks, computed from other answers to the same items: the share of the
+  witnesses (the other members, each alone, greedy: a system of the run, or ``RUN:SYSTEM``
+  where that member's answers were recorded by another run) whose final answer equals the
+  ensemble's, and the best member's k samples (``--samples RUN[:SYSTEM]...``, ``specem eval
+  --sampled`` runs; their first system unless named) agreeing.
 
     python -m specem_research.confidence fit RUN [RUN ...] --system ensemble --name NAME [--l2 L2] --output FILE
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
-        [--witness MEMBER ...] [--samples RUN ...] --output FILE
+        [--witness MEMBER|RUN:MEMBER ...] [--samples RUN[:SYSTEM] ...] --output FILE
     python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE] --output FILE
     python -m specem_research.confidence penalty RUN [RUN ...] --output FILE   # the fit's L2 penalty, cross-validated
 """
@@ -146,21 +148,41 @@ def measures(scores: Sequence[float], right: Sequence[bool], probabilities: bool
     return out
 
 
+def answer_source(name: str, run_default: bool) -> tuple[str | None, dict[str, dict[str, Any]] | None]:
+    """Where a check's answers are: ``RUN:SYSTEM``, that system's answers to the same items in
+    another run, by id (recorded once, not run again); otherwise ``name`` is a system of the
+    reported run (a witness: None), or a run whose first system is read (a samples run)."""
+    folder, _, system = name.rpartition(":")
+    if folder and Path(folder).is_dir():
+        return system, {record["id"]: record for record in items(Path(folder))}
+    if run_default:
+        return None, {record["id"]: record for record in items(Path(name))}
+    return name, None
+
+
+def recorded_answer(record: dict[str, Any], name: str | None, run: dict[str, dict[str, Any]] | None
+                    ) -> dict[str, Any] | None:  # fmt: skip
+    """A check's answer to ``record``'s item: system ``name`` (None: the first) of ``run`` (None:
+    the reported run's own record); None where it has none."""
+    holder = record if run is None else run.get(record["id"])
+    if holder is None:
+        return None
+    return holder["systems"].get(name or next(iter(holder["systems"])))
+
+
 def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequence[str],
-                samples: Sequence[Path]) -> list[dict[str, Any]]:  # fmt: skip
+                samples: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
     """Each item's answer by ``system`` with the paid checks' agreement in its evidence: the share
-    of ``witnesses`` (other systems of the run) and of the best member's ``samples`` (other runs)
-    whose final answer is the system's."""
-    sampled = [{record["id"]: record for record in items(run)} for run in samples]
+    of ``witnesses`` (other members alone) and of the best member's ``samples`` (its sampled
+    runs) whose final answer is the system's (each named as ``answer_source`` reads it)."""
+    sources = [answer_source(w, False) for w in witnesses] + [answer_source(s, True) for s in samples]
     out = []
     for record in run_items:
         answer = record["systems"].get(system)
         if answer is None or answer.get("evidence") is None:
             continue
-        others = [record["systems"][w] for w in witnesses if w in record["systems"]]
-        others += [
-            s[record["id"]]["systems"][next(iter(s[record["id"]]["systems"]))] for s in sampled if record["id"] in s
-        ]
+        found = (recorded_answer(record, name, run) for name, run in sources)
+        others = [other for other in found if other is not None]
         evidence = dict(answer["evidence"])
         if others:
             evidence[CHECK] = sum(answer_agreement(answer["extracted"], o["extracted"]) for o in others) / len(others)
@@ -302,8 +324,15 @@ def main() -> None:
         what = "specem eval output folders, their answers pooled" if several else "a specem eval output folder"
         sub.add_argument("run", type=Path, nargs="+" if several else None, help=what)
         sub.add_argument("--system", default="ensemble")
-        sub.add_argument("--witness", action="append", default=[], help="another system of the run, as a witness")
-        sub.add_argument("--samples", action="append", type=Path, default=[], help="a sampled run of the best member")
+        sub.add_argument(
+            "--witness",
+            action="append",
+            default=[],
+            help="another system of the run, or RUN:SYSTEM of another run on the same items",
+        )
+        sub.add_argument(
+            "--samples", action="append", default=[], help="a sampled run of the best member (RUN[:SYSTEM])"
+        )
         sub.add_argument("--output", type=Path, required=True)
         if action == "fit":
             sub.add_argument("--name", required=True, help="what it was fitted on, in words")

@@ -105,3 +105,39 @@ def test_fit_and_penalty_pool_the_answers_of_every_run_named(tmp_path, monkeypat
     penalties = json.loads((tmp_path / "p.json").read_text())
     assert penalties["answers"] == 70 and penalties["run"] == [str(first), str(second)]
     assert penalties["best"] == min(report.PENALTIES, key=lambda l2: penalties["log_loss"][str(l2)])
+
+
+def test_a_witness_recorded_by_another_run_is_read_by_id(tmp_path):
+    """``RUN:SYSTEM`` takes that member's answer to the same item from another run, matched by id
+    (not by position), and a witness the run lacks for an item is left out of that item's share."""
+    run = tmp_path / "run"
+    run.mkdir()
+    answers = [{"id": i, "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": x}}}
+               for i, x in (("a", "7"), ("b", "8"), ("c", "9"))]  # fmt: skip
+    (run / "items.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers), encoding="utf-8")
+    other = tmp_path / "other"
+    other.mkdir()
+    recorded = [{"id": i, "systems": {"ensemble": {"extracted": "0"}, "small": {"extracted": x}}}
+                for i, x in (("b", "5"), ("a", "7"))]  # fmt: skip
+    (other / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded), encoding="utf-8")
+    checked = report.with_checks(report.items(run), "ensemble", [f"{other}:small"], [])
+    shares = {a["id"]: a["evidence"].get(report.CHECK) for a in checked}
+    assert shares == {"a": 1.0, "b": 0.0, "c": None}
+
+
+def test_a_samples_run_is_read_from_its_first_system_unless_one_is_named(tmp_path):
+    """A samples run's first system is read by default; ``RUN:SYSTEM`` reads the member named
+    (an older run that also holds a variant first); both count in the one agreement share."""
+    run = tmp_path / "run"
+    run.mkdir()
+    answer = {"id": "a", "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": "7"}}}
+    (run / "items.jsonl").write_text(json.dumps(answer) + "\n", encoding="utf-8")
+    sampled = tmp_path / "sampled"
+    sampled.mkdir()
+    record = {"id": "a", "systems": {"variant": {"extracted": "3"}, "big": {"extracted": "7"}}}
+    (sampled / "items.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    share = [report.with_checks(report.items(run), "ensemble", [], [s])[0]["evidence"][report.CHECK]
+             for s in (str(sampled), f"{sampled}:big")]  # fmt: skip
+    assert share == [0.0, 1.0]
+    both = report.with_checks(report.items(run), "ensemble", [], [str(sampled), f"{sampled}:big"])
+    assert both[0]["evidence"][report.CHECK] == 0.5
