@@ -91,15 +91,15 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
 def confidence_calibrator(members: list[Member], check: str = "none") -> Calibrator:
     """The calibrator of an answer's confidence for these members and this paid check
     (``confidence_check``): the user's (``specem calibrate --confidence``), else the one fitted
-    for this ensemble (shipped with the built-in ensembles, ``data/confidence.json``), else the
-    general one; its ``fitted_on`` says which."""
-    key, shipped = key_of(members), _shipped_calibrators()
-    return (
-        _calibrators(user_calibrators_path()).get((key, check))
-        or shipped.get((key, check))
-        or shipped.get(("*", check))
-        or shipped[("*", "none")]
-    )
+    for this ensemble (shipped with the built-in ensembles, ``data/confidence.json``); with no
+    calibrator fitted with the check, the members' own without it (a check costs time, and must
+    not leave them with the general prior), else the general one; its ``fitted_on`` says which."""
+    key, user, shipped = key_of(members), _calibrators(user_calibrators_path()), _shipped_calibrators()
+    for wanted in ((key, check), (key, "none")):
+        found = user.get(wanted) or shipped.get(wanted)
+        if found is not None:
+            return found
+    return shipped[("*", "none")]
 
 
 def keep_calibrator(members: list[Member], check: str, calibrator: Calibrator) -> Path:

@@ -162,6 +162,28 @@ def test_calibrate_confidence_fits_on_the_users_items_and_the_next_answer_reads_
     assert final.confidence_from == "6 of your items (items.jsonl)" and final.confidence == pytest.approx(0.5, abs=0.05)
 
 
+def test_a_check_with_no_calibrator_of_its_own_reads_the_members_own_not_the_general_one(tmp_path, monkeypatch):
+    """The members' calibrator fitted with the check comes first; without one, theirs fitted
+    without it (a paid check must never leave them with the general prior); other members get
+    the general one."""
+    from specem_local.engine.evidence import Calibrator
+    from specem_local.engine.learned import confidence_calibrator, keep_calibrator, key_of
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    members = [fake_member("a", "It is 42."), fake_member("b", "So 42.")]
+    general = confidence_calibrator(members, "samples")
+    assert general.fitted_on.startswith("not fitted")
+    zero = (0.0,) * len(general.weights)
+    fitted = {c: Calibrator(zero, 0.0, general.fill, f"mine, {c}") for c in ("none", "samples")}
+    keep_calibrator(members, "none", fitted["none"])
+    assert [confidence_calibrator(members, c).fitted_on for c in ("none", "samples", "witnesses")] == ["mine, none"] * 3
+    keep_calibrator(members, "samples", fitted["samples"])
+    assert confidence_calibrator(members, "samples").fitted_on == "mine, samples"
+    assert confidence_calibrator(members, "witnesses").fitted_on == "mine, none"
+    others = [fake_member("c", "7.")]
+    assert key_of(others) != key_of(members) and confidence_calibrator(others, "samples") == general
+
+
 def test_an_unsure_answer_is_answered_again_by_the_reserve_member_alone():
     members = [fake_member("a", "It is 42.", n_params=3000), fake_member("b", "So 42.")]
     reserve = fake_member("big", "Surely 41.", role="reserve", n_params=9000)
