@@ -174,7 +174,8 @@ def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequenc
                 samples: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
     """Each item's answer by ``system`` with the paid checks' agreement in its evidence: the share
     of ``witnesses`` (other members alone) and of the best member's ``samples`` (its sampled
-    runs) whose final answer is the system's (each named as ``answer_source`` reads it)."""
+    runs) whose final answer is the system's (each named as ``answer_source`` reads it); with
+    checks named, an item none of them answered is left out."""
     sources = [answer_source(w, False) for w in witnesses] + [answer_source(s, True) for s in samples]
     out = []
     for record in run_items:
@@ -183,6 +184,8 @@ def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequenc
             continue
         found = (recorded_answer(record, name, run) for name, run in sources)
         others = [other for other in found if other is not None]
+        if sources and not others:  # a check's figures are on the answers it checked
+            continue
         evidence = dict(answer["evidence"])
         if others:
             evidence[CHECK] = sum(answer_agreement(answer["extracted"], o["extracted"]) for o in others) / len(others)
@@ -217,16 +220,19 @@ def cmd_report(args: argparse.Namespace) -> None:
         values = [e.get(name, math.nan) for e in evidence]
         if all(math.isfinite(v) for v in values):
             report[name] = measures(values, right)
-    if calibrator is not None and "mean_logprob" in report:  # the goal's comparison, on the same answers
-        report["calibrated_minus_mean_logprob"] = paired_auroc_difference(
-            [calibrator.probability(e) for e in evidence], [e["mean_logprob"] for e in evidence], right
-        )
+    if calibrator is not None:  # the goals' comparisons, on the same answers: a single model's, the check's alone
+        said = [calibrator.probability(e) for e in evidence]
+        for name in ("mean_logprob", CHECK):
+            if name in report:
+                against = [e[name] for e in evidence]
+                report[f"calibrated_minus_{name}"] = paired_auroc_difference(said, against, right)
     args.output.write_text(json.dumps(report, indent=1) + "\n")
-    if "calibrated_minus_mean_logprob" in report:
-        paired = report["calibrated_minus_mean_logprob"]
-        low, high = paired["ci95"]
-        print(f"calibrated - mean_logprob AUROC: {paired['difference']:+.3f} ({low:+.3f} to {high:+.3f}), "
-              f"not ahead in {paired['not_ahead']:.1%} of draws")  # fmt: skip
+    for name in ("mean_logprob", CHECK):
+        if f"calibrated_minus_{name}" in report:
+            paired = report[f"calibrated_minus_{name}"]
+            low, high = paired["ci95"]
+            print(f"calibrated - {name} AUROC: {paired['difference']:+.3f} ({low:+.3f} to {high:+.3f}), "
+                  f"not ahead in {paired['not_ahead']:.1%} of draws")  # fmt: skip
     for name in ("calibrated", "as_shipped", "mean_logprob", "least_logprob", CHECK):
         if name in report:
             entry = report[name]

@@ -109,7 +109,7 @@ def test_fit_and_penalty_pool_the_answers_of_every_run_named(tmp_path, monkeypat
 
 def test_a_witness_recorded_by_another_run_is_read_by_id(tmp_path):
     """``RUN:SYSTEM`` takes that member's answer to the same item from another run, matched by id
-    (not by position), and a witness the run lacks for an item is left out of that item's share."""
+    (not by position); an item no check answered is left out (a check is reported where it ran)."""
     run = tmp_path / "run"
     run.mkdir()
     answers = [{"id": i, "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": x}}}
@@ -122,7 +122,8 @@ def test_a_witness_recorded_by_another_run_is_read_by_id(tmp_path):
     (other / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded), encoding="utf-8")
     checked = report.with_checks(report.items(run), "ensemble", [f"{other}:small"], [])
     shares = {a["id"]: a["evidence"].get(report.CHECK) for a in checked}
-    assert shares == {"a": 1.0, "b": 0.0, "c": None}
+    assert shares == {"a": 1.0, "b": 0.0}
+    assert len(report.with_checks(report.items(run), "ensemble", [], [])) == 3  # no check named: every answer
 
 
 def test_a_samples_run_is_read_from_its_first_system_unless_one_is_named(tmp_path):
@@ -141,3 +142,30 @@ def test_a_samples_run_is_read_from_its_first_system_unless_one_is_named(tmp_pat
     assert share == [0.0, 1.0]
     both = report.with_checks(report.items(run), "ensemble", [], [str(sampled), f"{sampled}:big"])
     assert both[0]["evidence"][report.CHECK] == 0.5
+
+
+def test_report_sets_the_calibrated_confidence_beside_the_checks_agreement_alone(tmp_path, monkeypatch):
+    """With a check, ``report`` measures its agreement alone and the calibrated confidence's AUROC
+    minus it on the same answers (the goal's self-consistency comparison)."""
+    answers = [({"mean_logprob": -0.1 * (i % 7), "least_logprob": -1.0}, i % 7 < 3) for i in range(40)]
+    run = write_run(tmp_path / "run", answers)
+    lines = [json.loads(line) for line in (run / "items.jsonl").read_text().splitlines()]
+    for i, line in enumerate(lines):  # the sample agrees with the right answers and every fifth wrong one
+        line["systems"]["ensemble"]["confidence"] = 0.5
+        line["systems"]["sample"] = {"extracted": "1" if line["systems"]["ensemble"]["correct"] or i % 5 == 0 else "2"}
+    (run / "items.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    calibrator = tmp_path / "c.json"
+    monkeypatch.setattr(
+        sys, "argv", ["c", "fit", str(run), "--name", "n", "--witness", "sample", "--output", str(calibrator)]
+    )
+    report.main()
+    out = tmp_path / "r.json"
+    argv = ["c", "report", str(run), "--calibrator", str(calibrator), "--witness", "sample", "--output", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    report.main()
+    said = json.loads(out.read_text())
+    alone, calibrated = said[report.CHECK]["auroc"], said["calibrated"]["auroc"]
+    assert 0.5 < alone < 1 and said["calibrated_minus_witnesses"]["difference"] == pytest.approx(calibrated - alone)
+    assert said["calibrated_minus_mean_logprob"]["difference"] == pytest.approx(
+        calibrated - said["mean_logprob"]["auroc"]
+    )
