@@ -148,48 +148,49 @@ def measures(scores: Sequence[float], right: Sequence[bool], probabilities: bool
     return out
 
 
-def answer_source(name: str, run_default: bool) -> tuple[str | None, dict[str, dict[str, Any]] | None]:
+def answer_source(name: str, run_default: bool) -> tuple[str, dict[str, dict[str, Any]] | None]:
     """Where a check's answers are: ``RUN:SYSTEM``, that system's answers to the same items in
     another run, by id (recorded once, not run again); otherwise ``name`` is a system of the
-    reported run (a witness: None), or a run whose first system is read (a samples run)."""
+    reported run (a witness: None), or a run of one system (a samples run; one that holds a
+    variant too must name its system)."""
     folder, _, system = name.rpartition(":")
     if folder and Path(folder).is_dir():
         return system, {record["id"]: record for record in items(Path(folder))}
-    if run_default:
-        return None, {record["id"]: record for record in items(Path(name))}
-    return name, None
-
-
-def recorded_answer(record: dict[str, Any], name: str | None, run: dict[str, dict[str, Any]] | None
-                    ) -> dict[str, Any] | None:  # fmt: skip
-    """A check's answer to ``record``'s item: system ``name`` (None: the first) of ``run`` (None:
-    the reported run's own record); None where it has none."""
-    holder = record if run is None else run.get(record["id"])
-    if holder is None:
-        return None
-    return holder["systems"].get(name or next(iter(holder["systems"])))
+    if not run_default:
+        return name, None
+    recorded = {record["id"]: record for record in items(Path(name))}
+    systems = {s for record in recorded.values() for s in record["systems"]}
+    if len(systems) != 1:
+        raise SystemExit(f"{name} holds {len(systems)} systems ({', '.join(sorted(systems))}): name one, RUN:SYSTEM")
+    return systems.pop(), recorded
 
 
 def with_checks(run_items: list[dict[str, Any]], system: str, witnesses: Sequence[str],
                 samples: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
     """Each item's answer by ``system`` with the paid checks' agreement in its evidence: the share
     of ``witnesses`` (other members alone) and of the best member's ``samples`` (its sampled
-    runs) whose final answer is the system's (each named as ``answer_source`` reads it); with
-    checks named, an item none of them answered is left out."""
+    runs) whose final answer is the system's (each named as ``answer_source`` reads it). With
+    checks named, only the items every one of them answered (a share over the same answers)."""
     sources = [answer_source(w, False) for w in witnesses] + [answer_source(s, True) for s in samples]
     out = []
     for record in run_items:
         answer = record["systems"].get(system)
         if answer is None or answer.get("evidence") is None:
             continue
-        found = (recorded_answer(record, name, run) for name, run in sources)
-        others = [other for other in found if other is not None]
-        if sources and not others:  # a check's figures are on the answers it checked
+        holders = [record if run is None else run.get(record["id"], {}) for _, run in sources]
+        others = [
+            holder["systems"][name] for (name, _), holder in zip(sources, holders) if name in holder.get("systems", {})
+        ]
+        if len(others) < len(sources):
             continue
         evidence = dict(answer["evidence"])
         if others:
             evidence[CHECK] = sum(answer_agreement(answer["extracted"], o["extracted"]) for o in others) / len(others)
         out.append({**answer, "evidence": evidence, "id": record["id"]})
+    if sources and run_items and not out:
+        raise SystemExit(
+            f"no answer was checked by every one of {', '.join([*witnesses, *samples])}: are they named right?"
+        )
     return out
 
 
@@ -211,7 +212,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     right = [bool(a["correct"]) for a in answers]
     calibrator = Calibrator.from_dict(json.loads(args.calibrator.read_text())) if args.calibrator else None
     evidence = [a["evidence"] for a in answers]
-    report: dict[str, Any] = {"run": str(args.run), "system": args.system, "answers": len(answers), "right": sum(right)}
+    report: dict[str, Any] = {"run": str(args.run), "system": args.system, "answers": len(answers), "right": sum(right),
+                              "witnesses": args.witness, "samples": args.samples}  # fmt: skip
     if calibrator is not None:
         report["calibrated"] = measures([calibrator.probability(e) for e in evidence], right, probabilities=True)
         report["calibrator"] = calibrator.to_dict()

@@ -166,6 +166,7 @@ def test_a_check_with_no_calibrator_of_its_own_reads_the_members_own_not_the_gen
     """The members' calibrator fitted with the check comes first; without one, theirs fitted
     without it (a paid check must never leave them with the general prior); other members get
     the general one."""
+    from specem_local.engine import learned
     from specem_local.engine.evidence import Calibrator
     from specem_local.engine.learned import confidence_calibrator, keep_calibrator, key_of
 
@@ -182,6 +183,11 @@ def test_a_check_with_no_calibrator_of_its_own_reads_the_members_own_not_the_gen
     assert confidence_calibrator(members, "witnesses").fitted_on == "mine, none"
     others = [fake_member("c", "7.")]
     assert key_of(others) != key_of(members) and confidence_calibrator(others, "samples") == general
+    shipped = {**learned._shipped_calibrators(), (key_of(others), "samples"): fitted["samples"]}
+    keep_calibrator(others, "none", fitted["none"])
+    monkeypatch.setattr(learned, "_shipped_calibrators", lambda: shipped)
+    assert confidence_calibrator(others, "samples") is fitted["samples"]  # shipped with the check, before yours without
+    assert confidence_calibrator(others, "witnesses").fitted_on == "mine, none"
 
 
 def test_an_unsure_answer_is_answered_again_by_the_reserve_member_alone():

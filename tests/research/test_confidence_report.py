@@ -126,22 +126,33 @@ def test_a_witness_recorded_by_another_run_is_read_by_id(tmp_path):
     assert len(report.with_checks(report.items(run), "ensemble", [], [])) == 3  # no check named: every answer
 
 
-def test_a_samples_run_is_read_from_its_first_system_unless_one_is_named(tmp_path):
-    """A samples run's first system is read by default; ``RUN:SYSTEM`` reads the member named
-    (an older run that also holds a variant first); both count in the one agreement share."""
-    run = tmp_path / "run"
-    run.mkdir()
-    answer = {"id": "a", "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": "7"}}}
-    (run / "items.jsonl").write_text(json.dumps(answer) + "\n", encoding="utf-8")
-    sampled = tmp_path / "sampled"
-    sampled.mkdir()
-    record = {"id": "a", "systems": {"variant": {"extracted": "3"}, "big": {"extracted": "7"}}}
-    (sampled / "items.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
-    share = [report.with_checks(report.items(run), "ensemble", [], [s])[0]["evidence"][report.CHECK]
-             for s in (str(sampled), f"{sampled}:big")]  # fmt: skip
-    assert share == [0.0, 1.0]
-    both = report.with_checks(report.items(run), "ensemble", [], [str(sampled), f"{sampled}:big"])
-    assert both[0]["evidence"][report.CHECK] == 0.5
+def write_records(folder, records):
+    folder.mkdir()
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return folder
+
+
+def test_a_samples_run_names_its_system_unless_it_holds_one_and_every_check_must_answer(tmp_path):
+    """A bare samples run is read only when it holds one system (an older run with a variant
+    beside the member must name it, ``RUN:SYSTEM``); an item not every check answered is left
+    out (a share over the same answers), and checks that answer nothing are an error."""
+    mine = [{"id": i, "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": "7"}}} for i in "ab"]
+    run = write_records(tmp_path / "run", mine)
+    mixed = write_records(
+        tmp_path / "mixed", [{"id": "a", "systems": {"variant": {"extracted": "3"}, "big": {"extracted": "7"}}}]
+    )
+    alone = write_records(
+        tmp_path / "alone", [{"id": i, "systems": {"big": {"extracted": x}}} for i, x in (("a", "3"), ("b", "7"))]
+    )
+    with pytest.raises(SystemExit, match=r"holds 2 systems .*big, variant.*RUN:SYSTEM"):
+        report.with_checks(report.items(run), "ensemble", [], [str(mixed)])
+    assert [
+        a["evidence"][report.CHECK] for a in report.with_checks(report.items(run), "ensemble", [], [str(alone)])
+    ] == [0.0, 1.0]
+    both = report.with_checks(report.items(run), "ensemble", [], [str(alone), f"{mixed}:big"])
+    assert [(a["id"], a["evidence"][report.CHECK]) for a in both] == [("a", 0.5)]  # b: only one check answered it
+    with pytest.raises(SystemExit, match="no answer was checked by every one of"):
+        report.with_checks(report.items(run), "ensemble", [f"{mixed}:typo"], [])
 
 
 def test_report_sets_the_calibrated_confidence_beside_the_checks_agreement_alone(tmp_path, monkeypatch):
