@@ -213,7 +213,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     calibrator = Calibrator.from_dict(json.loads(args.calibrator.read_text())) if args.calibrator else None
     evidence = [a["evidence"] for a in answers]
     report: dict[str, Any] = {"run": str(args.run), "system": args.system, "answers": len(answers), "right": sum(right),
-                              "witnesses": args.witness, "samples": args.samples}  # fmt: skip
+                              "checks": {"witness": args.witness, "samples": args.samples}}  # fmt: skip
     if calibrator is not None:
         report["calibrated"] = measures([calibrator.probability(e) for e in evidence], right, probabilities=True)
         report["calibrator"] = calibrator.to_dict()
