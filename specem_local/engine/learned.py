@@ -88,7 +88,7 @@ def built_in_calibrations() -> dict[str, StoredWeights]:
     return records
 
 
-def confidence_calibrator(members: list[Member], check: str = "none") -> Calibrator:
+def confidence_calibrator(members: list[Member], check: str) -> Calibrator:
     """The calibrator of an answer's confidence for these members and this paid check
     (``confidence_check``): the user's (``specem calibrate --confidence``), else the one fitted
     for this ensemble (shipped with the built-in ensembles, ``data/confidence.json``); with no
