@@ -15,7 +15,7 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
   witnesses (the other members, each alone, greedy: a system of the run, or ``RUN:SYSTEM``
   where that member's answers were recorded by another run) whose final answer equals the
   ensemble's, and the best member's k samples (``--samples RUN[:SYSTEM]...``, ``specem eval
-  --sampled`` runs; their first system unless named) agreeing.
+  --sampled`` runs; a run of several systems names the member) agreeing.
 
     python -m specem_research.confidence fit RUN [RUN ...] --system ensemble --name NAME [--l2 L2] --output FILE
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
@@ -41,13 +41,18 @@ from specem_local.engine import Calibrator, answer_agreement, fit_calibrator
 CHECK = "witnesses"  # the paid feature's name in a calibrator fitted with it
 
 
-def items(run: Path) -> list[dict[str, Any]]:
-    """A run's items, the last record of each id (a resumed item is written again)."""
+def items_by_id(run: Path) -> dict[str, dict[str, Any]]:
+    """A run's items by id, the last record of each (a resumed item is written again)."""
     by_id: dict[str, dict[str, Any]] = {}
     for line in (run / "items.jsonl").read_text("utf-8").splitlines():
         record = json.loads(line)
         by_id[record["id"]] = record
-    return list(by_id.values())
+    return by_id
+
+
+def items(run: Path) -> list[dict[str, Any]]:
+    """A run's items in order (``items_by_id``)."""
+    return list(items_by_id(run).values())
 
 
 def auroc(scores: Sequence[float], right: Sequence[bool]) -> float:
@@ -155,10 +160,10 @@ def answer_source(name: str, run_default: bool) -> tuple[str, dict[str, dict[str
     variant too must name its system)."""
     folder, _, system = name.rpartition(":")
     if folder and Path(folder).is_dir():
-        return system, {record["id"]: record for record in items(Path(folder))}
+        return system, items_by_id(Path(folder))
     if not run_default:
         return name, None
-    recorded = {record["id"]: record for record in items(Path(name))}
+    recorded = items_by_id(Path(name))
     systems = {s for record in recorded.values() for s in record["systems"]}
     if len(systems) != 1:
         raise SystemExit(f"{name} holds {len(systems)} systems ({', '.join(sorted(systems))}): name one, RUN:SYSTEM")
@@ -214,8 +219,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     evidence = [a["evidence"] for a in answers]
     report: dict[str, Any] = {"run": str(args.run), "system": args.system, "answers": len(answers), "right": sum(right),
                               "checks": {"witness": args.witness, "samples": args.samples}}  # fmt: skip
+    said = [calibrator.probability(e) for e in evidence] if calibrator is not None else []
     if calibrator is not None:
-        report["calibrated"] = measures([calibrator.probability(e) for e in evidence], right, probabilities=True)
+        report["calibrated"] = measures(said, right, probabilities=True)
         report["calibrator"] = calibrator.to_dict()
     report["as_shipped"] = measures([a["confidence"] for a in answers], right, probabilities=True)
     for name in ("mean_logprob", "least_logprob", CHECK):
@@ -223,7 +229,6 @@ def cmd_report(args: argparse.Namespace) -> None:
         if all(math.isfinite(v) for v in values):
             report[name] = measures(values, right)
     if calibrator is not None:  # the goals' comparisons, on the same answers: a single model's, the check's alone
-        said = [calibrator.probability(e) for e in evidence]
         for name in ("mean_logprob", CHECK):
             if name in report:
                 against = [e[name] for e in evidence]
