@@ -76,15 +76,20 @@ def test_a_penalty_is_scored_on_answers_its_fit_did_not_see():
     assert overfitted > shrunk
 
 
+def write_records(folder, records):
+    """A specem eval output folder holding ``records`` (its items.jsonl lines)."""
+    folder.mkdir()
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return folder
+
+
 def write_run(folder, answers):
     """A specem eval output folder whose ensemble gave ``answers`` (evidence, right) in order."""
-    folder.mkdir()
     lines = [
         {"id": f"{folder.name}-{i}", "systems": {"ensemble": {"evidence": e, "correct": right, "extracted": "1"}}}
         for i, (e, right) in enumerate(answers)
     ]
-    (folder / "items.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    return folder
+    return write_records(folder, lines)
 
 
 def test_fit_and_penalty_pool_the_answers_of_every_run_named(tmp_path, monkeypatch):
@@ -110,26 +115,16 @@ def test_fit_and_penalty_pool_the_answers_of_every_run_named(tmp_path, monkeypat
 def test_a_witness_recorded_by_another_run_is_read_by_id(tmp_path):
     """``RUN:SYSTEM`` takes that member's answer to the same item from another run, matched by id
     (not by position); an item no check answered is left out (a check is reported where it ran)."""
-    run = tmp_path / "run"
-    run.mkdir()
     answers = [{"id": i, "systems": {"ensemble": {"evidence": {}, "correct": True, "extracted": x}}}
                for i, x in (("a", "7"), ("b", "8"), ("c", "9"))]  # fmt: skip
-    (run / "items.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers), encoding="utf-8")
-    other = tmp_path / "other"
-    other.mkdir()
+    run = write_records(tmp_path / "run", answers)
     recorded = [{"id": i, "systems": {"ensemble": {"extracted": "0"}, "small": {"extracted": x}}}
                 for i, x in (("b", "5"), ("a", "7"))]  # fmt: skip
-    (other / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded), encoding="utf-8")
+    other = write_records(tmp_path / "other", recorded)
     checked = report.with_checks(report.items(run), "ensemble", [f"{other}:small"], [])
     shares = {a["id"]: a["evidence"].get(report.CHECK) for a in checked}
     assert shares == {"a": 1.0, "b": 0.0}
     assert len(report.with_checks(report.items(run), "ensemble", [], [])) == 3  # no check named: every answer
-
-
-def write_records(folder, records):
-    folder.mkdir()
-    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return folder
 
 
 def test_a_samples_run_names_its_system_unless_it_holds_one_and_every_check_must_answer(tmp_path):
@@ -158,13 +153,18 @@ def test_a_samples_run_names_its_system_unless_it_holds_one_and_every_check_must
 def test_report_sets_the_calibrated_confidence_beside_the_checks_agreement_alone(tmp_path, monkeypatch):
     """With a check, ``report`` measures its agreement alone and the calibrated confidence's AUROC
     minus it on the same answers (the goal's self-consistency comparison)."""
-    answers = [({"mean_logprob": -0.1 * (i % 7), "least_logprob": -1.0}, i % 7 < 3) for i in range(40)]
-    run = write_run(tmp_path / "run", answers)
-    lines = [json.loads(line) for line in (run / "items.jsonl").read_text().splitlines()]
-    for i, line in enumerate(lines):  # the sample agrees with the right answers and every fifth wrong one
-        line["systems"]["ensemble"]["confidence"] = 0.5
-        line["systems"]["sample"] = {"extracted": "1" if line["systems"]["ensemble"]["correct"] or i % 5 == 0 else "2"}
-    (run / "items.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    lines = []
+    for i in range(40):  # the sample agrees with the right answers and every fifth wrong one
+        right = i % 7 < 3
+        evidence = {"mean_logprob": -0.1 * (i % 7), "least_logprob": -1.0}
+        ensemble = {"evidence": evidence, "correct": right, "extracted": "1", "confidence": 0.5}
+        lines.append(
+            {
+                "id": str(i),
+                "systems": {"ensemble": ensemble, "sample": {"extracted": "1" if right or i % 5 == 0 else "2"}},
+            }
+        )
+    run = write_records(tmp_path / "run", lines)
     calibrator = tmp_path / "c.json"
     monkeypatch.setattr(
         sys, "argv", ["c", "fit", str(run), "--name", "n", "--witness", "sample", "--output", str(calibrator)]
