@@ -9,7 +9,7 @@ import pytest
 
 from specem_local.engine import Ensemble, choices, learned
 from specem_local.settings import EnsembleSettings
-from specem_local.storage.weights import WeightStore
+from specem_local.storage.weights import StoredWeights, WeightStore
 from tests.engine.test_carried_weights import trio
 
 
@@ -78,3 +78,19 @@ def test_a_choice_on_a_calibrated_ensemble_keeps_the_calibration_under_it(ensemb
     assert learned.undo_choice(store, members).kind == "thumbs-down"
     assert ensemble.starting_weights() == pytest.approx(calibrated)
     assert learned.undo_choice(store, members) is None  # a calibration is not a choice
+
+
+def test_choices_on_a_built_in_calibration_keep_saying_it_is_where_the_weights_began(ensemble, monkeypatch):
+    """The first choice on an ensemble that has only its built-in calibration stores that base,
+    and the next choice keeps it: the start says "built-in" after both, not "calibrated"."""
+    members, settings, store = ensemble.members, ensemble.settings, ensemble.weight_store
+    key = learned.key_of(members)
+    logs = {learned.member_identity(m): 0.0 for m in members}
+    built_in = StoredWeights(key, logs, logs, 0, 20, 0.0)
+    monkeypatch.setattr(learned, "built_in_calibrations", lambda: {key: built_in})
+    for kept in (1, 2):
+        learned.choose(store, members, settings, "pick", choices.pick_rewards("small", "big"))
+        record = store.get(key)
+        assert record is not None and (record.base, record.choices) == ("built-in", kept)
+        start = next(iter(ensemble.stream("Six times seven?")))
+        assert start.weights_from == "built-in"
