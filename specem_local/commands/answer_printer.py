@@ -38,10 +38,16 @@ ANSI_COLOURS = {
 class AnswerPrinter:
     """One answer's events on the terminal, as ``specem run``'s flags ask."""
 
-    def __init__(self, args: argparse.Namespace, colours: dict[str, str], formatted: bool, max_tokens: int) -> None:
+    def __init__(
+        self, args: argparse.Namespace, colours: dict[str, str], formatted: bool, max_tokens: int,
+        escalating: bool = False,
+    ) -> None:  # fmt: skip
         self.args, self.colours, self.formatted, self.max_tokens = args, colours, formatted, max_tokens
         self.colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         self.said: set[str] = set()  # members said to be out of the answer
+        # an answer that may be answered again (escalate_below, a reserve member), read by a
+        # program: its text is held and printed once, the one given, never two answers in a row
+        self.holding = escalating and not formatted and not args.json and not sys.stdout.isatty()
 
     def answer(self, stream: AnswerStream, last: bool = True) -> tuple[FinalEvent | None, int]:
         """Show the answer as it streams (``last``: its parsed form too, for a format); its final
@@ -63,7 +69,7 @@ class AnswerPrinter:
                         shown = printable(event.text)
                         sys.stderr.write(f"\x1b[2m{shown}\x1b[0m" if sys.stderr.isatty() else shown)
                         sys.stderr.flush()
-                elif isinstance(event, RoundEvent):
+                elif isinstance(event, RoundEvent) and not self.holding:
                     self.segment(event, previous_author)
                     previous_author = event.author
                 elif isinstance(event, FinalEvent):
@@ -96,11 +102,11 @@ class AnswerPrinter:
                 self.parsed(event)
                 sure_line(event)
             return
-        print()
+        print(printable(event.text) if self.holding else "", flush=True)
         ending = finish_note(event)
         if ending:
             print(f"[{ending}]", file=sys.stderr)
-        escalation_lines(event)
+        escalation_lines(event, again=not self.holding)
         sure_line(event)
         if self.args.authors:
             print_legend(event, self.colours, self.colour, origin)
@@ -117,12 +123,13 @@ def sure_line(final: FinalEvent) -> None:
         print(f"[{said} {final.confidence:.2f}]", file=sys.stderr, flush=True)
 
 
-def escalation_lines(final: FinalEvent) -> None:
+def escalation_lines(final: FinalEvent, again: bool = True) -> None:
     """An answer the ensemble was unsure of, answered again by its reserve member: said on
-    stderr, and the reserve's answer printed after the ensemble's."""
+    stderr, and (``again``: the ensemble's was streamed) the reserve's answer printed after it."""
     if final.escalated:
         print(f"[the ensemble was unsure: {printable(final.escalated)} answered again]", file=sys.stderr, flush=True)
-        print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
+        if again:
+            print(printable(final.text) if sys.stdout.isatty() else final.text, flush=True)
 
 
 def print_parsed(final: FinalEvent, max_tokens: int, bare: bool = False) -> None:

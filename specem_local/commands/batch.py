@@ -155,7 +155,9 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
         record["reasoning"] = final.reasoning
     record.update(finish_reason=final.finish_reason, tokens=final.tokens, seconds=round(final.seconds, 3))
     if final.confidence is not None:
-        record["confidence"] = round(final.confidence, 4)
+        record.update(confidence=round(final.confidence, 4), unsure=final.unsure)
+    if final.escalated:  # the reserve member's answer is the text: say so, and keep the ensemble's
+        record.update(escalated=final.escalated, ensemble_text=final.ensemble_text)
     return record
 
 

@@ -109,7 +109,8 @@ def run_prompt(args: argparse.Namespace, mcp: McpTools | None) -> int:
         advice = ensemble.mix_advice()
         if advice:
             print(f"specem: note: {advice}", file=sys.stderr)
-        show = AnswerPrinter(args, model_colours(config), output is not None, ensemble.settings.max_tokens)
+        escalating = bool(ensemble.reserve) and ensemble.settings.escalate_below > 0
+        show = AnswerPrinter(args, model_colours(config), output is not None, ensemble.settings.max_tokens, escalating)
         recorded = None if recording_off(args.no_log) else start_record(prompt)
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         answering, rounds = output, 0

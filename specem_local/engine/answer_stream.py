@@ -118,6 +118,8 @@ class AnswerStream(Iterator[Event]):
             self._stepping = True
         try:
             event = self._runner.step(self._steps)
+            if isinstance(event, FinalEvent):  # its paid check and escalation decode in its place too
+                event = self._parsed(self._escalated(self._checked(event)))
         except BaseException as error:  # the end, an error, or Ctrl-C inside a step: the answer is over
             if not isinstance(error, StopIteration):
                 self._failed(error)
@@ -130,7 +132,6 @@ class AnswerStream(Iterator[Event]):
             self._write(self._final)
             return self._final
         if isinstance(event, FinalEvent):
-            event = self._parsed(self._escalated(self._checked(event)))
             self._final = event
             assert self._loop is not None
             if isinstance(self._loop, RoundLoop):  # an answer among options learns nothing of the rounds' weights
@@ -157,7 +158,7 @@ class AnswerStream(Iterator[Event]):
         """The reserve member's answer instead of an unsure one (``escalate_below``); if it
         fails, the ensemble's answer stands."""
         reserve = self.request.reserve
-        if reserve is None or self._place is None:
+        if reserve is None or self._place is None or self.cancelled:
             return final
         [here] = self._runner.at_place(self._place, [reserve])
         try:

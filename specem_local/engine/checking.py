@@ -14,13 +14,14 @@ import numpy as np
 
 from specem_local.engine.evidence import answer_agreement, final_answer
 from specem_local.engine.formats import with_instruction
-from specem_local.engine.learned import StartingWeights
+from specem_local.engine.learned import StartingWeights, confidence_calibrator
 from specem_local.engine.member import Member
 from specem_local.engine.request import AnswerRequest, prompt_tokens
 from specem_local.engine.thinking import ThinkPlan
 from specem_local.events import FinalEvent
 
 CHECKED = ("eos", "length", "stop")  # answers that came to an end of their own, or a limit's
+SEEDS = 1 << 64  # a sample's seed wraps round within the seed setting's range
 
 
 def check_requests(request: AnswerRequest, members: list[Member], final: FinalEvent) -> list[AnswerRequest]:
@@ -32,10 +33,11 @@ def check_requests(request: AnswerRequest, members: list[Member], final: FinalEv
     drafters = [m for m in members if m.spec.drafts]
     if settings.confidence_check == "witnesses":
         writer = max(final.wins, key=lambda name: final.wins[name]) if final.wins else None
-        chosen = [(m, settings) for m in drafters if m.name != writer]
+        greedy = dataclasses.replace(settings, greedy=True)  # what a witness would answer, not a sample of it
+        chosen = [(m, greedy) for m in drafters if m.name != writer]
     else:
         heaviest = max(drafters, key=lambda m: m.model.n_params)
-        chosen = [(heaviest, dataclasses.replace(settings, greedy=False, seed=settings.seed + 1 + k))
+        chosen = [(heaviest, dataclasses.replace(settings, greedy=False, seed=(settings.seed + 1 + k) % SEEDS))
                   for k in range(settings.check_samples)]  # fmt: skip
     return [
         dataclasses.replace(
@@ -51,6 +53,7 @@ def with_check(final: FinalEvent, checks: list[FinalEvent], request: AnswerReque
     """``final`` with the share of ``checks`` that agree with it as its ``witnesses`` evidence,
     and its confidence read again by the calibrator fitted for the check."""
     calibrator = request.calibrator
+    checks = [check for check in checks if check.finish_reason in CHECKED]  # a cancelled one says nothing
     if not checks or calibrator is None or final.confidence is None:
         return final
     own = final_answer(final.text)
@@ -75,13 +78,19 @@ def escalation_request(request: AnswerRequest, reserve: Member, final: FinalEven
     messages = with_instruction(asked, output_format) if output_format is not None else asked
     tokens = prompt_tokens(member, messages, settings, 1, output_format is not None)
     quiet = dataclasses.replace(settings, confidence_check="none", escalate_below=0.0)
+    own = confidence_calibrator([member], "none")  # the reserve alone, not the ensemble it stands by
     return dataclasses.replace(request, members=(member,), settings=quiet, prompts={member.name: tokens},
                                think=ThinkPlan(0), start=StartingWeights(np.ones(1)), reserve=None,
-                               messages=tuple(messages))  # fmt: skip
+                               messages=tuple(messages), calibrator=own)  # fmt: skip
 
 
 def escalated(final: FinalEvent, answer: FinalEvent, reserve: str) -> FinalEvent:
-    """The reserve's ``answer`` given instead of the unsure ``final`` (kept as ``ensemble_text``)."""
+    """The reserve's ``answer`` given instead of the unsure ``final`` (kept as ``ensemble_text``),
+    with its own confidence (read by the reserve's calibrator, marked unsure below
+    ``abstain_below`` as any answer); the weights stay the ensemble's, which is what it learned.
+    A reserve's answer that was cancelled leaves ``final`` as it was."""
+    if answer.finish_reason == "cancelled":
+        return final
     seconds = final.seconds + answer.seconds
     return dataclasses.replace(answer, escalated=reserve, ensemble_text=final.text, seconds=seconds,
-                               wins={**final.wins, **answer.wins}, unsure=False)  # fmt: skip
+                               wins={**final.wins, **answer.wins}, weights=final.weights)  # fmt: skip

@@ -121,11 +121,13 @@ def answer_confidence(
 ) -> dict[str, Any]:
     """The final record's fields of how sure an answer is: the calibrator's reading of its rounds'
     evidence, what it was fitted on, the evidence itself, and whether it is below ``abstain_below``
-    (the setting); none without a calibrator or a round."""
-    if calibrator is None or not rounds:
+    (the setting); none without a calibrator. An answer with nothing written (no round, or no
+    token) is read as the least the calibrator can say: its evidence would be all fill-ins,
+    which read as an ordinary answer."""
+    if calibrator is None:
         return {}
     evidence = answer_evidence(rounds, ended, tokens)
-    confidence = calibrator.probability(evidence)
+    confidence = calibrator.probability(evidence) if rounds and tokens else calibrator.least()
     return {
         "confidence": confidence,
         "confidence_from": calibrator.fitted_on,
@@ -201,7 +203,11 @@ class Calibrator:
         p = 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
         if self.answers is None:
             return p
-        return min(max(p, 1 / (self.answers + 2)), (self.answers + 1) / (self.answers + 2))
+        return min(max(p, self.least()), (self.answers + 1) / (self.answers + 2))
+
+    def least(self) -> float:
+        """The least it says of any answer: 1/(n+2) for one fitted on n answers, else 0."""
+        return 0.0 if self.answers is None else 1 / (self.answers + 2)
 
     def to_dict(self) -> dict[str, object]:
         data: dict[str, object] = {

@@ -3,6 +3,7 @@ OUT holds, how OUT is read back, the progress line, and the one-line refusals wi
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import time
@@ -34,6 +35,18 @@ def test_a_result_line_holds_the_answer_rounded_to_the_millisecond():
         "id": "x", "line": 3, "text": "Paris.", "parsed": None, "finish_reason": "eos", "tokens": 3, "seconds": 1.235,
     }  # fmt: skip
     assert result_of(line, None, "bad") == {"id": "x", "line": 3, "error": "bad"}
+
+
+def test_a_result_line_says_how_sure_and_who_answered_instead():
+    """A line's text may be the reserve member's (``escalate_below``): it says so and keeps the
+    ensemble's; an answer below ``abstain_below`` is marked there, as everywhere."""
+    line = BatchLine("x", 3, None)
+    unsure = dataclasses.replace(final(), confidence=0.123456, unsure=True)
+    assert result_of(line, unsure, None) == {**result_of(line, final(), None), "confidence": 0.1235, "unsure": True}
+    given = dataclasses.replace(final("Lyon."), confidence=0.9, escalated="big", ensemble_text="Paris.")
+    said = result_of(line, given, None)
+    assert (said["text"], said["escalated"], said["ensemble_text"], said["unsure"]) == ("Lyon.", "big", "Paris.", False)
+    assert "escalated" not in result_of(line, unsure, None)
 
 
 def test_a_cancelled_answer_is_not_written_so_a_rerun_answers_it(tmp_path):

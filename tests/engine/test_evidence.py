@@ -237,10 +237,9 @@ class Reading:
         return self.sure
 
 
-def test_an_answers_confidence_needs_a_calibrator_and_a_round_and_is_unsure_only_below_the_threshold():
+def test_an_answers_confidence_needs_a_calibrator_and_is_unsure_only_below_the_threshold():
     rounds = [RoundEvidence((-0.5, -1.5), 0.4, 1.0)]
     assert answer_confidence(None, rounds, True, 2, 0.9) == {}
-    assert answer_confidence(Reading(0.5), [], True, 2, 0.9) == {}
     reading = Reading(0.5)
     said = answer_confidence(reading, rounds, True, 2, 0.5)
     assert said["confidence"] == 0.5 and said["unsure"] is False and said["confidence_from"] == Reading.fitted_on

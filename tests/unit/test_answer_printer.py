@@ -102,3 +102,22 @@ def test_the_legend_is_coloured_and_says_where_the_weights_started(capsys):
     out = capsys.readouterr().out
     assert "\x1b[32m■ a\x1b[0m (3 segments, weight 0.75)" in out
     assert out.rstrip().endswith(f"weights started from {start.weights_origin}")
+
+
+def test_an_answer_that_may_be_escalated_is_printed_once_for_a_program(capsys):
+    """stdout not a terminal (capsys): with a reserve and escalate_below, the ensemble's segments
+    are held and only the answer given is printed; streamed, both would be, one after the other."""
+    from specem_local.events import RoundEvent
+
+    segment = RoundEvent(1, "It is 7.", "a", "vote", (), {}, (), {}, {}, {}, 0.1, 4)  # type: ignore[arg-type]
+    escalated = dataclasses.replace(FINAL, text="It is 42.", escalated="big", ensemble_text="It is 7.")
+    args = argparse.Namespace(json=False, authors=False, hide_thinking=False, choices=None)
+    held = printer.AnswerPrinter(args, {}, False, 20, escalating=True)
+    assert held.answer(Stream([segment, escalated]))[1] == 0
+    assert capsys.readouterr() == ("It is 42.\n", "[the ensemble was unsure: big answered again]\n")
+    held.answer(Stream([segment, dataclasses.replace(FINAL, text="It is 7.")]))
+    assert capsys.readouterr().out == "It is 7.\n"
+    streamed = printer.AnswerPrinter(args, {}, False, 20)
+    streamed.answer(Stream([segment, escalated]))
+    assert capsys.readouterr().out == "It is 7.\nIt is 42.\n"
+    assert not printer.AnswerPrinter(args, {}, True, 20, escalating=True).holding  # a format prints its parsed form
