@@ -72,14 +72,19 @@ class Message:
             raise SettingError(
                 f"a {self.role} message's content must be text, got {type(self.content).__name__}", "messages"
             )
-        try:
-            self.content.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise SettingError(
-                f"a {self.role} message is not valid Unicode text (a lone surrogate at character {error.start}); "
-                "decode its bytes with errors='replace'",
-                "messages",
-            ) from None
+        texts = [("message", self.content), ("tool name", self.name)]
+        for call in self.calls:  # a call's arguments and id are prompt text too
+            arguments = json.dumps(call.arguments, ensure_ascii=False, default=str)
+            texts += [("tool call's arguments", arguments), ("tool call id", call.id)]
+        for what, text in texts:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise SettingError(
+                    f"a {self.role} {what} is not valid Unicode text (a lone surrogate at character {error.start}); "
+                    "decode its bytes with errors='replace'",
+                    "messages",
+                ) from None
 
 
 class Tokenizer(Protocol):

@@ -7,8 +7,9 @@ calls of an answer are run here (``McpTools.call``, off the event loop: a call i
 the server's call timeout and a failure is its result, ``error: ...``), and the ensemble answers
 again with their results, until it answers with a message, calls a function of the client's
 (its turn: those come back as ``function_call`` items, the MCP calls beside them still run),
-or has read ``CHAIN_LIMIT`` rounds of results (the next answer is then asked for a message,
-``tool_choice: "none"``). Each answer goes through the line of answers (``answers.py``) and
+or has read ``CHAIN_LIMIT`` rounds of results or run the request's ``max_tool_calls`` (the
+next answer is then asked for a message, ``tool_choice: "none"``; a call past that limit is not
+run, its item ``incomplete``). Each answer goes through the line of answers (``answers.py``) and
 is recorded in the history like any other; the response's ``usage`` sums them all.
 """
 
@@ -61,6 +62,7 @@ class McpRounds:
         self.messages = list(parsed.messages)  # the conversation, the calls and their results added
         self.wholes: list[Whole] = []  # the answers so far
         self.rounds = 0  # rounds of MCP results read
+        self.left = parsed.max_tool_calls  # MCP calls it may still run (None: no limit)
 
     def close(self) -> None:
         """Let every answer of the loop go (a no-op for those that have ended)."""
@@ -80,15 +82,20 @@ class McpRounds:
             return [], None
         if final.finish_reason in CUT:  # cut short: nothing is run
             return [ro.mcp_call_item(offered[call.name], call, None) for call in calls], None
-        results = [await asyncio.to_thread(self.tools.call, call.name, call.arguments) for call in calls]
+        run = calls if self.left is None else calls[: self.left]
+        results = [await asyncio.to_thread(self.tools.call, call.name, call.arguments) for call in run]
         items = [ro.mcp_call_item(offered[call.name], call, result) for call, result in zip(calls, results)]
-        if len(calls) < len(reply.calls):  # the client's functions were called too: its turn
+        items += [ro.mcp_call_item(offered[call.name], call, None) for call in calls[len(run) :]]  # past the limit
+        if self.left is not None:
+            self.left -= len(run)
+        if len(calls) < len(reply.calls) or not run:  # the client's functions were called too: its turn
             return items, None
         self.rounds += 1
-        self.messages += called_and_answered(calls, results)
+        self.messages += called_and_answered(run, results)
         ask = self.parsed.ask
         assert isinstance(ask.output, FormatAsk)
-        output = dataclasses.replace(ask.output, tool_choice="none" if self.rounds >= CHAIN_LIMIT else None)
+        last = self.rounds >= CHAIN_LIMIT or self.left == 0  # the next answer is a message
+        output = dataclasses.replace(ask.output, tool_choice="none" if last else None)
         settings = {**ask.settings, "escalate_below": 0.0} if self.parsed.stream else ask.settings
         asked = dataclasses.replace(ask, prompt=list(self.messages), settings=settings, output=output)
         prepared = await asyncio.to_thread(self.ensemble.prepare, asked)

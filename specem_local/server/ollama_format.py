@@ -141,8 +141,8 @@ def _settings(body: dict[str, Any]) -> dict[str, Any]:
         else:
             name = name[:40]
             raise ApiError(400, f"options.{name} is not an option this server knows; remove it", f"options.{name}")
-    if settings.get("temperature") == 0:
-        settings["greedy"] = True
+    if settings.get("temperature") is not None:  # as on every route: 0 is greedy, any other samples
+        settings["greedy"] = settings["temperature"] == 0
     return settings
 
 

@@ -148,7 +148,9 @@ def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
     return bool(wanted)
 
 
-EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+EFFORTS = {
+    "none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high",
+}  # fmt: skip
 
 
 def reasoning(body: dict[str, Any]) -> tuple[Any, str | None]:
@@ -168,6 +170,8 @@ def reasoning(body: dict[str, Any]) -> tuple[Any, str | None]:
         if not isinstance(value, dict):
             raise ApiError(400, 'reasoning must be an object with an "effort"', name)
         name, value = "reasoning.effort", value.get("effort")
+        if value is None:  # {"summary": "auto"} alone, or a null effort: the default
+            return None, None
     if not isinstance(value, str) or value not in EFFORTS:  # a list or an object is no key either
         raise ApiError(400, f"{name} must be one of {', '.join(EFFORTS)}; got {str(value)[:40]!r}", name)
     return EFFORTS[value], name

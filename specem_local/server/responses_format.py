@@ -63,6 +63,7 @@ class Request:
     id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
     mcp: tuple[McpServer, ...] = ()  # the MCP servers opted in, with the tools allowed of each
+    max_tool_calls: int | None = None  # MCP calls this server may run for the response (None: no limit)
 
     @property
     def mcp_tools(self) -> dict[str, Offered]:
@@ -111,7 +112,13 @@ def parse_request(
     if previous is not None and not isinstance(previous, str):
         raise ApiError(400, "previous_response_id must be text", "previous_response_id")
     _metadata(body.get("metadata"))
-    echo = {key: body.get(key) for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata")}
+    most = body.get("max_tool_calls")
+    if most is not None and (not isinstance(most, int) or isinstance(most, bool) or most < 0):
+        raise ApiError(400, "max_tool_calls must be a whole number, 0 or more", "max_tool_calls")
+    echo = {
+        key: body.get(key)
+        for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata", "max_tool_calls")
+    }
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         items,
@@ -124,6 +131,7 @@ def parse_request(
         {**sent, **formats},
         model=f"{MODEL_ID}/{member}" if member else MODEL_ID,
         mcp=mcp,
+        max_tool_calls=most,
     )
 
 
@@ -150,8 +158,8 @@ def _settings(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             settings[name] = body[name]
-    if body.get("temperature") == 0:
-        settings["greedy"] = True
+    if body.get("temperature") is not None:  # as on every route: 0 is greedy, any other samples
+        settings["greedy"] = body["temperature"] == 0
     if body.get("max_output_tokens") is not None:
         settings["max_tokens"] = body["max_output_tokens"]
     return settings, {"max_tokens": "max_output_tokens"}
@@ -205,8 +213,7 @@ def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] |
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            text = _output_text(item.get("output"), f"{where}.output")
             messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", where), "content": text})
         elif kind not in ("reasoning", "mcp_list_tools"):
             raise ApiError(
@@ -298,8 +305,26 @@ def _format(value: Any) -> tuple[FormatAsk | None, str | None]:
         assert isinstance(chosen, dict)
         if not isinstance(chosen.get("name"), str) or "schema" not in chosen:
             raise ApiError(400, 'text.format must have a "name" and a "schema"', "text.format")
-        return FormatAsk(schema=chosen["schema"]), "text.format.schema"
+        schema = {} if chosen["schema"] is None else chosen["schema"]  # as the chat route: any JSON
+        return FormatAsk(schema=schema), "text.format.schema"
     raise ApiError(400, "text.format.type must be text, json_object or json_schema", "text.format.type")
+
+
+def _output_text(output: Any, where: str) -> str:
+    """A function call's output: its text, or its text parts joined (as the Agents SDK sends a
+    tool's text); any other part (an image, a file) is a 400 naming it."""
+    if isinstance(output, str):
+        return output
+    if not isinstance(output, list):
+        return json.dumps(output, ensure_ascii=False)
+    texts = []
+    for index, part in enumerate(output):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "output_text", "text") or not isinstance(part.get("text"), str):
+            raise ApiError(400, f"{where}[{index}] must be a text part: the specem ensemble reads text only",
+                           f"{where}[{index}]")  # fmt: skip
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def _tools(
@@ -332,6 +357,8 @@ def _tools(
         if kind == "mcp":
             mcp.append(_mcp_tool(tool, f"tools[{index}]", servers, mcp))
             continue
+        if not isinstance(tool.get("name"), str):
+            raise ApiError(400, f"tools[{index}].name must be the function's name, a string", f"tools[{index}].name")
         function = {key: tool[key] for key in ("name", "description", "parameters") if tool.get(key) is not None}
         specs.append({"type": "function", "function": function})
     functions = {spec["function"].get("name") for spec in specs}

@@ -222,7 +222,25 @@ TOOLS = {"tools": [WEATHER[RESPONSES]]}
         ({"previous_response_id": ["resp_1"]}, 400, "previous_response_id"),
         ({"previous_response_id": "resp_never_made"}, 404, "previous_response_id"),
         ({"reasoning": 5}, 400, "reasoning"),
-        ({"reasoning": {"effort": "max"}}, 400, "reasoning.effort"),
+        ({"reasoning": {"effort": "extreme"}}, 400, "reasoning.effort"),
+        ({"tools": [{**WEATHER[RESPONSES], "name": ["f"]}]}, 400, "tools[0].name"),
+        ({"max_tool_calls": -1}, 400, "max_tool_calls"),
+        ({"max_tool_calls": "2"}, 400, "max_tool_calls"),
+        ({"max_tool_calls": True}, 400, "max_tool_calls"),
+        (
+            {
+                "input": [
+                    *ASKED,
+                    {
+                        "type": "function_call_output",
+                        "call_id": "c1",
+                        "output": [{"type": "input_image", "image_url": "data:,"}],
+                    },
+                ]
+            },
+            400,
+            "input[1].output[0]",
+        ),
         ({"model": 5}, 404, "model"),
         ({"model": "gpt-4o"}, 404, "model"),
         ({"background": True}, 400, "background"),

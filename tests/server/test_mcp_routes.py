@@ -173,6 +173,20 @@ def test_after_8_rounds_of_results_the_answer_is_a_message(tools):
     assert reply.output_text == "Done." and members[0].model.read.count("add returned: 5") == 8
 
 
+def test_max_tool_calls_runs_that_many_and_then_asks_for_a_message(tools):
+    def script(text: str) -> str:  # calls again and again unless told not to
+        return '{"response": "Done."}' if FORCED in text else ADD
+
+    members = both(script)
+    with served(tools, *members, max_tokens=100) as client:
+        reply = client.responses.create(model="specem", input="Keep adding.", tools=[CALC], max_tool_calls=2)
+        assert reply.max_tool_calls == 2 and members[0].model.read.count("add returned: 5") == 2
+        none = client.responses.create(model="specem", input="Add.", tools=[CALC], max_tool_calls=0)
+    assert kinds(reply) == ["mcp_list_tools", "mcp_call", "mcp_call", "message"] and reply.output_text == "Done."
+    assert kinds(none) == ["mcp_list_tools", "mcp_call"] and none.output[1].status == "incomplete"  # not run
+    assert none.output[1].output is None
+
+
 def test_two_rounds_of_results_are_three_answers_each_counted_in_the_usage(tools):
     def script(text: str) -> str:  # calls twice, then answers
         return '{"response": "It is 5."}' if text.count("add returned: 5") >= 2 else ADD
