@@ -49,6 +49,7 @@ from specem_local.server.replies import Whole
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
 # parameters): its own limit (64) is the one a client meets, naming the field.
 MAX_JSON_DEPTH = 72
+KEPT_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # a kept response's id ("resp_" and hex); any other is none of ours
 STREAM_GRACE = 8.0  # seconds a stream may take to end after the server is told to stop (within running.SHUTDOWN)
 
 
@@ -251,7 +252,8 @@ class EnsembleServer:
     def _parse_responses(self, body: Any) -> rf.Request:
         """A Responses body, the response it continues looked up (a 404 when none is kept)."""
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        earlier = self.kept.items(previous) if isinstance(previous, str) else None
+        ours = isinstance(previous, str) and KEPT_ID.fullmatch(previous)  # no other id was ever kept here
+        earlier = self.kept.items(previous) if ours else None
         if isinstance(previous, str) and earlier is None:
             missing = f"no response {previous[:60]!r} is kept here (it was made with store: false, or elsewhere)"
             raise ApiError(404, missing, "previous_response_id", "not_found_error")

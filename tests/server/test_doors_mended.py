@@ -10,9 +10,22 @@ import json
 import httpx
 import pytest
 
-from specem_local.server import openai_format, responses_format
+from specem_local.server import EnsembleServer, ServerOptions, openai_format, responses_format
 from specem_local.server.ollama_format import parse_chat
-from tests.server.test_hostile_doors import ASKED, GOOD, MESSAGES, RESPONSES, WEATHER, answered, http, post, server
+from tests.engine.conftest import fake_ensemble, fake_member
+from tests.server.test_hostile_doors import (
+    ANSWER,
+    ASKED,
+    GOOD,
+    MESSAGES,
+    RESPONSES,
+    WEATHER,
+    answered,
+    http,
+    post,
+    server,
+)
+from tests.server.test_routes import BASE
 
 __all__ = ["http", "server"]  # the fixtures
 
@@ -104,3 +117,18 @@ async def test_a_tools_output_as_text_parts_is_read_as_its_text(http: httpx.Asyn
     asked = responses_format.parse_request(body).ask
     assert asked.prompt[-1] == {"role": "tool", "tool_call_id": "t1", "content": "sunny"}
     assert (await post(http, RESPONSES, body)).status_code == 200
+
+
+@pytest.mark.parametrize("previous", ["resp_" + HALF, "x" * 300, "resp_ü"])
+async def test_a_previous_response_id_none_of_ours_is_a_404_that_names_no_file(tmp_path, monkeypatch, previous):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))  # a server that records: the history keeps responses
+    recording = EnsembleServer(
+        fake_ensemble(fake_member("a", ANSWER), fake_member("b", ANSWER)), ServerOptions(record=True)
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=recording.app), base_url=BASE) as client:
+        response = await post(client, RESPONSES, {**GOOD[RESPONSES], "previous_response_id": previous})
+        assert response.status_code == 404, response.text
+        error = response.json()["error"]
+        assert error["param"] == "previous_response_id" and str(tmp_path) not in error["message"]
+        await answered(client, RESPONSES)
+    recording.ensemble.close()
