@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specem_local.engine import Ask, FormatAsk
+from specem_local.engine.thinking import MIN_ANSWER
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text
 from specem_local.server.replies import member_named
@@ -77,7 +78,7 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     if tools is not None or schema is not None:  # both: a 400 naming tools, where every format is checked
         choice = choice if tools is not None else None  # "auto" or "none" without tools: nothing to choose
         output = FormatAsk(schema=schema, tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
-    think = _thinking(body.get("thinking"))
+    think = _fitted_budget(_thinking(body.get("thinking")), body["max_tokens"])
     _metadata(body.get("metadata"))
     fields = {"stop": "stop_sequences", "think": "thinking.budget_tokens", "schema": schema_field}
     ask = Ask(messages, settings, output, think, (member,) if member else None)
@@ -312,6 +313,18 @@ def _thinking(value: Any) -> Any:
         said = "Field required" if budget is None else f"must be an integer, got {repr(budget)[:40]}"
         raise ApiError(400, f"thinking.budget_tokens: {said}", "thinking.budget_tokens")
     return budget
+
+
+def _fitted_budget(think: Any, max_tokens: Any) -> Any:
+    """A budget below ``max_tokens``, as Anthropic's API takes it, that would leave the answer
+    fewer than ``MIN_ANSWER`` tokens is fitted to leave it that many (Claude Code's "ultrathink"
+    asks 31,999 of 32,000); one of ``max_tokens`` or more is left to be refused where every
+    budget is checked."""
+    if isinstance(think, bool) or not isinstance(think, int) or isinstance(max_tokens, bool):
+        return think
+    if isinstance(max_tokens, int) and 0 <= think < max_tokens and max_tokens > MIN_ANSWER:  # else refused as sent
+        return min(think, max_tokens - MIN_ANSWER)
+    return think
 
 
 def _output_schema(body: dict[str, Any]) -> tuple[Any, str]:

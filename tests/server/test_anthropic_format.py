@@ -178,6 +178,17 @@ def test_thinking_is_think(thinking, think):
     assert asked == think and type(asked) is type(think)  # 0 tokens is not False
 
 
+@pytest.mark.parametrize(
+    ("max_tokens", "budget", "think"),
+    [(32000, 31999, 31936), (200, 180, 136), (200, 136, 136), (200, 200, 200), (200, -1, -1), (64, 10, 10)],
+)
+def test_a_budget_below_max_tokens_is_fitted_to_leave_the_answer_its_64(max_tokens, budget, think):
+    """As Anthropic's API takes it (Claude Code's ultrathink: 31,999 of 32,000); one of max_tokens
+    or more, a negative one, or max_tokens too small to leave 64 are refused where every budget is."""
+    thinking = {"type": "enabled", "budget_tokens": budget}
+    assert an.parse_request(body(max_tokens=max_tokens, thinking=thinking)).ask.think == think
+
+
 @pytest.mark.parametrize("where", ["output_config", "output_format"])
 def test_a_json_schema_output_is_the_answers_schema(where):
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}}

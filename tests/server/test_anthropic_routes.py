@@ -147,14 +147,17 @@ def test_thinking_before_a_format_is_its_own_block_and_streams_first():
         assert [b.type for b in streamed.content] == ["thinking", "text"] and streamed.content[1].text == REPLY  # type: ignore[union-attr]
         off = messages.create(**ask, output_config=output, thinking={"type": "disabled"})
         assert [b.type for b in off.content] == ["text"] and off.content[0].text == REPLY  # type: ignore[union-attr]
+        # below max_tokens, as Anthropic takes it, but leaving the answer < 64: fitted (Claude Code's ultrathink)
+        fitted = messages.create(**ask, output_config=output, thinking={"type": "enabled", "budget_tokens": 180})
+        assert [b.type for b in fitted.content] == ["thinking", "text"] and fitted.content[1].text == REPLY  # type: ignore[union-attr]
         with pytest.raises(anthropic.BadRequestError) as caught:
-            messages.create(**ask, output_config=output, thinking={"type": "enabled", "budget_tokens": 180})
+            messages.create(**ask, output_config=output, thinking={"type": "enabled", "budget_tokens": 200})
         assert caught.value.body == {  # type: ignore[comparison-overlap]
             "type": "error",
             "error": {
                 "type": "invalid_request_error",
-                "message": "thinking.budget_tokens: a reasoning budget of 180 tokens leaves the answer 20 of "
-                "max_tokens = 200 (it needs at least 64); raise max_tokens to 244 or think less",
+                "message": "thinking.budget_tokens: a reasoning budget of 200 tokens leaves the answer 0 of "
+                "max_tokens = 200 (it needs at least 64); raise max_tokens to 264 or think less",
             },
         }
         assert messages.create(**ask, output_config=output).content[-1].text == REPLY  # type: ignore[union-attr]
