@@ -252,8 +252,8 @@ class EnsembleServer:
     def _parse_responses(self, body: Any) -> rf.Request:
         """A Responses body, the response it continues looked up (a 404 when none is kept)."""
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        ours = isinstance(previous, str) and KEPT_ID.fullmatch(previous)  # no other id was ever kept here
-        earlier = self.kept.items(previous) if ours else None
+        ours = isinstance(previous, str) and KEPT_ID.fullmatch(previous) is not None  # no other was ever kept here
+        earlier = self.kept.items(previous) if ours and isinstance(previous, str) else None
         if isinstance(previous, str) and earlier is None:
             missing = f"no response {previous[:60]!r} is kept here (it was made with store: false, or elsewhere)"
             raise ApiError(404, missing, "previous_response_id", "not_found_error")
