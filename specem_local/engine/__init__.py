@@ -45,6 +45,7 @@ from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
 from specem_local.engine.task_weights import TaskWeights, fit_task, guessed_at_least, keep_task_weights, task_weights
+from specem_local.engine.thinking import MIN_ANSWER
 from specem_local.engine.thinking import plan as think_plan
 from specem_local.engine.tool_stream import ReplyStream, StreamedCall, whole_part
 from specem_local.engine.tools import ToolCall, ToolReply, recorded_turns, reply_from_text
@@ -52,6 +53,7 @@ from specem_local.engine.vote import candidate_label, explain, winning_candidate
 
 __all__ = [
     "ENSEMBLE",
+    "MIN_ANSWER",
     "AnswerRequest",
     "AnswerRunner",
     "AnswerStream",

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specem_local.engine import Ask, FormatAsk
-from specem_local.engine.thinking import MIN_ANSWER
+from specem_local.engine import MIN_ANSWER, Ask, FormatAsk
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text
 from specem_local.server.replies import member_named

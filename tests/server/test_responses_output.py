@@ -43,8 +43,8 @@ def test_a_response_in_progress_then_completed_or_incomplete_with_the_usage_of_e
         "id": asked.id, "object": "response", "created_at": asked.created, "status": "in_progress",
         "model": "specem", "output": [], "error": None, "incomplete_details": None, "parallel_tool_calls": True,
         "tool_choice": "auto", "previous_response_id": None, "store": True, "instructions": None,
-        "temperature": 0.2, "top_p": None, "max_output_tokens": None, "metadata": {"k": "v"}, "tools": [],
-        "text": {"format": {"type": "text"}},
+        "temperature": 0.2, "top_p": None, "max_output_tokens": None, "metadata": {"k": "v"}, "max_tool_calls": None,
+        "tools": [], "text": {"format": {"type": "text"}},
     }  # fmt: skip
     final = dataclasses.replace(final_of("Sunny."), reasoning_tokens=4)
     done = ro.response(asked, START, final, [{"type": "message"}])
