@@ -64,7 +64,7 @@ def test_the_larger_ensemble_by_name(tmp_path):
     start, final = start_and_final("--ensemble", "demo-1.5b")
     assert start["models"] == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "gemma-3-270m"]
     assert start["weights"]["qwen2.5-coder-1.5b"] > 0.5 and final["text"]
-    assert final["confidence_from"].startswith("demo-1.5b's 120 GSM8K dev answers (")  # its own, not the prior
+    assert final["confidence_from"].startswith("demo-1.5b's 270 GSM8K train answers (")  # its own, not the prior
     _, checked = start_and_final("--ensemble", "demo-1.5b", "--confidence-check", "samples")
     assert "one more sampled answer of the 1.5B" in checked["confidence_from"]  # the one fitted with the check
     assert checked["evidence"]["witnesses"] in (0.0, 1.0) and checked["text"] == final["text"]
