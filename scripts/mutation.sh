@@ -43,19 +43,21 @@ for module in "$@"; do
     engine/rounds.py|engine/phases.py)
       selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py", "tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_round_fields.py"]' ;;
     engine/answer_stream.py)
-      selection='["tests/engine/test_answer_stream_exact.py", "tests/engine/test_lost_members.py", "tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
+      selection='["tests/engine/test_answer_stream_exact.py", "tests/engine/test_lost_members.py", "tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py", "tests/engine/test_checks_hostile.py", "tests/engine/test_evidence.py"]' ;;
+    engine/checking.py)
+      selection='["tests/engine/test_checks_hostile.py", "tests/engine/test_evidence.py", "tests/engine/test_batch_exact.py", "tests/server/test_confidence_routes.py", "tests/unit/test_answer_printer.py", "tests/server/test_replies_exact.py"]' ;;
     engine/places.py|engine/many.py|engine/runner.py)
       selection='["tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
-      selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py"]' ;;
+      selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py", "tests/server/test_doors_mended.py"]' ;;
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py|commands/answer_printer.py)
-      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_checks_hostile.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/*)
@@ -67,11 +69,11 @@ for module in "$@"; do
     commands/calibrate.py)  # the tests that run `specem calibrate` (each way) on fakes
       selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py"]' ;;
     engine/evidence.py)
-      selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py"]' ;;
+      selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
-      selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py"]' ;;
+      selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py", "tests/server/test_doors_mended.py"]' ;;
     server/anthropic_format.py|server/anthropic_output.py)
-      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py"]' ;;
+      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_doors_mended.py"]' ;;
     server/writers.py)
       selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;

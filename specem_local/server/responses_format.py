@@ -120,6 +120,9 @@ def parse_request(
         for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata", "max_tool_calls")
     }
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
+    echo.update(
+        tool_choice=body.get("tool_choice") or "auto", parallel_tool_calls=_switch(body, "parallel_tool_calls", True)
+    )
     return Request(
         items,
         Ask(messages, settings, output, think, (member,) if member else None),

@@ -125,8 +125,6 @@ def response(
         "output": output,
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
         "previous_response_id": request.previous,
         "store": request.store,
         **request.echo,

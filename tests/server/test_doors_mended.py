@@ -132,3 +132,19 @@ async def test_a_previous_response_id_none_of_ours_is_a_404_that_names_no_file(t
         assert error["param"] == "previous_response_id" and str(tmp_path) not in error["message"]
         await answered(client, RESPONSES)
     recording.ensemble.close()
+
+
+NAMED = {"type": "function", "name": "get_weather"}
+
+
+@pytest.mark.parametrize(
+    ("sent", "shown"),
+    [({}, ("auto", True)), ({"tool_choice": "required", "parallel_tool_calls": False}, ("required", False)),
+     ({"tool_choice": NAMED}, (NAMED, True)),
+     ({"tool_choice": "none"}, ("none", True))],
+)  # fmt: skip
+async def test_a_response_echoes_the_tool_choice_and_parallel_calls_it_was_sent(http: httpx.AsyncClient, sent, shown):
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    reply = await post(http, RESPONSES, {"model": "specem", "input": "Weather?", "tools": tools, **sent})
+    assert reply.status_code == 200
+    assert (reply.json()["tool_choice"], reply.json()["parallel_tool_calls"]) == shown
