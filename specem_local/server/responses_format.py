@@ -103,7 +103,10 @@ def parse_request(
         messages = [{"role": "system", "content": message_text(instructions, "instructions")}, *messages]
     settings, sent = _settings(body)
     output, param = _format(body.get("text"))
-    output, tools, mcp = _tools(body, output, servers)
+    most = body.get("max_tool_calls")
+    if most is not None and (not isinstance(most, int) or isinstance(most, bool) or most < 0):
+        raise ApiError(400, "max_tool_calls must be a whole number, 0 or more", "max_tool_calls")
+    output, tools, mcp = _tools(body, output, servers, offered=most != 0)
     think, think_field = reasoning(body)
     if think_field:
         sent["think"] = think_field
@@ -112,9 +115,6 @@ def parse_request(
     if previous is not None and not isinstance(previous, str):
         raise ApiError(400, "previous_response_id must be text", "previous_response_id")
     _metadata(body.get("metadata"))
-    most = body.get("max_tool_calls")
-    if most is not None and (not isinstance(most, int) or isinstance(most, bool) or most < 0):
-        raise ApiError(400, "max_tool_calls must be a whole number, 0 or more", "max_tool_calls")
     echo = {
         key: body.get(key)
         for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata", "max_tool_calls")
@@ -331,11 +331,12 @@ def _output_text(output: Any, where: str) -> str:
 
 
 def _tools(
-    body: dict[str, Any], output: FormatAsk | None, servers: Sequence[McpServer] | None = None
+    body: dict[str, Any], output: FormatAsk | None, servers: Sequence[McpServer] | None = None, offered: bool = True
 ) -> tuple[FormatAsk | None, bool, tuple[McpServer, ...]]:
     """``tools`` (function tools, their fields flat as the Responses API has them, and MCP
     tools naming servers of ``--mcp``), ``tool_choice`` and ``parallel_tool_calls`` added to
-    the format; the MCP servers opted in; a built-in tool is a 400 naming it."""
+    the format; the MCP servers opted in; a built-in tool is a 400 naming it. ``offered``
+    false (``max_tool_calls: 0``): the servers are listed, their tools not offered to the answer."""
     tools = body.get("tools")
     parallel = _switch(body, "parallel_tool_calls", True)
     if tools in (None, []):
@@ -365,7 +366,7 @@ def _tools(
         function = {key: tool[key] for key in ("name", "description", "parameters") if tool.get(key) is not None}
         specs.append({"type": "function", "function": function})
     functions = {spec["function"].get("name") for spec in specs}
-    for server in mcp:
+    for server in mcp if offered else ():
         specs += [tool.spec for tool in server.tools]
         clash = next((tool for tool in server.tools if tool.name in functions), None)
         if clash is not None:
