@@ -197,7 +197,9 @@ def envelope_schema(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool 
     """The JSON Schema every answer must match: calls (each function's arguments by its own
     schema; one call without ``parallel``), or a message, as ``choice`` allows."""
     offered = [tool for tool in tools if choice.function in (None, tool.name)]
-    call = {"anyOf": [_object({"name": {"const": tool.name}, "arguments": tool.parameters}) for tool in offered]}
+    definitions: dict[str, Any] = {}
+    arguments = [_arguments(tool, definitions) for tool in offered]
+    call = {"anyOf": [_object({"name": {"const": t.name}, "arguments": a}) for t, a in zip(offered, arguments)]}
     calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
     shapes = {
         "calls": _object({"tool_calls": calls}),
@@ -205,7 +207,38 @@ def envelope_schema(tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool 
     }
     allowed = {"auto": ("calls", "message"), "none": ("message",)}.get(choice.mode, ("calls",))
     chosen = [shapes[name] for name in allowed if name == "message" or offered]
-    return chosen[0] if len(chosen) == 1 else {"anyOf": chosen}
+    envelope = chosen[0] if len(chosen) == 1 else {"anyOf": chosen}
+    return {**envelope, "$defs": definitions} if definitions else envelope
+
+
+def _arguments(tool: Tool, definitions: dict[str, Any]) -> dict[str, Any]:
+    """A function's parameters as the envelope holds them: as given, or, where they refer to a
+    part of themselves (``$ref: "#/$defs/Point"``, as pydantic and FastMCP write nested models;
+    ``"#/properties/a"``, as zod does), kept whole in the envelope's ``$defs`` with each such
+    reference pointed there: in the envelope, ``#`` is the envelope."""
+    if '"$ref"' not in json.dumps(tool.parameters):
+        return tool.parameters
+    key = f"function_{tool.name}"  # a name is letters, digits, _ and -: nothing to escape in a pointer
+    definitions[key] = _repointed(tool.parameters, f"#/$defs/{key}")
+    return {"$ref": f"#/$defs/{key}"}
+
+
+def _repointed(node: Any, root: str) -> Any:
+    """``node`` with every ``$ref`` to a place in its document (``#`` or ``#/...``) made to point
+    under ``root``; values that are data (``const``, ``enum``, ``default``, ``examples``) as they are."""
+    if isinstance(node, list):
+        return [_repointed(item, root) for item in node]
+    if not isinstance(node, dict):
+        return node
+    moved = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
+            moved[key] = root + value[1:]
+        elif key in ("const", "enum", "default", "examples"):
+            moved[key] = value
+        else:
+            moved[key] = _repointed(value, root)
+    return moved
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:

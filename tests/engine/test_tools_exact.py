@@ -5,11 +5,14 @@ without a parser, and each refusal's words and field."""
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 import jsonschema
+import llguidance
 import pytest
 
+from specem_local.engine.format_compiler import byte_tokenizer, compile_format
 from specem_local.engine.prompting import Message
 from specem_local.engine.tool_stream import StreamedCall, partial_reply
 from specem_local.engine.tools import (
@@ -100,6 +103,37 @@ def test_the_envelope_is_one_call_of_an_offered_function_or_a_message():
     assert validator.is_valid({"tool_calls": [{"name": "add", "arguments": {"a": 1}}]})
     assert not validator.is_valid({"tool_calls": []})  # no call at all is no answer
     assert not validator.is_valid({"tool_calls": [{"name": "add", "arguments": {}}] * 2})
+
+
+POINT = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+NESTED = Tool("move", "", {"type": "object", "$defs": {"Point": POINT}, "properties": {"to": {"$ref": "#/$defs/Point"},
+              "tag": {"const": {"$ref": "#/x"}}}, "required": ["to"]})  # fmt: skip
+ZOD = Tool("copy", "", {"type": "object", "properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"},
+                        "tree": {"type": "array", "items": {"$ref": "#"}}}})  # fmt: skip
+
+
+def test_functions_whose_parameters_refer_to_themselves_keep_their_own_definitions_in_the_envelope():
+    schema = envelope_schema((ADD, NESTED, ZOD), ToolChoice("required"))
+    calls = schema["properties"]["tool_calls"]["items"]["anyOf"]
+    assert [call["properties"]["arguments"] for call in calls] == [
+        ADD.parameters, {"$ref": "#/$defs/function_move"}, {"$ref": "#/$defs/function_copy"}]  # fmt: skip
+    moved = schema["$defs"]["function_move"]
+    assert moved["properties"]["to"] == {"$ref": "#/$defs/function_move/$defs/Point"}
+    assert moved["properties"]["tag"] == {"const": {"$ref": "#/x"}}  # data, not a reference
+    copied = schema["$defs"]["function_copy"]["properties"]
+    assert copied["b"] == {"$ref": "#/$defs/function_copy/properties/a"}
+    assert copied["tree"]["items"] == {"$ref": "#/$defs/function_copy"}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"tool_calls": [{"name": "move", "arguments": {"to": {"x": 1}}}]})
+    assert not validator.is_valid({"tool_calls": [{"name": "move", "arguments": {"to": {"x": "1"}}}]})
+    assert validator.is_valid({"tool_calls": [{"name": "copy", "arguments": {"b": "s", "tree": [{"a": "t"}]}}]})
+    assert not validator.is_valid({"tool_calls": [{"name": "copy", "arguments": {"tree": [{"b": 2}]}}]})
+    grammar = compile_format("tools", json.dumps(schema), "tools").grammar  # llguidance finds them too
+    matcher = llguidance.LLMatcher(byte_tokenizer(), grammar, log_level=0)
+    good = '{"tool_calls": [{"name": "move", "arguments": {"to": {"x": 12}}}]}'
+    assert matcher.consume_tokens(list(good.encode())) and matcher.is_accepting()
+    matcher.reset()
+    assert not matcher.consume_tokens(list(b'{"tool_calls": [{"name": "move", "arguments": {"to": {"x": "'))
 
 
 INSTRUCTIONS = {

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import httpx
+import openai
+import pydantic
 import pytest
 
 from specem_local.server import EnsembleServer, ServerOptions
@@ -119,3 +121,23 @@ async def test_a_bad_tool_request_is_a_400_naming_the_field_and_the_next_answers
     error = response.json()["error"]
     assert error["param"] == param and "\n" not in error["message"]
     assert (await http.post("/v1/chat/completions", json=ASK)).json()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_a_tool_from_a_nested_pydantic_model_is_called_through_the_openai_route():
+    class Point(pydantic.BaseModel):
+        x: int
+        y: int
+
+    class Move(pydantic.BaseModel):
+        to: Point
+
+    tool = openai.pydantic_function_tool(Move)  # its parameters refer to "#/$defs/Point"
+    move = '{"tool_calls": [{"name": "Move", "arguments": {"to": {"x": 1, "y": 2}}}]}'
+    ensemble = fake_ensemble(fake_member("a", move, n_ctx=4096), fake_member("b", move, n_ctx=4096))
+    server = EnsembleServer(ensemble, ServerOptions(queue=2, max_body_bytes=1 << 20, record=False))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=server.app), base_url=BASE) as client:
+        reply = await client.post("/v1/chat/completions", json={**ASK, "tools": [tool]})
+    ensemble.close()
+    assert reply.status_code == 200, reply.text
+    [call] = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert Move.model_validate_json(call["function"]["arguments"]) == Move(to=Point(x=1, y=2))
