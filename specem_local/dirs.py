@@ -163,7 +163,7 @@ def read_text(path: Path, what: str, *, pipes: bool = False) -> str:
     except OSError as error:
         raise SpecemError(f"{what} {path}: cannot read: {error.strerror or error}") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (Notepad's) is not text
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise SpecemError(f"{what} {path}:{line}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None

@@ -52,15 +52,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 f"{judges_only[0]} only verifies, so it cannot answer alone; "
                 "calibrate weighs members by their own answers"
             )
+        if ensemble.weight_store is None:
+            raise SpecemError("this ensemble keeps no weights, so there is nothing to calibrate")
         settings = with_overrides(ensemble.settings, **overrides)
         before = ensemble.starting_weights(**overrides)
         wrong = dict.fromkeys((m.name for m in verifiers), 0)
         for task in tqdm(tasks, desc="calibrate", unit="item", file=sys.stderr):
-            for member in verifiers:
-                final = ensemble.generate(task.prompt, models=[member.name], **overrides)
-                wrong[member.name] += not task.grade(final.text)[1]
-        if ensemble.weight_store is None:
-            raise SpecemError("this ensemble keeps no weights, so there is nothing to calibrate")
+            for member in verifiers:  # a tool-call item offers its tools, as the eval does
+                final = ensemble.generate(task.prompt, models=[member.name], **overrides, **task.options)
+                wrong[member.name] += not task.grade(final.text, final.finish_reason)[1]
         calibrate(ensemble.weight_store, ensemble.members, settings, wrong, len(tasks))
         after = ensemble.starting_weights(**overrides)
     print(f"calibrated on {len(tasks)} items of {args.tasks}")
@@ -80,12 +80,13 @@ def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: 
     members and the ``confidence_check`` setting); said with how well it ranked these items."""
     from tqdm import tqdm
 
-    from specem_local.engine import Ensemble, fit_calibrator, keep_calibrator
+    from specem_local.engine import Ensemble, fit_calibrator, keep_calibrator, user_calibrators
 
+    user_calibrators()  # a damaged file is said before the answers, not after
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         evidence, right = [], []
         for task in tqdm(tasks, desc="calibrate confidence", unit="item", file=sys.stderr):
-            final = ensemble.generate(task.prompt, **overrides)
+            final = ensemble.generate(task.prompt, **overrides, **task.options)
             evidence.append(final.evidence)
             right.append(task.grade(final.text, final.finish_reason)[1])
         check = overrides.get("confidence_check", ensemble.settings.confidence_check)
@@ -94,7 +95,7 @@ def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: 
         except ValueError:
             raise SpecemError(
                 f"the ensemble got {sum(right)} of {len(right)} items right: fitting needs right and wrong answers; "
-                "give more items, or harder ones"
+                f"give more items, or {'easier' if not any(right) else 'harder'} ones"
             ) from None
         kept = keep_calibrator(ensemble.members, check, calibrator)
     print(f"confidence calibrated on {len(tasks)} items of {args.tasks} ({sum(right)} right), check {check!r}: {kept}")
@@ -120,8 +121,9 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
         raise SpecemError(f"--task {name}: an item's choices are not distinct options (the same text twice?)")
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         scores, answers = [], []
+        scoring = {**overrides, "score_options": True}  # the fit reads every source's scores, whatever the config says
         for task in tqdm(tasks, desc=f"calibrate {name}", unit="item", file=sys.stderr):
-            events = ensemble.stream(task.question, schema={"enum": list(task.choices)}, **overrides)
+            events = ensemble.stream(task.question, schema={"enum": list(task.choices)}, **scoring)
             chosen = next(e for e in events if isinstance(e, RoundEvent))
             scores.append(
                 {source: [c.scores[source] for c in chosen.candidates] for source in chosen.candidates[0].scores}

@@ -37,7 +37,14 @@ from specem_local.engine.evidence import Calibrator, answer_agreement, final_ans
 from specem_local.engine.evidence import fit as fit_calibrator
 from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.formats import FormatMatcher, OutputFormat, member_matcher, output_format_from
-from specem_local.engine.learned import built_in_calibrations, calibrate, keep_calibrator, names_in, stored_weights
+from specem_local.engine.learned import (
+    built_in_calibrations,
+    calibrate,
+    keep_calibrator,
+    names_in,
+    stored_weights,
+    user_calibrators,
+)
 from specem_local.engine.loading import gpu_layers_for, prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.prompting import Message
@@ -104,6 +111,7 @@ __all__ = [
     "think_plan",
     "threads_each",
     "thumbs_rewards",
+    "user_calibrators",
     "whole_part",
     "winning_candidate",
 ]

@@ -20,14 +20,16 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from specem_local.dirs import data_dir
+from specem_local.dirs import data_dir, replace_file
 from specem_local.engine import feedback
 from specem_local.engine.choices import choice_change
 from specem_local.engine.evidence import Calibrator
 from specem_local.engine.member import Member
+from specem_local.errors import SpecemError
 from specem_local.events import WeightsOrigin
 from specem_local.settings import EnsembleSettings
 from specem_local.storage.weights import Choice, StoredWeights, WeightStore, ensemble_key
@@ -106,13 +108,29 @@ def keep_calibrator(members: list[Member], check: str, calibrator: Calibrator) -
     """Keep a calibrator the user fitted for these members and check (it is used from the next
     answer on); returns where it is kept."""
     path = user_calibrators_path()
-    entries = json.loads(path.read_text("utf-8")) if path.exists() else []
     key = key_of(members)
-    entries = [e for e in entries if (e.get("key"), e.get("check", "none")) != (key, check)]
+    entries = [e for e in user_calibrators() if (e.get("key"), e.get("check", "none")) != (key, check)]
     entries.append({"key": key, "check": check, "calibrator": calibrator.to_dict()})
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries, indent=1) + "\n", "utf-8")
+    replace_file(path, json.dumps(entries, indent=1) + "\n")
     return path
+
+
+def user_calibrators() -> list[dict[str, Any]]:
+    """The entries of the user's calibrators file (none if it is missing); a ``SpecemError``
+    says it is damaged, so that keeping one more never loses the others unsaid."""
+    path = user_calibrators_path()
+    try:
+        entries = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        said = f"the confidence calibrators in {path} cannot be read ({error}); delete it to start afresh"
+        raise SpecemError(said) from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecemError(f"the confidence calibrators in {path} are damaged (not a list of entries); delete it to "
+                          "start afresh")  # fmt: skip
+    return entries
 
 
 def user_calibrators_path() -> Path:

@@ -101,7 +101,8 @@ def load_tasks(path: Path) -> list[Task]:
     ``"choices"`` (a list of strings) and a letter answer (multiple choice). A line that cannot
     be read or an item that cannot be scored is a one-line error naming the line."""
     tasks = []
-    for number, line in enumerate(read_text(path, "tasks file", pipes=True).splitlines(), start=1):
+    lines = read_text(path, "tasks file", pipes=True).split("\n")  # not splitlines: U+2028 may be in a string
+    for number, line in enumerate(lines, start=1):
         if line.strip():
             try:
                 tasks.append(task_from_json(line, number))
