@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -107,6 +109,7 @@ class McpTools:
         """Start the servers and wait for each (``close()`` from another thread cuts the wait
         short: the servers still starting are stopped)."""
         ready: dict[str, concurrent.futures.Future[Any]] = {s.name: concurrent.futures.Future() for s in self.servers}
+        said_in_one_line()
         with self._state:
             if self._closed or self._thread is not None:  # closed before it opened, or opened already
                 return
@@ -120,8 +123,9 @@ class McpTools:
                 outcome = f"the MCP server {server.name!r} did not start in {self.start_seconds:g} s"
             if isinstance(outcome, str):
                 self.problems.append(f"{outcome}; its tools are left out")
-            else:
-                listed += outcome
+            elif not outcome:
+                self.problems.append(f"the MCP server {server.name!r} lists no tools")
+            listed += [] if isinstance(outcome, str) else outcome
         self.tools, notes = offered(listed)
         self.problems += notes
         self._by_name = {tool.name: tool for tool in self.tools}
@@ -203,9 +207,10 @@ class McpTools:
         import anyio
         from mcp import ClientSession, StdioServerParameters, stdio_client
 
-        params = StdioServerParameters(
-            command=server.command, args=list(server.args), env=server.env or None, cwd=server.cwd
-        )
+        params = StdioServerParameters(  # a byte that is not UTF-8 on its stdout is replaced, not a wedged session
+            command=server.command, args=list(server.args), env=server.env or None, cwd=server.cwd,
+            encoding_error_handler="replace",
+        )  # fmt: skip
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             try:
                 with anyio.fail_after(self.start_seconds):
@@ -224,10 +229,10 @@ class McpTools:
 
         try:
             result = await session.call_tool(tool.tool, arguments, read_timeout_seconds=self.call_seconds)
-        except MCPError as error:
-            if error.code == REQUEST_TIMEOUT:
+        except MCPError as error:  # the SDK's own (its words) or one the server sent, which may use the same codes
+            if error.code == REQUEST_TIMEOUT and error.message.endswith("timed out"):
                 return self._timed_out(tool)
-            if error.code == CONNECTION_CLOSED:
+            if error.code == CONNECTION_CLOSED and error.message == "Connection closed":
                 return f"error: the MCP server {tool.server!r} has stopped; {tool.name} did not answer"
             return f"error: the MCP server {tool.server!r}: {_said(error.message)}"
         except Exception as error:  # a result the SDK could not read, a request it refused
@@ -247,14 +252,32 @@ class McpTools:
         name = server.name
         if isinstance(error, TimeoutError):
             why = f"the MCP server {name!r} did not answer in {self.start_seconds:g} s"
+        elif isinstance(error, OSError) and server.cwd is not None and not os.path.isdir(server.cwd):
+            why = f"the MCP server {name!r} could not be started (its cwd {server.cwd} is not a folder)"
         elif isinstance(error, OSError):
             why = f"the MCP server {name!r} could not be started ({server.command}: {error.strerror or error})"
-        elif isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+        elif isinstance(error, MCPError) and error.code == CONNECTION_CLOSED and error.message == "Connection closed":
             why = f"the MCP server {name!r} ended before it answered"
         else:
             why = f"the MCP server {name!r} failed to start ({type(error).__name__}: {_said(error)})"
         last = _last_line(errlog)
         return f"{why}; it said: {last}" if last else why
+
+
+class OneLine(logging.Handler):
+    """The MCP SDK's warnings (a server's line on stdout that is not JSON-RPC, say) as one line on
+    stderr, never a traceback (Python prints one where no handler is set)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        said = " ".join(record.getMessage().split())[:STDERR_SAID]
+        print(f"specem: note: MCP: {said}", file=sys.stderr, flush=True)
+
+
+def said_in_one_line() -> None:
+    """``OneLine`` on the SDK's logger, unless a program has set up logging of its own."""
+    sdk = logging.getLogger("mcp")
+    if not sdk.handlers and not logging.getLogger().handlers:
+        sdk.addHandler(OneLine(logging.WARNING))
 
 
 async def _tools_of(session: Any, server: str) -> list[Listed]:
