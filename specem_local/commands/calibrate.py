@@ -34,15 +34,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble, calibrate
+    from specem_local.engine.task_weights import DEFAULT_TASK
     from specem_local.settings import with_overrides
 
     tasks = load_tasks(Path(args.tasks))[: args.limit]
     overrides: dict[str, Any] = {"greedy": True, **settings_overrides(args)}
+    config = config_from_args(args)
+    with_overrides(config.ensemble, **overrides)  # a bad setting (a task's name) is said before any model loads
     if args.confidence:
         return calibrate_confidence(args, tasks, overrides)
-    if overrides.get("task"):
-        return calibrate_task(args, tasks, overrides)
-    with Ensemble.from_config(config_from_args(args)) as ensemble:
+    if "task" in overrides:  # "" is the default task, choices
+        return calibrate_task(args, tasks, {**overrides, "task": overrides["task"] or DEFAULT_TASK})
+    with Ensemble.from_config(config) as ensemble:
         verifiers = [m for m in ensemble.members if m.spec.verifies]
         if len(ensemble.members) < 2:
             raise SpecemError("calibrate needs an ensemble of at least two models")
@@ -118,7 +121,11 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
     found = [options.options_in({"enum": list(task.choices)}) for task in tasks]
     offered = [each for each in found if each is not None]
     if len(offered) < len(found):
-        raise SpecemError(f"--task {name}: an item's choices are not distinct options (the same text twice?)")
+        item = tasks[found.index(None)]
+        raise SpecemError(
+            f"--task {name}: item {item.id}'s choices are not options every member can score (2 to "
+            f"{options.MAX_OPTIONS} distinct texts, none empty, none the start of another)"
+        )
     with Ensemble.from_config(config_from_args(args)) as ensemble:
         scores, answers = [], []
         scoring = {**overrides, "score_options": True}  # the fit reads every source's scores, whatever the config says

@@ -278,7 +278,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     shape.add_argument(
         "--choices",
         metavar="A,B,...",
-        help="the answer is one of these options (comma-separated): every member scores each (docs/choices.md)",
+        help="the answer is one of these options (comma-separated): every member scores each, up to 20 (more are "
+        "written in rounds; docs/choices.md)",
     )
     shape.add_argument(
         "--tools", metavar="FILE", help="functions the models may call (a JSON list): prints the calls, or the message"

@@ -150,9 +150,6 @@ def choice_point(schema: Any, text: str) -> ChoicePoint | None:
     options = opt.options_in(schema_at(schema, place.path))
     if options is None:
         return None
-    texts = options.texts
-    if any(a != b and b.startswith(a) for a in texts for b in texts):
-        return None
     kept = allowed_options(options, lambda option: option.startswith(place.begun))
     return ChoicePoint(kept, place.begun) if kept is not None else None
 

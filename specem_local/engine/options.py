@@ -50,12 +50,16 @@ class Options:
 def options_in(schema: Any) -> Options | None:
     """The options a JSON Schema allows when it allows only a few values (2 to ``MAX_OPTIONS``):
     an ``enum``, ``anyOf`` / ``oneOf`` of ``const``s, ``const``s of one ``type``, a boolean.
-    None for any other schema (it is written in rounds as before)."""
+    None for any other schema (it is written in rounds as before), and for options one of which
+    begins another's text (``1`` and ``12``: an option's score holds no end, so the shorter
+    would always be the likelier)."""
     values = _values(schema)
     if values is None:
         return None
     texts = tuple(json.dumps(value, ensure_ascii=False) for value in values)
     if not 2 <= len(set(texts)) == len(texts) <= MAX_OPTIONS:
+        return None
+    if any(a != b and b.startswith(a) for a in texts for b in texts):
         return None
     words = tuple(value if isinstance(value, str) else text for value, text in zip(values, texts))
     if any(not word.strip() for word in words) or len({word.strip() for word in words}) < len(words):
@@ -77,6 +81,8 @@ def _values(schema: Any) -> list[Any] | None:
             return None
         if any(set(b) - {"const", "title", "description", "type"} for b in branches):
             return None
+        if any("type" in b and not _of_type(b["const"], b["type"]) for b in branches):
+            return None  # a branch no value satisfies: the format says what is allowed, not the const
         values = [b["const"] for b in branches]
     else:
         return None
@@ -89,7 +95,7 @@ def _values(schema: Any) -> list[Any] | None:
 
 
 def _of_type(value: Any, kind: Any) -> bool:
-    kinds = {"string": str, "integer": int, "boolean": bool, "null": type(None)}
+    kinds = {"string": str, "integer": int, "number": int, "boolean": bool, "null": type(None)}  # floats: never here
     wanted = [kinds.get(k) for k in (kind if isinstance(kind, list) else [kind])]
     return any(w is not None and isinstance(value, w) and (w is bool or not isinstance(value, bool)) for w in wanted)
 

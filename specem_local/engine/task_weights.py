@@ -48,13 +48,25 @@ class TaskWeights:
     fitted_on: str
 
     def priors_for(self, options: opt.Options) -> dict[str, np.ndarray]:
-        """Each source's prior over these options, where one was kept."""
-        kept = self.priors.get(options.key) or self.priors.get(f"#{len(options.texts)}") or {}
+        """Each source's prior over these options, where one was kept: for these options (in
+        whatever order they come), else for as many by position."""
+        kept = self.priors.get(options.key) or _reordered(self.priors, options.texts)
+        kept = kept or self.priors.get(f"#{len(options.texts)}") or {}
         return {name: np.asarray(values, dtype=np.float64) for name, values in kept.items()}
 
     def to_json(self, key: str) -> dict[str, Any]:
         return {"key": key, "task": self.task, "weights": self.weights, "priors": self.priors,
                 "items": self.items, "fitted_on": self.fitted_on}  # fmt: skip
+
+
+def _reordered(priors: dict[str, dict[str, list[float]]], texts: tuple[str, ...]) -> dict[str, list[float]] | None:
+    """The priors kept for the same options listed in another order, put in this one."""
+    for key, kept in priors.items():
+        listed = json.loads(key) if key.startswith("[") else None
+        if isinstance(listed, list) and len(listed) == len(texts) and set(listed) == set(texts):
+            order = [listed.index(text) for text in texts]
+            return {name: [values[i] for i in order] for name, values in kept.items()}
+    return None
 
 
 def fit_task(
@@ -152,12 +164,25 @@ def _parsed(text: str, where: str) -> dict[tuple[str, str], TaskWeights]:
     try:
         entries = json.loads(text)
         return {(entry["key"], entry["task"]): _entry(entry) for entry in entries}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise SpecemError(f"the task weights in {where} are damaged ({error}); delete it to start afresh") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as error:
+        said = " ".join(str(error).split())[:200]
+        raise SpecemError(f"the task weights in {where} are damaged ({said}); delete it to start afresh") from None
 
 
 def _entry(entry: dict[str, Any]) -> TaskWeights:
-    weights = {str(name): float(value) for name, value in entry["weights"].items()}
-    priors = {str(key): {str(n): [float(v) for v in values] for n, values in kept.items()}
-              for key, kept in entry.get("priors", {}).items()}  # fmt: skip
+    """One kept task, checked: weights and priors are finite numbers, 0 or more, and each prior
+    has one for every option of its key (a wrong one would change answers, not fail)."""
+    weights = {str(name): _amount(value) for name, value in entry["weights"].items()}
+    priors = {}
+    for key, kept in entry.get("priors", {}).items():
+        count = len(json.loads(key)) if key.startswith("[") else int(key.removeprefix("#"))
+        priors[str(key)] = {str(name): [_amount(v) for v in values] for name, values in kept.items()}
+        if any(not isinstance(values, list) or len(values) != count for values in kept.values()):
+            raise ValueError(f"a prior of {key} has not one number for each of its {count} options")
     return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]))
+
+
+def _amount(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"{str(value)[:40]} is not a weight (a finite number, 0 or more)")
+    return float(value)

@@ -291,7 +291,7 @@ def test_calibrate_task_refuses_an_item_whose_options_repeat_before_any_model_lo
     items.write_text('{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "A"}\n'
                      '{"question": "Which pet?", "choices": ["cat", "cat"], "answer": "A"}\n')  # fmt: skip
     assert main(["calibrate", str(items), "--task", "twice"]) == 1
-    assert "--task twice: an item's choices are not distinct options" in capsys.readouterr().err
+    assert "--task twice: item 2's choices are not options every member can score" in capsys.readouterr().err
 
 
 def test_calibrate_task_needs_items_with_choices(monkeypatch, capsys, tmp_path):

@@ -1,0 +1,103 @@
+"""Answers among options on what a user may give (a hostile read of issue 56's path): options one
+of which begins another's, a branch whose type no const of it has, ``number`` options, a task's
+priors for the same options in another order, a damaged weights file, and `specem calibrate
+--task` refusing a bad name before any model loads."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from specem_local.commands.cli import main
+from specem_local.engine import Ensemble
+from specem_local.engine import options as opt
+from specem_local.engine.task_weights import TaskWeights, task_weights, user_weights_path
+from specem_local.errors import SpecemError
+from tests.engine.conftest import fake_ensemble, fake_member
+
+TWELVE = {"type": "integer", "enum": list(range(1, 13))}
+MISTYPED = {"anyOf": [{"const": 1, "type": "string"}, {"const": "a"}, {"const": "b"}]}
+
+
+@pytest.mark.parametrize("schema", [TWELVE, {"enum": [1, 12]}, {"enum": [1, 10, "x"]}, MISTYPED])
+def test_options_one_of_which_begins_another_or_that_no_value_satisfies_are_not_scored(schema):
+    assert opt.options_in(schema) is None  # written in rounds under the format, as any other schema
+
+
+@pytest.mark.parametrize(("schema", "wanted"), [(TWELVE, "12"), ({"enum": [1, 12]}, "12"), (MISTYPED, '"a"')])
+def test_such_options_are_answered_as_the_members_want_and_as_the_schema_allows(schema, wanted):
+    with fake_ensemble(fake_member("a", wanted), fake_member("b", wanted)) as ensemble:
+        final = ensemble.generate("Pick one.", schema=schema)
+    assert final.text == wanted and final.rounds >= 1
+    jsonschema.validate(final.parsed, schema)
+
+
+def test_number_options_are_a_choice_as_the_docs_say():
+    found = opt.options_in({"type": "number", "enum": [1, 2]})
+    assert found is not None and found.values == (1, 2)
+
+
+def test_a_tasks_priors_hold_for_its_options_in_another_order():
+    kept = TaskWeights(
+        "sst2", {"asked:a": 1.0}, {'["\\"positive\\"", "\\"negative\\""]': {"asked:a": [0.8, 0.2]}}, 4, "t"
+    )
+    flipped = opt.options_in({"enum": ["negative", "positive"]})
+    assert flipped is not None
+    assert kept.priors_for(flipped)["asked:a"].tolist() == [0.2, 0.8]
+    other = opt.options_in({"enum": ["negative", "neutral"]})
+    assert other is not None and kept.priors_for(other) == {}
+
+
+GOOD = {"key": "k", "task": "t", "weights": {"asked:a": 0.5}, "priors": {"#2": {"asked:a": [0.5, 0.5]}},
+        "items": 4, "fitted_on": "x"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        json.dumps([{**GOOD, "items": 1e999}]),
+        "[" * 100_000 + "]" * 100_000,
+        json.dumps([{**GOOD, "priors": {"#2": {"asked:a": [1.0]}}}]),  # one number for two options
+        json.dumps([{**GOOD, "priors": {'["1", "2"]': {"asked:a": [1.0, 0.0, 0.0]}}}]),
+        json.dumps([{**GOOD, "priors": {"#2": {"asked:a": "12"}}}]),
+        json.dumps([{**GOOD, "weights": {"asked:a": -1.0}}]),
+        json.dumps([{**GOOD, "weights": {"asked:a": True}}]),
+        json.dumps([{**GOOD, "priors": {"#two": {}}}]),
+    ]
+    + [f'[{{"key": "k", "task": "t", "weights": {{"asked:a": {bad}}}, "items": 4, "fitted_on": "x"}}]' for bad in
+       ("NaN", "Infinity")],
+)  # fmt: skip
+def test_a_damaged_weights_file_is_one_line_naming_it(tmp_path, monkeypatch, damaged):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    user_weights_path().write_text(damaged)
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    said = str(caught.value)
+    assert said.startswith(f"the task weights in {user_weights_path()} are damaged (") and "\n" not in said
+    assert said.endswith("delete it to start afresh") and len(said) < 400
+    user_weights_path().write_text(json.dumps([GOOD]))
+    assert task_weights([], "t") is None  # a good file for other members: read, nothing for these
+
+
+def test_calibrate_task_refuses_a_bad_name_before_any_model_loads_and_takes_empty_as_choices(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    loads = []
+
+    def from_config(cls, config=None, **_):
+        loads.append(1)
+        return fake_ensemble(fake_member("a", '"cat"'), fake_member("b", '"dog"'))
+
+    monkeypatch.setattr(Ensemble, "from_config", classmethod(from_config))
+    items = tmp_path / "pets.jsonl"
+    items.write_text('{"question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}\n' * 4)
+    assert main(["calibrate", str(items), "--task", "bad name"]) == 2
+    assert "task" in capsys.readouterr().err and loads == []
+    assert main(["calibrate", str(items), "--task", ""]) == 0
+    assert "task 'choices': weights fitted on 4 items" in capsys.readouterr().out
+    items.write_text('{"question": "Which?", "choices": ["a", " "], "answer": "B", "id": "q7"}\n')
+    assert main(["calibrate", str(items), "--task", "pets"]) == 1
+    assert "item q7's choices are not options every member can score" in capsys.readouterr().err
