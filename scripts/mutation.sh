@@ -63,11 +63,15 @@ for module in "$@"; do
     server/*)
       selection='["tests/server"]' ;;
     engine/choice_points.py)
-      selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py"]' ;;
+      selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_options_hostile.py"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
-      selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/engine/test_choice_points.py", "tests/research/test_option_report.py"]' ;;
+      selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/engine/test_choice_points.py", "tests/research/test_option_report.py", "tests/engine/test_options_hostile.py"]' ;;
     commands/calibrate.py)  # the tests that run `specem calibrate` (each way) on fakes
-      selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py"]' ;;
+      selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_options_hostile.py"]' ;;
+    engine/learned.py)
+      selection='["tests/engine/test_evidence.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_carried_weights.py", "tests/engine/test_option_answers.py"]' ;;
+    labelled/tasks.py|dirs.py)
+      selection='["tests/engine/test_calibrate_hostile.py", "tests/unit", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/models/test_config.py", "tests/doors/test_files_we_read.py", "tests/research/test_bfcl.py"]' ;;
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
