@@ -40,12 +40,13 @@ def json_ready(value: Any) -> Any:
 @dataclass(frozen=True)
 class TokenLogprob:
     """One token of the answer as its author drafted it: its text and bytes, its log-probability
-    in the author's own distribution, and the most likely tokens there (``top``)."""
+    in the author's own distribution, and the most likely tokens there (``top``: each one's
+    text, log-probability and bytes, which the text alone cannot give for part of a character)."""
 
     token: str
     logprob: float
     bytes: tuple[int, ...]
-    top: tuple[tuple[str, float], ...] = ()
+    top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,8 @@ def _record(cls: type, data: Any) -> Any:
 
 def _token_logprob(data: Any) -> TokenLogprob:
     token = _record(TokenLogprob, data)
-    top = tuple((str(text), float(logprob)) for text, logprob in token.top)
+    top = tuple((str(t[0]), float(t[1]), tuple(int(b) for b in (t[2] if len(t) > 2 else str(t[0]).encode())))
+                for t in token.top)  # fmt: skip
     return TokenLogprob(token.token, token.logprob, tuple(int(b) for b in token.bytes), top)
 
 

@@ -11,6 +11,7 @@ first. An answer's evidence aggregates those over its rounds with a minimum or a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,21 @@ def segment_evidence(draft: Draft, tally: Tally | None) -> RoundEvidence:
     return RoundEvidence(logprobs, margin, agreement)
 
 
+def shown_part(draft: Draft, shown: str, token_bytes: Callable[[int], bytes]) -> Draft:
+    """The winning draft as far as the answer shows it (a stop string cut it short): its whole
+    tokens within ``shown``, so that neither its log-probabilities nor its evidence speak of text
+    the answer does not have."""
+    if shown == draft.text or draft.text_tokens is None:
+        return draft
+    room, kept = len(shown.encode("utf-8")), 0
+    for token in draft.text_tokens:
+        room -= len(token_bytes(token))
+        if room < 0:
+            break
+        kept += 1
+    return dataclasses.replace(draft, text=shown, text_tokens=draft.text_tokens[:kept])
+
+
 def token_choices(draft: Draft, top: int, token_bytes: Callable[[int], bytes]) -> tuple[TokenLogprob, ...]:
     """The segment's tokens as OpenAI's ``logprobs.content`` has them: each token's text, bytes
     and log-probability in its author's distribution, and the ``top`` most likely tokens there."""
@@ -76,7 +92,10 @@ def token_choices(draft: Draft, top: int, token_bytes: Callable[[int], bytes]) -
         row, normaliser = draft.rows[i], float(draft.normalisers[i])
         best = np.argpartition(row, -top)[-top:] if top > 0 else np.array([], dtype=np.int64)
         best = best[np.argsort(-row[best])]
-        alternatives = tuple((_text(token_bytes(int(t))), max(float(row[t]) - normaliser, FLOOR)) for t in best)
+        alternatives = tuple(
+            (_text(token_bytes(int(t))), max(float(row[t]) - normaliser, FLOOR), tuple(token_bytes(int(t))))
+            for t in best
+        )
         piece = token_bytes(token)
         out.append(TokenLogprob(_text(piece), max(float(row[token]) - normaliser, FLOOR), tuple(piece), alternatives))
     return tuple(out)

@@ -22,7 +22,7 @@ from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
 from specem_local.engine.choice_points import ChoicePoint, choices_ahead
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
-from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence
+from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence, shown_part
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.option_answers import option_vote, scored_here, source_weights
@@ -248,6 +248,7 @@ class RoundLoop:
         self.written.wins[self.names[writer]] += 1
         self.written.contrast_changed += winning.contrast_changed or 0
         segment, finish = self._append(winning)
+        winning = shown_part(winning, segment, self.members[writer].model.token_bytes)  # a stop string's cut
         evidence = segment_evidence(winning, voted.result if voted.result.combined is not None else None)
         self.written.evidence.append(evidence)
         candidates = round_candidates(

@@ -18,7 +18,7 @@ from typing import Any
 
 from specem_local.engine import Ask, FormatAsk, ToolCall
 from specem_local.server.errors import ApiError
-from specem_local.server.openai_format import message_text, parse_messages
+from specem_local.server.openai_format import message_text, parse_messages, top_range
 from specem_local.server.replies import (
     Piece,
     Whole,
@@ -190,8 +190,11 @@ def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
     wanted, top = body.get("logprobs"), body.get("top_logprobs")
     if wanted is not None and not isinstance(wanted, bool):
         raise ApiError(400, "logprobs must be true or false", "logprobs")
+    top_range(top)
+    if wanted is False:  # asked not to: top_logprobs beside it changes nothing
+        return False
     if wanted or top:
-        settings["logprobs"] = top or 0  # its range is checked with the settings
+        settings["logprobs"] = top or 0
     return bool(wanted or top)
 
 

@@ -143,9 +143,16 @@ def _logprobs(body: dict[str, Any], settings: dict[str, Any]) -> bool:
         raise ApiError(400, "logprobs must be true or false", "logprobs")
     if top is not None and not wanted:
         raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    top_range(top)
     if wanted:
         settings["logprobs"] = 0 if top is None else top  # its range is checked with the settings
     return bool(wanted)
+
+
+def top_range(top: Any) -> None:
+    """``top_logprobs`` as OpenAI and Ollama take it: a whole number from 0 to 20."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise ApiError(400, f"top_logprobs must be a whole number from 0 to 20; got {str(top)[:40]}", "top_logprobs")
 
 
 EFFORTS = {

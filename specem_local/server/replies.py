@@ -84,6 +84,8 @@ class Whole:
             self.tokens += event.logprobs
         elif isinstance(event, FinalEvent):
             self.final = event
+            if event.escalated:  # the reserve member's answer is the text: the rounds' tokens were not it
+                self.tokens = []
 
 
 def whole_reply(final: FinalEvent, tools: bool) -> ToolReply:
@@ -156,7 +158,7 @@ def logprobs_content(tokens: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
             "token": t.token,
             "logprob": t.logprob,
             "bytes": list(t.bytes),
-            "top_logprobs": [{"token": text, "logprob": lp, "bytes": list(text.encode())} for text, lp in t.top],
+            "top_logprobs": [{"token": text, "logprob": lp, "bytes": list(raw)} for text, lp, raw in t.top],
         }
         for t in tokens
     ]

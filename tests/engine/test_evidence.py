@@ -114,6 +114,9 @@ def test_logprobs_give_each_committed_token_with_its_alternatives_in_the_authors
         assert bytes(b for t in tokens for b in t.bytes).decode() == events[-1].text
         again = event_from_dict(rounds[0].to_dict())
         assert again.logprobs == rounds[0].logprobs
+        older = rounds[0].to_dict()  # a record kept before alternatives had their bytes
+        older["logprobs"][0]["top"] = [["P", -0.5]]
+        assert event_from_dict(older).logprobs[0].top == (("P", -0.5, (80,)),)
         plain = [e for e in ensemble.stream(QUESTION) if isinstance(e, RoundEvent)]
         assert all(r.logprobs == () for r in plain)  # not asked: none
 
