@@ -35,6 +35,7 @@ REFUSED = {
     "conversation": "conversations (continue with previous_response_id)",
     "prompt": "prompt templates",
 }
+LOGPROBS = "message.output_text.logprobs"  # an ``include`` asking for token log-probabilities
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 MCP_ITEMS = ("mcp_list_tools", "mcp_call")
 
@@ -92,6 +93,11 @@ def parse_request(
     for name, what in REFUSED.items():
         if body.get(name) not in (None, False):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
+    include = body.get("include")
+    if body.get("top_logprobs") not in (None, 0) or (isinstance(include, list) and LOGPROBS in include):
+        field = "top_logprobs" if body.get("top_logprobs") not in (None, 0) else "include"
+        raise ApiError(400, "token log-probabilities are served on /v1/chat/completions (logprobs: true), not on "
+                            "/v1/responses", field)  # fmt: skip
     if body.get("n") not in (None, 1):  # not a Responses field: a client meant chat completions' n
         raise ApiError(400, "the Responses API answers once; ask /v1/chat/completions with n for several", "n")
     items = [*(earlier or []), *input_items(body.get("input"))]

@@ -148,3 +148,15 @@ async def test_a_response_echoes_the_tool_choice_and_parallel_calls_it_was_sent(
     reply = await post(http, RESPONSES, {"model": "specem", "input": "Weather?", "tools": tools, **sent})
     assert reply.status_code == 200
     assert (reply.json()["tool_choice"], reply.json()["parallel_tool_calls"]) == shown
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 3}, "top_logprobs")],
+)
+async def test_token_logprobs_asked_of_the_responses_route_are_a_400_that_says_where_they_are(http, extra, field):
+    refused = await post(http, RESPONSES, {"model": "specem", "input": "hi", **extra})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == field
+    assert "/v1/chat/completions" in refused.json()["error"]["message"]
+    kept = await post(http, RESPONSES, {"model": "specem", "input": "hi", "include": ["reasoning.encrypted_content"]})
+    assert kept.status_code == 200  # what Codex and the Agents SDK send is no request for logprobs
