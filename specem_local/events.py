@@ -206,7 +206,7 @@ EVENT_TYPES: dict[str, type] = {"start": StartEvent, "round": RoundEvent, "final
 def event_from_dict(data: dict[str, Any]) -> Event:
     """An event from ``to_dict``'s output. Keys it does not know are ignored (written by a newer
     version); a missing or mistyped field is a ``ValueError``."""
-    if not isinstance(data, dict) or data.get("type") not in EVENT_TYPES:
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or data["type"] not in EVENT_TYPES:
         raise ValueError(f"not an event record: {str(data)[:60]}")
     return _record(EVENT_TYPES[data["type"]], data)
 
@@ -236,9 +236,31 @@ def _record(cls: type, data: Any) -> Any:
 
 def _token_logprob(data: Any) -> TokenLogprob:
     token = _record(TokenLogprob, data)
-    top = tuple((str(t[0]), float(t[1]), tuple(int(b) for b in (t[2] if len(t) > 2 else str(t[0]).encode())))
-                for t in token.top)  # fmt: skip
-    return TokenLogprob(token.token, token.logprob, tuple(int(b) for b in token.bytes), top)
+    try:
+        top = tuple(_alternative(t) for t in token.top)
+        return TokenLogprob(str(token.token), _logprob(token.logprob), tuple(_byte(b) for b in token.bytes), top)
+    except (TypeError, IndexError, OverflowError) as error:
+        raise ValueError(f"a token record is not one ({error})") from None
+
+
+def _alternative(item: Any) -> tuple[str, float, tuple[int, ...]]:
+    """One of a token's alternatives: [text, logprob, bytes] (before bytes were kept: [text, logprob])."""
+    if not isinstance(item, (list, tuple)) or len(item) not in (2, 3) or not isinstance(item[0], str):
+        raise ValueError(f"a token's alternative is [text, logprob, bytes], not {str(item)[:40]}")
+    raw = item[2] if len(item) == 3 else item[0].encode("utf-8", "replace")
+    return item[0], _logprob(item[1]), tuple(_byte(b) for b in raw)
+
+
+def _logprob(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -math.inf < value < math.inf:
+        raise ValueError(f"a log-probability is a finite number, not {str(value)[:40]}")
+    return float(value)
+
+
+def _byte(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise ValueError(f"a token's bytes are numbers from 0 to 255, not {str(value)[:40]}")
+    return value
 
 
 def _fits(value: Any, hint: Any) -> bool:

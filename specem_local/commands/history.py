@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def cmd_history_show(args: argparse.Namespace) -> int:
 def cmd_history_export(args: argparse.Namespace) -> int:
     chat = History().load(args.id)
     suffix = "md" if args.format == "markdown" else "json"
-    target = Path(args.output) if args.output else Path.cwd() / f"specem-chat-{chat.id}.{suffix}"
+    named = re.sub(r"[^\w.-]", "_", chat.id)[:100]  # an id from a chat file is no path to follow
+    target = Path(args.output) if args.output else Path.cwd() / f"specem-chat-{named}.{suffix}"
     export_chat(chat, target, args.format)  # a failed write is a SpecemError, never "Exported"
     print(f"Exported to {'standard output' if args.output == '-' else printable(str(target))}", file=sys.stderr)
     return 0

@@ -93,12 +93,17 @@ def token_choices(draft: Draft, top: int, token_bytes: Callable[[int], bytes]) -
         best = np.argpartition(row, -top)[-top:] if top > 0 else np.array([], dtype=np.int64)
         best = best[np.argsort(-row[best])]
         alternatives = tuple(
-            (_text(token_bytes(int(t))), max(float(row[t]) - normaliser, FLOOR), tuple(token_bytes(int(t))))
-            for t in best
+            (_text(token_bytes(int(t))), _floored(float(row[t]) - normaliser), tuple(token_bytes(int(t)))) for t in best
         )
         piece = token_bytes(token)
-        out.append(TokenLogprob(_text(piece), max(float(row[token]) - normaliser, FLOOR), tuple(piece), alternatives))
+        out.append(TokenLogprob(_text(piece), _floored(float(row[token]) - normaliser), tuple(piece), alternatives))
     return tuple(out)
+
+
+def _floored(logprob: float) -> float:
+    """A log-probability as reported: ``FLOOR`` at least, and ``FLOOR`` for a NaN (a row of
+    infinities), never a number no client can read."""
+    return logprob if logprob >= FLOOR else FLOOR
 
 
 def _text(piece: bytes) -> str:

@@ -8,6 +8,8 @@ that cannot be read is a ``ValueError`` with a reason.
 from __future__ import annotations
 
 import json
+import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,7 @@ def chat_to_json(chat: Chat) -> dict[str, Any]:
 
 
 def turn_from_json(data: Any) -> Turn:
-    if not isinstance(data, dict) or data.get("role") not in ("system", "user", "assistant"):
+    if not isinstance(data, dict) or data.get("role") not in ("system", "user", "assistant", "tool"):
         raise ValueError(f"not a turn: {str(data)[:60]}")
     if not isinstance(data.get("content"), str) or not isinstance(data.get("rounds", []), list):
         raise ValueError("a turn needs text content and a list of rounds")
@@ -71,6 +73,8 @@ def turn_from_json(data: Any) -> Turn:
     )
 
 
+MAX_CHAT_FILE = 256 << 20  # bytes of one chat file
+CHAT_ID = re.compile(r"[^\x00-\x1f\x7f/\\]{1,200}")  # an id becomes part of an exported file's name
 LAST_MOMENT = 253_402_300_799  # 9999-12-31 23:59:59 UTC: later times cannot be shown as dates
 
 
@@ -81,6 +85,8 @@ def chat_from_json(data: Any) -> Chat:
     data = upgrade(data)
     if not isinstance(data.get("id"), str) or not isinstance(data.get("turns", []), list):
         raise ValueError("not a chat file (no id, or turns that are not a list)")
+    if not CHAT_ID.fullmatch(data["id"]):
+        raise ValueError("a chat's id is 1 to 200 characters, none of them a control character, / or \\")
     created, updated = data.get("created", 0.0), data.get("updated", 0.0)
     if not all(
         isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= LAST_MOMENT
@@ -92,7 +98,11 @@ def chat_from_json(data: Any) -> Chat:
 
 
 def read_chat_file(path: Path) -> Chat:
-    """A chat file; ``OSError`` when it cannot be read, ``ValueError`` when it is not a chat."""
+    """A chat file; ``OSError`` when it cannot be read, ``ValueError`` when it is not a chat (a
+    pipe or a device is not read at all: it could block, or never end)."""
+    facts = path.stat()
+    if not stat.S_ISREG(facts.st_mode) or facts.st_size > MAX_CHAT_FILE:
+        raise ValueError(f"not a chat file (not a regular file of at most {MAX_CHAT_FILE >> 20} MiB)")
     try:
         data = json.loads(path.read_text("utf-8"))
     except UnicodeDecodeError as error:
