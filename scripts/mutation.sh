@@ -39,7 +39,7 @@ for module in "$@"; do
     engine/request.py)
       selection='["tests/engine/test_thinking_room.py", "tests/engine/test_request_exact.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
     server/replies.py)
-      selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py"]' ;;
+      selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py"]' ;;
     engine/rounds.py|engine/phases.py)
       selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py", "tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_round_fields.py"]' ;;
     engine/answer_stream.py)
@@ -57,7 +57,7 @@ for module in "$@"; do
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/*)
@@ -68,12 +68,14 @@ for module in "$@"; do
       selection='["tests/engine/test_options.py", "tests/engine/test_option_answers.py", "tests/engine/test_choice_points.py", "tests/research/test_option_report.py", "tests/engine/test_options_hostile.py"]' ;;
     commands/calibrate.py)  # the tests that run `specem calibrate` (each way) on fakes
       selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_options_hostile.py"]' ;;
+    events.py)
+      selection='["tests/storage", "tests/engine/test_evidence.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py", "tests/unit"]' ;;
     engine/learned.py)
       selection='["tests/engine/test_evidence.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_carried_weights.py", "tests/engine/test_option_answers.py"]' ;;
     labelled/tasks.py|dirs.py)
       selection='["tests/engine/test_calibrate_hostile.py", "tests/unit", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/models/test_config.py", "tests/doors/test_files_we_read.py", "tests/research/test_bfcl.py"]' ;;
     engine/evidence.py)
-      selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py"]' ;;
+      selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py", "tests/server/test_logprobs_hostile.py", "tests/storage/test_history_hostile.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
       selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py", "tests/server/test_doors_mended.py"]' ;;
     server/anthropic_format.py|server/anthropic_output.py)
@@ -81,7 +83,7 @@ for module in "$@"; do
     server/writers.py)
       selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;
-    storage/history.py|storage/history_rows.py|storage/chats.py)
+    storage/history.py|storage/history_rows.py|storage/chats.py|storage/chat_files.py|commands/history.py)
       selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py"]' ;;
     setting_fields.py|settings.py)
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
