@@ -8,15 +8,17 @@ that cannot be read is a ``ValueError`` with a reason.
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specem_local.dirs import data_dir, replace_file
+from specem_local.dirs import data_dir, open_descriptor, replace_file
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict, member_news
 from specem_local.storage.chats import EVENT_FORMAT, GIVEN, Chat, Turn
+from specem_local.text import printable
 
 FORMAT_VERSION = EVENT_FORMAT  # a chat file's version is that of its event records
 
@@ -204,5 +206,8 @@ def export_chat(chat: Chat, target: Path, format_name: str = "markdown") -> Path
         text = chat_markdown(chat)
     else:
         text = json.dumps(chat_to_json(chat), ensure_ascii=False, indent=1)
+    descriptor = open_descriptor(target)
+    if descriptor is not None and os.isatty(descriptor):  # a title's escape codes never reach a terminal
+        text = printable(text)
     replace_file(target, text, mode=0o600)  # whole or not at all, user-only even over an old export
     return target

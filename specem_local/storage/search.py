@@ -25,7 +25,8 @@ class Match:
 def fts_query(query: str) -> str:
     """Every word of ``query`` as an FTS5 phrase (any order, all required); quotes escaped, so
     nothing the user types is FTS5 syntax."""
-    terms = " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
+    words = query.replace("\x00", " ").split()  # FTS5 reads a query only up to a NUL
+    terms = " ".join('"' + word.replace('"', '""') + '"' for word in words)
     if not terms:
         raise SpecemError("the search is empty; give a word to look for")
     return terms

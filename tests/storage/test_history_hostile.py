@@ -97,3 +97,30 @@ def test_the_default_export_name_holds_no_character_a_path_would_read(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert main(["history", "export", "my chat: ü?*"]) == 0
     assert [p.name for p in tmp_path.glob("specem-chat-*")] == ["specem-chat-my_chat__ü__.md"]
+
+
+def test_a_nul_in_a_search_separates_words(tmp_path):
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    data = chat_file("c", [])
+    data["turns"][0]["content"] = "alpha and beta"
+    (chats / "c.json").write_text(json.dumps(data))
+    history = History(tmp_path / "specem.db", chat_files=chats)
+    assert [m.chat_id for m in history.search("alpha\x00beta")] == ["c"]
+
+
+def test_an_export_to_a_terminal_never_passes_a_titles_escape_codes(tmp_path, monkeypatch):
+    import pty
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
+    chats = tmp_path / "data" / "chats"
+    chats.mkdir(parents=True)
+    (chats / "t.json").write_text(json.dumps({**chat_file("t", []), "title": "\x1b]0;pwned\x07"}))
+    main_end, terminal = pty.openpty()
+    try:
+        assert main(["history", "export", "t", "-o", f"/dev/fd/{terminal}"]) == 0
+        shown = os.read(main_end, 65536).decode()
+    finally:
+        os.close(main_end)
+        os.close(terminal)
+    assert "\x1b" not in shown and "\\x1b]0;pwned\\x07" in shown
