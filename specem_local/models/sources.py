@@ -139,8 +139,12 @@ class HuggingFaceSource(_NothingMoreToCheck):
 
     def locate(self) -> Path:
         from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
 
-        found = try_to_load_from_cache(repo_id=self.repo, filename=self.file)
+        try:
+            found = try_to_load_from_cache(repo_id=self.repo, filename=self.file)
+        except HFValidationError:
+            raise self._not_a_repo() from None
         if isinstance(found, str):
             return Path(found)
         older = llama_cpp_cached(self.repo, self.file)  # where llama.cpp's -hf used to put it
@@ -153,14 +157,22 @@ class HuggingFaceSource(_NothingMoreToCheck):
 
     prepare = locate
 
+    def _not_a_repo(self) -> SpecemError:
+        return SpecemError(
+            f"model {self.model!r}: hf = {self.repo[:80]!r} is not a Hugging Face repo id (owner/name: letters, "
+            "digits, -, _ and .)"
+        )
+
     def pull(self) -> Path:
         """Download into huggingface-hub's cache (its progress bars on stderr)."""
         from huggingface_hub import constants, hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 
         where = f"model {self.model!r}"
         try:
             return Path(hf_hub_download(repo_id=self.repo, filename=self.file))
+        except HFValidationError:
+            raise self._not_a_repo() from None
         except LocalEntryNotFoundError:
             if constants.HF_HUB_OFFLINE:
                 raise SpecemError(

