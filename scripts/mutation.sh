@@ -87,6 +87,7 @@ for module in "$@"; do
       selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py"]' ;;
     setting_fields.py|settings.py)
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
+    models/*) selection='["tests/models"]' ;;
     engine/*) selection='["tests/engine", "tests/server"]' ;;
     *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
   esac
