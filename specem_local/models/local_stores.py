@@ -25,6 +25,7 @@ LLAMA_CACHE_ENV = "LLAMA_CACHE"  # llama.cpp's own variable for its download cac
 OLLAMA_HOST = "registry.ollama.ai"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_TENSOR_LAYER = "application/vnd.ollama.image.tensor"
+OLLAMA_ADAPTER_LAYER = "application/vnd.ollama.image.adapter"  # a LoRA on the model (`ollama create` ADAPTER)
 NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a part of an Ollama model name
 SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
@@ -159,6 +160,11 @@ def model_layer_blob(root: Path, manifest: Path, name: str) -> Path:
     except (OSError, ValueError, AttributeError, TypeError, RecursionError) as error:  # not a manifest's shape
         said = " ".join(str(error).split())[:120]
         raise SpecemError(f"Ollama model {name!r}: cannot read its manifest {manifest} ({said})") from None
+    if OLLAMA_ADAPTER_LAYER in types:  # run without it, it would be the base model under the fine-tune's name
+        raise SpecemError(
+            f"Ollama model {name!r} adds a LoRA adapter to its base model ({manifest}), which specem does not "
+            "apply; use a GGUF with the adapter merged (path = ...)"
+        )
     if OLLAMA_MODEL_LAYER not in types:
         if OLLAMA_TENSOR_LAYER in types:
             raise SpecemError(

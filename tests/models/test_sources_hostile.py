@@ -4,6 +4,8 @@ none; each is that model's problem in one line, and the rest of the scan goes on
 
 from __future__ import annotations
 
+import json
+
 import huggingface_hub.constants
 import pytest
 
@@ -51,3 +53,12 @@ def test_an_hf_repo_id_that_is_none_is_one_line(home, tmp_path):
         source_for(config.models[0], config).locate()
     with pytest.raises(SpecemError, match="is not a Hugging Face repo id"):
         source_for(config.models[0], config).pull()
+
+
+def test_an_ollama_model_with_a_lora_adapter_is_refused_not_run_as_its_base(home, gguf):
+    manifest = ollama_model(home / ".ollama" / "models", "tuned:1b", gguf)
+    data = json.loads(manifest.read_text())
+    data["layers"].append({"mediaType": "application/vnd.ollama.image.adapter", "digest": "sha256:" + "1" * 64})
+    manifest.write_text(json.dumps(data))
+    [found] = [m for m in scan() if m.source_text == "ollama:tuned:1b"]
+    assert found.path is None and "LoRA adapter" in found.problem and "does not apply" in found.problem
