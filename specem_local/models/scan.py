@@ -101,11 +101,11 @@ def _lmstudio() -> list[FoundModel]:
 
 def _huggingface() -> list[FoundModel]:
     """GGUF files in the Hugging Face cache, through huggingface-hub's own reader of it."""
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
     try:
-        cache = scan_cache_dir()
+        cache = scan_cache_dir(constants.HF_HUB_CACHE)  # as the hub reads it now (its default is fixed at import)
     except (CacheNotFound, OSError, ValueError):  # none, unreadable, or a file where the folder would be
         return []
     found: dict[tuple[str, str], FoundModel] = {}

@@ -111,7 +111,7 @@ def test_an_answer_its_reserve_gave_instead_names_the_reserve_and_keeps_the_ense
 
 
 def test_tokens_are_written_as_openai_writes_logprobs_content():
-    tokens = [TokenLogprob("é", -0.5, (195, 169), (("é", -0.5), ("e", -1.25)))]
+    tokens = [TokenLogprob("é", -0.5, (195, 169), (("é", -0.5, (195, 169)), ("\ufffd", -1.25, (195,))))]
     assert logprobs_content(tokens) == [
         {
             "token": "é",
@@ -119,7 +119,7 @@ def test_tokens_are_written_as_openai_writes_logprobs_content():
             "bytes": [195, 169],
             "top_logprobs": [
                 {"token": "é", "logprob": -0.5, "bytes": [195, 169]},
-                {"token": "e", "logprob": -1.25, "bytes": [101]},
+                {"token": "\ufffd", "logprob": -1.25, "bytes": [195]},  # part of a character: its own byte
             ],
         }
     ]
