@@ -45,7 +45,9 @@ def test_tool_call_items_are_offered_their_tools_both_ways(tmp_path, capsys, mon
     use(monkeypatch, scripted("a", offered_or_not), scripted("b", offered_or_not),
         store=WeightStore(tmp_path / "specem.db"))  # fmt: skip
     assert main(["calibrate", str(items)]) == 0
-    rows = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["MODEL", "RIGHT", "ALONE", "WEIGHT", "BEFORE", "WEIGHT", "NOW"]
+    rows = {line.split()[0]: line.split()[1] for line in lines[2:]}
     assert rows == {"a": "3/6", "b": "3/6"}  # the calls graded by BFCL's rule: right where base is 10
     use(monkeypatch, scripted("a", offered_or_not), scripted("b", offered_or_not))
     assert main(["calibrate", str(items), "--confidence"]) == 0

@@ -5,14 +5,17 @@ confidence, an answer with nothing written, and the checks' decoding (``checking
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 
 import pytest
 
 from specem_local.engine.answer_stream import AnswerStream
-from specem_local.engine.checking import check_requests, escalated, with_check
+from specem_local.engine.checking import check_requests, escalated, escalation_request, with_check
 from specem_local.engine.evidence import Calibrator, RoundEvidence, answer_confidence
 from specem_local.engine.learned import confidence_calibrator, keep_calibrator
+from specem_local.engine.request import prompt_tokens
+from specem_local.engine.thinking import ThinkPlan
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_carried_weights import ensemble_with_store, start_and_final, trio
 
@@ -134,3 +137,39 @@ def test_witnesses_answer_greedy_and_samples_sample_with_seeds_that_wrap():
         samples = check_requests(request, list(request.members), final)
         assert [r.settings.seed for r in samples] == [0, 1] and not any(r.settings.greedy for r in samples)
         assert [r.members[0].name for r in samples] == ["a", "a"]  # the heaviest
+
+
+def test_the_reserves_request_asks_in_the_answers_format_without_thinking_and_only_below_the_line():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    big = reserve()
+    with fake_ensemble(*members(), big, max_tokens=100) as ensemble:
+        stream = ensemble.stream(QUESTION, schema=schema, think=16, escalate_below=0.5)
+        final = stream.final()
+        request = stream.request
+        assert request.think.budget > 0 and request.output_format is not None
+        unsure = dataclasses.replace(final, confidence=0.2, finish_reason="eos")
+        asked = escalation_request(request, big, unsure)
+        assert asked is not None and asked.think == ThinkPlan(0) and asked.reserve is None
+        [told] = [m for m in asked.messages if m.role == "user"]
+        assert told.content.endswith(request.output_format.instruction())
+        [member] = asked.members
+        assert asked.prompts[member.name] == prompt_tokens(member, list(asked.messages), asked.settings, 1, True)
+        assert escalation_request(request, big, dataclasses.replace(unsure, confidence=0.5)) is None  # at the line
+        assert escalation_request(request, big, dataclasses.replace(unsure, confidence=0.49)) is not None
+
+
+def test_a_checked_answer_adds_the_checks_time_and_is_unsure_below_the_line():
+    calibrator = Calibrator((0.0,) * 9, -1.0, (0.0,) * 9, "fitted", answers=98)  # says 0.27 of any answer
+    with fake_ensemble(*members(), max_tokens=40) as ensemble:
+        stream = ensemble.stream(QUESTION)
+        final = stream.final()
+    check = dataclasses.replace(final, seconds=2.5, finish_reason="eos")
+    for line, unsure in ((0.5, True), (0.2, False)):
+        request = dataclasses.replace(
+            stream.request,
+            calibrator=calibrator,
+            settings=dataclasses.replace(stream.request.settings, abstain_below=line),
+        )
+        checked = with_check(dataclasses.replace(final, confidence=0.9), [check], request)
+        assert checked.seconds == pytest.approx(final.seconds + 2.5) and checked.unsure is unsure
+        assert checked.confidence == pytest.approx(1 / (1 + math.exp(1.0)))

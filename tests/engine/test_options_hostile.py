@@ -101,3 +101,18 @@ def test_calibrate_task_refuses_a_bad_name_before_any_model_loads_and_takes_empt
     items.write_text('{"question": "Which?", "choices": ["a", " "], "answer": "B", "id": "q7"}\n')
     assert main(["calibrate", str(items), "--task", "pets"]) == 1
     assert "item q7's choices are not options every member can score" in capsys.readouterr().err
+
+
+def test_a_kept_task_without_priors_is_read_and_a_damaged_one_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    bare = {key: value for key, value in GOOD.items() if key != "priors"}
+    user_weights_path().write_text(json.dumps([{**bare, "key": ""}]))  # "": the key of no members
+    kept = task_weights([], "t")
+    assert kept is not None and kept.priors == {} and kept.weights == {"asked:a": 0.5}
+    user_weights_path().write_text(json.dumps([{**GOOD, "items": 1e999}]))
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert str(caught.value) == (
+        f"the task weights in {user_weights_path()} are damaged (cannot convert float infinity to integer); "
+        "delete it to start afresh"
+    )

@@ -6,8 +6,11 @@ tokens a route gives always spell the content it gives."""
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 
+from specem_local.engine.evidence import shown_part
+from specem_local.engine.member import Draft
 from specem_local.server import EnsembleServer, ServerOptions
 from tests.engine.conftest import fake_ensemble, fake_member
 from tests.server.test_routes import BASE
@@ -81,3 +84,12 @@ async def test_ollamas_logprobs_false_wins_over_a_top_logprobs():
     assert reply["status"] == 200 and "logprobs" not in reply
     asked = await post(pair("Yes."), {"top_logprobs": 2, "stream": False}, "/api/chat")
     assert all(len(t["top_logprobs"]) == 2 for t in asked["logprobs"])  # top_logprobs alone asks, as before
+
+
+def test_the_part_of_a_draft_an_answer_shows_is_its_whole_tokens_within_the_text_shown():
+    draft = Draft("abcé", False, [0, 1, 2, 3], [np.zeros(4)] * 5)
+    pieces = {0: b"a", 1: b"bc", 2: b"\xc3", 3: b"\xa9"}.__getitem__
+    cut = shown_part(draft, "abc", pieces)
+    assert (cut.text, cut.text_tokens) == ("abc", [0, 1])
+    assert shown_part(draft, "ab", pieces).text_tokens == [0]  # "bc" is not all shown: left out
+    assert shown_part(draft, "abcé", pieces) is draft

@@ -1,0 +1,94 @@
+"""Kept records read back to the letter (``events.event_from_dict``, ``chat_files.chat_from_json``):
+what is read, what is refused, and each refusal's words, so that a damaged history names what is
+wrong with it and a record kept by an older version is still read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_local.events import event_from_dict
+from specem_local.storage import chat_files
+from specem_local.storage.chat_files import LAST_MOMENT, chat_from_json, read_chat_file
+from tests.storage.test_history_hostile import a_round, chat_file
+
+LONG = 10**45  # a number whose text is longer than any refusal shows of it
+
+
+def token(**changed) -> dict:
+    return {"token": "a", "logprob": -0.1, "bytes": [97], "top": [], **changed}
+
+
+def refusal(rounds: list) -> str:
+    with pytest.raises(ValueError) as caught:
+        chat_from_json(chat_file("c", rounds))
+    return str(caught.value)
+
+
+def test_an_alternative_kept_before_bytes_were_gets_the_bytes_of_its_text():
+    [read] = event_from_dict(a_round(logprobs=[token(top=[["é", -0.5], ["\ud800", -1.0]])])).logprobs
+    assert read.top == (("é", -0.5, (195, 169)), ("\ud800", -1.0, (63,)))  # half a surrogate: a "?"
+
+
+@pytest.mark.parametrize("byte", [0, 255])
+def test_bytes_from_0_to_255_are_read(byte):
+    [read] = event_from_dict(a_round(logprobs=[token(bytes=[byte], top=[["a", -0.1, [byte]]])])).logprobs
+    assert read.bytes == (byte,) and read.top[0][2] == (byte,)
+
+
+@pytest.mark.parametrize(
+    ("changed", "said"),
+    [
+        ({"bytes": [256]}, "a token's bytes are numbers from 0 to 255, not 256"),
+        ({"bytes": [-1]}, "a token's bytes are numbers from 0 to 255, not -1"),
+        ({"bytes": [True]}, "a token's bytes are numbers from 0 to 255, not True"),
+        ({"bytes": [LONG]}, f"a token's bytes are numbers from 0 to 255, not {str(LONG)[:40]}"),
+        ({"top": [["a", float("inf"), [97]]]}, "a log-probability is a finite number, not inf"),
+        ({"top": [["a", "x", [97]]]}, "a log-probability is a finite number, not x"),
+        ({"top": [["a", -0.1, 5]]}, "a token record is not one ('int' object is not iterable)"),
+        ({"top": [[5, -0.1]]}, "a token's alternative is [text, logprob, bytes], not [5, -0.1]"),
+    ],
+)
+def test_a_token_record_that_is_none_says_what_is_wrong(changed, said):
+    assert refusal([a_round(logprobs=[token(**changed)])]) == said
+
+
+def test_a_record_of_no_known_type_shows_its_first_60_characters():
+    record = {"type": "x", "note": "y" * 100}
+    with pytest.raises(ValueError) as caught:
+        event_from_dict(record)
+    assert str(caught.value) == f"not an event record: {str(record)[:60]}"
+
+
+def test_a_chat_file_is_read_with_its_times_and_title_or_refused_in_its_words():
+    chat = chat_from_json({**chat_file("c", []), "created": 0, "updated": LAST_MOMENT})
+    assert (chat.created, chat.updated, chat.title) == (0, LAST_MOMENT, "c")
+    untitled = {key: value for key, value in chat_file("c", []).items() if key != "title"}
+    assert chat_from_json(untitled).title == "Chat"
+    with pytest.raises(ValueError, match="before the year 10000"):
+        chat_from_json({**chat_file("c", []), "updated": LAST_MOMENT + 1})
+    with pytest.raises(ValueError) as caught:
+        chat_from_json({**chat_file("c", []), "turns": {}})
+    assert str(caught.value) == "not a chat file (no id, or turns that are not a list)"
+    turns = [{"role": "robot", "content": "x"}]
+    with pytest.raises(ValueError) as caught:
+        chat_from_json({**chat_file("c", []), "turns": turns})
+    assert str(caught.value) == f"not a turn: {str(turns[0])[:60]}"
+    for bad in ({"kind": 3}, {"alternatives": {}}):
+        with pytest.raises(ValueError, match="a turn's kind must be text and its alternatives a list"):
+            chat_from_json({**chat_file("c", []), "turns": [{"role": "user", "content": "x", **bad}]})
+    final_as_round = {"role": "assistant", "content": "a", "final": a_round()}
+    with pytest.raises(ValueError) as caught:
+        chat_from_json({**chat_file("c", []), "turns": [final_as_round]})
+    assert str(caught.value) == "a turn's rounds and final record are of the wrong type"
+
+
+def test_a_chat_file_of_the_largest_size_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(chat_file("c", [])))
+    monkeypatch.setattr(chat_files, "MAX_CHAT_FILE", path.stat().st_size)
+    assert read_chat_file(path).id == "c"
+    monkeypatch.setattr(chat_files, "MAX_CHAT_FILE", path.stat().st_size - 1)
+    with pytest.raises(ValueError, match="not a regular file of at most"):
+        read_chat_file(path)
