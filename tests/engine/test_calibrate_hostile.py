@@ -117,3 +117,21 @@ def test_a_task_is_fitted_on_scored_options_where_the_ensemble_does_not_score_th
     assert main(["calibrate", str(items), "--task", "pets"]) == 0
     out = capsys.readouterr().out
     assert "asked:b" in out and "scored:a" in out  # every member's options, both ways
+
+
+def test_keeping_a_calibrator_replaces_the_one_for_the_same_members_and_check_and_keeps_the_rest(tmp_path, monkeypatch):
+    from specem_local.engine.evidence import Calibrator
+    from specem_local.engine.learned import keep_calibrator, key_of
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "new" / "data"))  # no folder yet: made
+    members = [fake_member("a", "It is 42."), fake_member("b", "So 42.")]
+    fitted = Calibrator((0.0,), 0.0, (0.0,), "mine", answers=10)
+    path = keep_calibrator(members, "none", fitted)
+    old = {"key": key_of(members), "calibrator": {"weights": [1.0]}}  # kept before checks were named: "none"
+    other = {"key": "x", "check": "none", "calibrator": {}}
+    path.write_text(json.dumps([old, other, {"key": key_of(members), "check": "samples", "calibrator": {}}]))
+    keep_calibrator(members, "none", fitted)
+    entries = json.loads(path.read_text())
+    assert [(e["key"], e.get("check")) for e in entries] == [
+        ("x", "none"), (key_of(members), "samples"), (key_of(members), "none")]  # fmt: skip
+    assert path.read_text() == json.dumps(entries, indent=1) + "\n"  # as a person reads it

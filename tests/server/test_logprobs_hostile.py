@@ -93,3 +93,35 @@ def test_the_part_of_a_draft_an_answer_shows_is_its_whole_tokens_within_the_text
     assert (cut.text, cut.text_tokens) == ("abc", [0, 1])
     assert shown_part(draft, "ab", pieces).text_tokens == [0]  # "bc" is not all shown: left out
     assert shown_part(draft, "abcé", pieces) is draft
+
+
+def test_ollamas_options_each_skipped_where_it_means_the_default_and_the_rest_read():
+    from specem_local.server.ollama_format import parse_chat
+
+    def settings(options: dict) -> dict:
+        return parse_chat({"model": "specem", "messages": ASKED, "options": options}).ask.settings
+
+    assert settings({"seed": -1, "top_k": 5}) == {"top_k": 5}  # -1: Ollama's random seed
+    assert settings({"seed": -2, "top_k": 5}) == {"seed": -2, "top_k": 5}
+    assert settings({"num_predict": -1, "top_k": 5}) == {"top_k": 5}  # the ensemble's own limit
+    assert settings({"num_ctx": 4096, "top_k": 5}) == {"top_k": 5}  # a load option: the models are loaded
+    assert settings({"penalize_newline": None, "top_k": 5}) == {"top_k": 5}
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "said", "field"),
+    [
+        ({"logprobs": "yes"}, CHAT, "logprobs must be true or false", "logprobs"),
+        ({"top_logprobs": 2}, CHAT, "top_logprobs needs logprobs: true", "top_logprobs"),
+        ({"reasoning_effort": "huge"}, CHAT, "reasoning_effort must be one of none, minimal, low, medium, high, "
+         "xhigh, max; got 'huge'", "reasoning_effort"),
+        ({"options": []}, "/api/chat", "options must be an object", "options"),
+        ({"options": {"mirostat_x": 1}}, "/api/chat", "options.mirostat_x is not an option this server knows; "
+         "remove it", "options.mirostat_x"),
+    ],
+)  # fmt: skip
+async def test_each_refusal_says_what_is_wrong_in_its_words(body, path, said, field):
+    reply = await post(pair("Yes."), {**body, "stream": False}, path)
+    assert reply["status"] == 400
+    error = reply["error"]
+    assert (error["message"], error["param"]) == (said, field) if isinstance(error, dict) else error == said
