@@ -160,3 +160,11 @@ async def test_token_logprobs_asked_of_the_responses_route_are_a_400_that_says_w
     assert "/v1/chat/completions" in refused.json()["error"]["message"]
     kept = await post(http, RESPONSES, {"model": "specem", "input": "hi", "include": ["reasoning.encrypted_content"]})
     assert kept.status_code == 200  # what Codex and the Agents SDK send is no request for logprobs
+
+
+async def test_a_reasoning_effort_that_leaves_no_room_is_a_400_naming_the_field_it_came_in(http):
+    body = {"model": "specem", "input": "hi", "reasoning": {"effort": "high"}, "max_output_tokens": 40,
+            "text": {"format": {"type": "json_object"}}}  # fmt: skip
+    refused = await post(http, RESPONSES, body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning.effort"
+    assert refused.json()["error"]["message"].startswith("reasoning.effort: a reasoning budget of 512 tokens")
