@@ -62,3 +62,15 @@ def test_an_ollama_model_with_a_lora_adapter_is_refused_not_run_as_its_base(home
     manifest.write_text(json.dumps(data))
     [found] = [m for m in scan() if m.source_text == "ollama:tuned:1b"]
     assert found.path is None and "LoRA adapter" in found.problem and "does not apply" in found.problem
+
+
+def test_an_ollama_manifest_without_layers_is_a_model_with_no_weights_and_a_bad_one_says_why(home, gguf):
+    root = home / ".ollama" / "models"
+    ollama_model(root, "empty:1b", gguf).write_text("{}")
+    ollama_model(root, "odd:1b", gguf).write_text('{"layers": 5}')
+    found = {m.source_text: m.problem for m in scan()}
+    assert "has no local weights" in found["ollama:empty:1b"]
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "odd" / "1b"
+    assert found["ollama:odd:1b"] == (
+        f"Ollama model 'odd:1b': cannot read its manifest {manifest} ('int' object is not iterable)"
+    )

@@ -89,7 +89,7 @@ def test_a_logprob_from_a_row_of_infinities_is_the_floor_not_nan():
     assert math.isfinite(json.loads(json.dumps(token.logprob)))
 
 
-def test_the_default_export_name_holds_no_character_a_path_would_read(tmp_path, monkeypatch, capsys):
+def test_the_default_export_name_holds_no_character_a_path_would_read(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "data"))
     chats = tmp_path / "data" / "chats"
     chats.mkdir(parents=True)
@@ -97,6 +97,15 @@ def test_the_default_export_name_holds_no_character_a_path_would_read(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert main(["history", "export", "my chat: ü?*"]) == 0
     assert [p.name for p in tmp_path.glob("specem-chat-*")] == ["specem-chat-my_chat__ü__.md"]
+    assert capfd.readouterr().err == f"Exported to {tmp_path / 'specem-chat-my_chat__ü__.md'}\n"
+    assert main(["history", "export", "my chat: ü?*", "--format", "json"]) == 0
+    written = tmp_path / "specem-chat-my_chat__ü__.json"
+    assert (
+        json.loads(written.read_text())["id"] == "my chat: ü?*" and capfd.readouterr().err == f"Exported to {written}\n"
+    )
+    assert main(["history", "export", "my chat: ü?*", "-o", "-"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("# ") and err == "Exported to standard output\n"
 
 
 def test_a_nul_in_a_search_separates_words(tmp_path):

@@ -4,10 +4,13 @@ wrong with it and a record kept by an older version is still read."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
 
+from specem_local.engine.prompting import Message, ToolUse
+from specem_local.errors import SettingError
 from specem_local.events import event_from_dict
 from specem_local.storage import chat_files
 from specem_local.storage.chat_files import LAST_MOMENT, chat_from_json, read_chat_file
@@ -92,3 +95,31 @@ def test_a_chat_file_of_the_largest_size_is_read_and_one_byte_more_is_not(tmp_pa
     monkeypatch.setattr(chat_files, "MAX_CHAT_FILE", path.stat().st_size - 1)
     with pytest.raises(ValueError, match="not a regular file of at most"):
         read_chat_file(path)
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        (lambda: Message("assistant", "a\ud800"), "a assistant message is not valid Unicode text (a lone surrogate at "
+         "character 1)"),
+        (lambda: Message("assistant", "\ud800", calls=(ToolUse("f", {}),)), "a assistant message is not valid "
+         "Unicode text (a lone surrogate at character 0)"),
+        (lambda: Message("tool", "ok", name="f\ud800"), "a tool tool name is not valid Unicode text (a lone "
+         "surrogate at character 1)"),
+        (lambda: Message("assistant", "", calls=(ToolUse("f", {"x": "\ud800", "when": datetime.date(2026, 1, 2)}),)),
+         "a assistant tool call's arguments is not valid Unicode text (a lone surrogate at character 7)"),
+        (lambda: Message("assistant", "", calls=(ToolUse("f", {}, id="c\ud800"),)), "a assistant tool call id is "
+         "not valid Unicode text (a lone surrogate at character 1)"),
+        (lambda: Message("user", 5), "a user message's content must be text, got int"),  # type: ignore[arg-type]
+        (lambda: Message("robot", "x"), "message role must be one of system, user, assistant, tool; got 'robot'"),
+    ],
+)  # fmt: skip
+def test_a_message_that_is_no_prompt_text_says_which_part_and_where(message, said):
+    with pytest.raises(SettingError) as caught:
+        message()
+    assert (str(caught.value), caught.value.field) == (said + ("; decode its bytes with errors='replace'" if
+                                                               "Unicode" in said else ""), "messages")  # fmt: skip
+
+
+def test_a_calls_arguments_that_are_not_json_are_read_as_their_text():
+    Message("assistant", "", calls=(ToolUse("f", {"when": datetime.date(2026, 1, 2), "ü": "é"}),))  # no error
