@@ -49,8 +49,11 @@ def test_a_hugging_face_cache_that_is_a_file_finds_nothing_there(home, gguf, tmp
 
 def test_an_hf_repo_id_that_is_none_is_one_line(home, tmp_path):
     config = parse_config('[[models]]\nname = "x"\nhf = "not a repo!"\nfile = "x.gguf"\n', "models.toml", tmp_path)
-    with pytest.raises(SpecemError, match="hf = 'not a repo!' is not a Hugging Face repo id"):
+    with pytest.raises(SpecemError) as caught:
         source_for(config.models[0], config).locate()
+    assert str(caught.value) == (
+        "model 'x': hf = 'not a repo!' is not a Hugging Face repo id (owner/name: letters, digits, -, _ and .)"
+    )
     with pytest.raises(SpecemError, match="is not a Hugging Face repo id"):
         source_for(config.models[0], config).pull()
 
