@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specem_local.commands.cli import main
 from specem_local.engine import Ensemble
 from specem_local.storage.weights import WeightStore
@@ -135,3 +137,19 @@ def test_keeping_a_calibrator_replaces_the_one_for_the_same_members_and_check_an
     assert [(e["key"], e.get("check")) for e in entries] == [
         ("x", "none"), (key_of(members), "samples"), (key_of(members), "none")]  # fmt: skip
     assert path.read_text() == json.dumps(entries, indent=1) + "\n"  # as a person reads it
+
+
+def test_a_tasks_file_names_its_bad_line_and_an_item_without_an_id_is_its_line_number(tmp_path):
+    from specem_local.errors import SpecemError
+    from specem_local.labelled import load_tasks
+
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"question": "Q?", "answer": "4"}\n\n{"question": "R?", "answer": "5", "id": "r"}\n{bad\n')
+    with pytest.raises(SpecemError) as caught:
+        load_tasks(items)
+    assert str(caught.value) == f"{items}:4: not JSON (Expecting property name enclosed in double quotes at column 2)"
+    items.write_text('{"question": "Q?", "answer": "4"}\n\n{"question": "R?", "answer": "5", "id": "r"}\n')
+    assert [task.id for task in load_tasks(items)] == ["1", "r"]
+    with pytest.raises(SpecemError) as caught:
+        load_tasks(tmp_path / "none.jsonl")
+    assert str(caught.value).startswith(f"tasks file {tmp_path / 'none.jsonl'}: ")
