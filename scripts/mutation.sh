@@ -49,7 +49,7 @@ for module in "$@"; do
     engine/places.py|engine/many.py|engine/runner.py)
       selection='["tests/engine/test_close_during_step.py", "tests/engine/test_places.py", "tests/engine/test_threads.py", "tests/engine/test_scheduler.py", "tests/engine/test_runner_exact.py", "tests/engine/test_carried_weights.py", "tests/storage/test_read_only.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/server/test_parallel_routes.py", "tests/server/test_line.py"]' ;;
     engine/prompting.py)
-      selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py", "tests/server/test_doors_mended.py"]' ;;
+      selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py", "tests/server/test_doors_mended.py", "tests/unit/test_event_records.py"]' ;;
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py|commands/answer_printer.py)
@@ -84,7 +84,7 @@ for module in "$@"; do
       selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;
     storage/history.py|storage/history_rows.py|storage/chats.py|storage/chat_files.py|commands/history.py)
-      selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py"]' ;;
+      selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py", "tests/unit/test_event_records.py"]' ;;
     setting_fields.py|settings.py)
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
     models/*) selection='["tests/models"]' ;;
