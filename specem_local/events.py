@@ -239,7 +239,7 @@ def _token_logprob(data: Any) -> TokenLogprob:
     try:
         top = tuple(_alternative(t) for t in token.top)
         return TokenLogprob(str(token.token), _logprob(token.logprob), tuple(_byte(b) for b in token.bytes), top)
-    except (TypeError, IndexError, OverflowError) as error:
+    except (TypeError, OverflowError) as error:  # bytes that are no list, a number past a float
         raise ValueError(f"a token record is not one ({error})") from None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specem_local.commands.terminal import (
     add_settings_flags,
@@ -28,6 +28,9 @@ from specem_local.commands.terminal import (
 )
 from specem_local.errors import SpecemError
 from specem_local.labelled import load_tasks
+
+if TYPE_CHECKING:
+    from specem_local.models.config import Config
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -42,9 +45,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     with_overrides(config.ensemble, **overrides)  # a bad setting (a task's name) is said before any model loads
     if args.confidence:
-        return calibrate_confidence(args, tasks, overrides)
+        return calibrate_confidence(args, config, tasks, overrides)
     if "task" in overrides:  # "" is the default task, choices
-        return calibrate_task(args, tasks, {**overrides, "task": overrides["task"] or DEFAULT_TASK})
+        return calibrate_task(args, config, tasks, {**overrides, "task": overrides["task"] or DEFAULT_TASK})
     with Ensemble.from_config(config) as ensemble:
         verifiers = [m for m in ensemble.members if m.spec.verifies]
         if len(ensemble.members) < 2:
@@ -77,7 +80,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: dict[str, Any]) -> int:
+def calibrate_confidence(args: argparse.Namespace, config: Config, tasks: list[Any], overrides: dict[str, Any]) -> int:
     """``--confidence``: the ensemble answers every item as it would answer the user, each answer
     is graded, and the calibrator of its confidence is fitted on them and kept (for these
     members and the ``confidence_check`` setting); said with how well it ranked these items."""
@@ -86,7 +89,7 @@ def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: 
     from specem_local.engine import Ensemble, fit_calibrator, keep_calibrator, user_calibrators
 
     user_calibrators()  # a damaged file is said before the answers, not after
-    with Ensemble.from_config(config_from_args(args)) as ensemble:
+    with Ensemble.from_config(config) as ensemble:
         evidence, right = [], []
         for task in tqdm(tasks, desc="calibrate confidence", unit="item", file=sys.stderr):
             final = ensemble.generate(task.prompt, **overrides, **task.options)
@@ -105,7 +108,7 @@ def calibrate_confidence(args: argparse.Namespace, tasks: list[Any], overrides: 
     return 0
 
 
-def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[str, Any]) -> int:
+def calibrate_task(args: argparse.Namespace, config: Config, tasks: list[Any], overrides: dict[str, Any]) -> int:
     """``--task NAME``: every member scores every option of each item both ways (as an answer
     among options is made), and the task's weights and label priors are fitted on the labelled
     answers and kept (``task_weights.fit_task``); said with each source's and the mix's accuracy
@@ -126,7 +129,7 @@ def calibrate_task(args: argparse.Namespace, tasks: list[Any], overrides: dict[s
             f"--task {name}: item {item.id}'s choices are not options every member can score (2 to "
             f"{options.MAX_OPTIONS} distinct texts, none empty, none the start of another)"
         )
-    with Ensemble.from_config(config_from_args(args)) as ensemble:
+    with Ensemble.from_config(config) as ensemble:
         scores, answers = [], []
         scoring = {**overrides, "score_options": True}  # the fit reads every source's scores, whatever the config says
         for task in tqdm(tasks, desc=f"calibrate {name}", unit="item", file=sys.stderr):

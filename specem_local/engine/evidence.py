@@ -92,9 +92,8 @@ def token_choices(draft: Draft, top: int, token_bytes: Callable[[int], bytes]) -
         row, normaliser = draft.rows[i], float(draft.normalisers[i])
         best = np.argpartition(row, -top)[-top:] if top > 0 else np.array([], dtype=np.int64)
         best = best[np.argsort(-row[best])]
-        alternatives = tuple(
-            (_text(token_bytes(int(t))), _floored(float(row[t]) - normaliser), tuple(token_bytes(int(t)))) for t in best
-        )
+        pieces = [(token_bytes(int(t)), float(row[t])) for t in best]  # each alternative's bytes read once
+        alternatives = tuple((_text(raw), _floored(logit - normaliser), tuple(raw)) for raw, logit in pieces)
         piece = token_bytes(token)
         out.append(TokenLogprob(_text(piece), _floored(float(row[token]) - normaliser), tuple(piece), alternatives))
     return tuple(out)
