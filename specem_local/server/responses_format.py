@@ -93,9 +93,9 @@ def parse_request(
     for name, what in REFUSED.items():
         if body.get(name) not in (None, False):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
-    include = body.get("include")
-    if body.get("top_logprobs") not in (None, 0) or (isinstance(include, list) and LOGPROBS in include):
-        field = "top_logprobs" if body.get("top_logprobs") not in (None, 0) else "include"
+    include, top = body.get("include"), body.get("top_logprobs") not in (None, 0)
+    if top or (isinstance(include, list) and LOGPROBS in include):
+        field = "top_logprobs" if top else "include"
         raise ApiError(400, "token log-probabilities are served on /v1/chat/completions (logprobs: true), not on "
                             "/v1/responses", field)  # fmt: skip
     if body.get("n") not in (None, 1):  # not a Responses field: a client meant chat completions' n
