@@ -16,6 +16,7 @@ import pytest
 from specem_local.commands.cli import main
 from specem_local.engine.evidence import FLOOR, token_choices
 from specem_local.engine.member import Draft
+from specem_local.errors import SpecemError
 from specem_local.events import RoundEvent, event_from_dict
 from specem_local.storage.chat_files import chat_from_json, chat_to_json
 from specem_local.storage.chats import Chat, Turn
@@ -133,3 +134,11 @@ def test_an_export_to_a_terminal_never_passes_a_titles_escape_codes(tmp_path, mo
         os.close(main_end)
         os.close(terminal)
     assert "\x1b" not in shown and "\\x1b]0;pwned\\x07" in shown
+
+
+def test_a_search_of_no_words_says_so(tmp_path):
+    history = History(tmp_path / "specem.db", chat_files=tmp_path / "chats")
+    for query in ("", "  ", "\x00"):
+        with pytest.raises(SpecemError) as caught:
+            history.search(query)
+        assert str(caught.value) == "the search is empty; give a word to look for"
