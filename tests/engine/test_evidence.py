@@ -110,7 +110,7 @@ def test_logprobs_give_each_committed_token_with_its_alternatives_in_the_authors
         tokens = [t for r in rounds for t in r.logprobs]
         assert "".join(t.token for t in tokens) == events[-1].text == "Paris is the capital."
         assert all(len(t.top) == 2 and t.top[0][1] >= t.top[1][1] and t.logprob <= 0 for t in tokens)
-        assert all(t.top[0][0] == t.token for t in tokens)  # greedy: the chosen token is the likeliest
+        assert all(t.top[0][:2] == (t.token, t.logprob) for t in tokens)  # greedy: the chosen token is the likeliest
         assert bytes(b for t in tokens for b in t.bytes).decode() == events[-1].text
         again = event_from_dict(rounds[0].to_dict())
         assert again.logprobs == rounds[0].logprobs
