@@ -64,7 +64,7 @@ def option_plan(
     """How these members score these options: each one's plain-text prompt (the prompts checked to
     leave room for the longest option), the task's weights and priors (``task_weights.py``)."""
     text = opt.plain_text(asked)
-    plain = {m.name: tuple(_plain_tokens(m, text)) for m in members}
+    plain = {m.name: tuple(plain_tokens(m, text)) for m in members}
     for member in members:  # the plain prompt is the shorter: it has neither a template nor the options listed
         room = max(len(member.model.tokenize(option)) for option in options.texts)
         if len(prompts[member.name]) + room > member.model.n_ctx:
@@ -93,7 +93,8 @@ def source_weights(
     return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}"
 
 
-def _plain_tokens(member: Member, text: str) -> list[int]:
+def plain_tokens(member: Member, text: str) -> list[int]:
+    """``text`` as the member reads a plain-text prompt: its BOS token first when it adds one."""
     model = member.model
     return ([model.bos_token] if model.adds_bos and model.bos_token >= 0 else []) + model.tokenize(text)
 
