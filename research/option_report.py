@@ -231,6 +231,7 @@ def log_pool_on_train_splits(train: Mapping[str, list[dict[str, Any]]], labelled
                 pooled[system] += each
         found[task] = {system: float(np.mean(each)) for system, each in systems.items()}
         found[task]["log_vs_best"] = paired(systems["log"], systems["best"])
+        found[task]["linear_vs_best"] = paired(systems["linear"], systems["best"])
     return found
 
 
@@ -238,9 +239,10 @@ def cmd_splits(args: argparse.Namespace) -> int:
     found = log_pool_on_train_splits(by_task(read(args.train)), args.labelled, args.repeats, args.seed)
     Path(args.output).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
     for task, entry in found.items():
-        pair = entry["log_vs_best"]
+        pair, linear = entry["log_vs_best"], entry["linear_vs_best"]
         print(f"{task:<14} best {100 * entry['best']:.1f}  linear {100 * entry['linear']:.1f}  "
-              f"log {100 * entry['log']:.1f}  log vs best +{pair['ahead']}/-{pair['behind']}")  # fmt: skip
+              f"log {100 * entry['log']:.1f}  log vs best +{pair['ahead']}/-{pair['behind']}  "
+              f"linear vs best +{linear['ahead']}/-{linear['behind']}")  # fmt: skip
     return 0
 
 

@@ -184,6 +184,7 @@ def test_the_log_pool_is_compared_on_random_splits_of_the_train_items_only(tmp_p
     for system, each in marks.items():
         assert found["pooled"][system] == pytest.approx(np.mean(each)), system
     assert found["pooled"]["log_vs_best"] == rep.paired(marks["log"], marks["best"])
+    assert found["pooled"]["linear_vs_best"] == rep.paired(marks["linear"], marks["best"])
     assert set(found) == {"t", "u", "pooled"} and found["t"]["best"] > 0.7
     out = tmp_path / "splits.json"
     (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train["t"] + train["u"]))
