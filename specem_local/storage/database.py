@@ -137,7 +137,7 @@ class Database:
                 db = self._begin(what)
             except CannotWrite:
                 db = self._open_read_only(what)
-        with self._finished(db, what) as connection:
+        with self._finished(db, what, "look up") as connection:
             yield connection
 
     def _open_current(self) -> sqlite3.Connection | None:
@@ -206,15 +206,18 @@ class Database:
         return db
 
     @contextmanager
-    def _finished(self, db: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connection]:
-        """Yield ``db``; commit what it began when the block ends, roll back if it raises."""
+    def _finished(self, db: sqlite3.Connection, what: str, doing: str = "store") -> Iterator[sqlite3.Connection]:
+        """Yield ``db``; commit what it began when the block ends, roll back if it raises.
+        ``doing``: what a text that is not valid Unicode could not be (stored, or looked up)."""
         try:
             yield db
             if db.in_transaction:
                 db.execute("COMMIT")
         except UnicodeEncodeError as error:  # a lone surrogate in some text: SQLite cannot store it
             _rollback(db)
-            raise SpecemError(f"{self.path}: cannot store text that is not valid Unicode ({error.reason})") from None
+            raise SpecemError(
+                f"{self.path}: cannot {doing} text that is not valid Unicode ({error.reason}); give it as UTF-8"
+            ) from None
         except (sqlite3.Error, OSError) as error:
             _rollback(db)
             raise _failure(self.path, f"cannot use the {what}", error) from None

@@ -230,8 +230,16 @@ def test_an_answer_whose_writer_went_quiet_is_interrupted_even_if_its_pid_is_reu
 
 
 def test_text_sqlite_cannot_store_is_one_line(history):
-    with pytest.raises(SpecemError, match="not valid Unicode"):
+    with pytest.raises(SpecemError, match="cannot store text that is not valid Unicode"):
         history.add(Chat(), Turn("user", "half an emoji \ud83d"))
+    history.add(Chat(), Turn("user", "whole"))  # the next good one is stored
+
+
+def test_a_search_for_text_that_is_not_valid_unicode_says_it_was_looked_up_not_stored(history):
+    history.add(Chat(), Turn("user", "abc"))
+    with pytest.raises(SpecemError, match=r"cannot look up text that is not valid Unicode .*; give it as UTF-8$"):
+        history.search("ab\udcffc")  # a non-UTF-8 byte on the command line reads as a lone surrogate
+    assert [m.chat_id for m in history.search("abc")]  # the next good search still answers
 
 
 def test_an_export_over_an_older_world_readable_file_is_user_only(tmp_path):
