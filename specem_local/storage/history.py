@@ -216,10 +216,12 @@ class History:
             return search(db, query, limit)
 
     def unsure(self, below: float, limit: int = 20) -> list[UnsureAnswer]:
-        """Answers whose confidence is below ``below``, least sure first (issue 55)."""
+        """Shown answers whose confidence is below ``below``, least sure first (issue 55); a
+        version set aside (regenerated over, or after an edited question) is not listed."""
         rows = self._read(
             "SELECT m.chat_id, c.title, json_extract(m.final, '$.confidence'), m.content, m.updated FROM messages m"
             " JOIN chats c ON c.id = m.chat_id WHERE json_extract(m.final, '$.confidence') < ?"
+            " AND m.alternative_of IS NULL"
             " ORDER BY 3, m.updated DESC LIMIT ?",
             (below, limit),
         )

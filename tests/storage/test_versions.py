@@ -3,6 +3,7 @@ member alone), an edited question, which version is shown, and the migration tha
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
@@ -133,3 +134,26 @@ def test_two_windows_browsing_versions_leave_one_answer_shown(tmp_path, history)
     assert [t.role for t in loaded.turns] == ["user", "assistant"]
     assert loaded.turns[1].content == "Forty-two." and len(loaded.turns[1].alternatives) == 2
     assert [m["role"] for m in loaded.messages()] == ["user", "assistant"]
+
+
+def test_unsure_lists_the_version_of_each_answer_that_is_shown_never_one_set_aside(history):
+    def answer_as_sure_as(record, confidence: float) -> None:
+        *events, final = answer_events()
+        for event in [*events, dataclasses.replace(final, confidence=confidence)]:
+            record.event(event)
+
+    chat = Chat()
+    asked, first = Turn("user", "Six times seven?"), Turn("assistant", "")
+    chat.turns += [asked, first]
+    answer_as_sure_as(history.start_answer(chat, first, asked=[asked]), 0.2)
+    assert [found.confidence for found in history.unsure(0.5)] == [0.2]
+    again = Turn("assistant", "", kind="regenerated")
+    answer_as_sure_as(history.start_version(chat, again, first), 0.1)
+    assert [found.confidence for found in history.unsure(0.5)] == [0.2]  # streamed, not shown yet
+    history.show_version(first, again)
+    assert [found.confidence for found in history.unsure(0.5)] == [0.1]
+    edited, answer = Turn("user", "Six times seven, exactly?"), Turn("assistant", "")
+    chat.turns += [edited, answer]
+    answer_as_sure_as(history.start_answer(chat, answer, asked=[edited]), 0.3)
+    history.mark_edited(edited, asked)  # the first question and its answers are set aside
+    assert [found.confidence for found in history.unsure(0.5)] == [0.3]
