@@ -242,8 +242,19 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_remove(args: argparse.Namespace) -> int:
+    from specem_local.models.models_file import file_to_edit, remove_model
+
+    path = file_to_edit(args.config)
+    created, entry = remove_model(path, args.name)
+    what = ", ".join(f"{key} = {value!r}" for key, value in entry.items())
+    print(f"{'created' if created else 'updated'} {path}: [[models]] name = {args.name!r} ({what}) removed")
+    print("its file, if any, is where it was: specem never deletes a model file")
+    return 0
+
+
 def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    models = commands.add_parser("models", help="list, pull, verify, scan for and add models")
+    models = commands.add_parser("models", help="list, pull, verify, scan for, add and remove models")
     actions = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[common], help="show each model (from its GGUF header)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -271,3 +282,8 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         "source", metavar="SOURCE", help="ollama:NAME, lmstudio:PATH, hf:OWNER/REPO/FILE, demo:NAME or a path"
     )
     add.set_defaults(handler=cmd_models_add)
+    remove = actions.add_parser(
+        "remove", parents=[common], help="take a model out of models.toml, keeping its comments"
+    )
+    remove.add_argument("name", metavar="NAME", help="the model's name in the ensemble (specem models list)")
+    remove.set_defaults(handler=cmd_models_remove)

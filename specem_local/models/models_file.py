@@ -1,11 +1,14 @@
-"""Adding a model to the user's ``models.toml`` (``specem models add``), keeping the file's
-comments and layout: it is edited with ``tomlkit``, a format-preserving TOML library, and the
-result must load before it replaces the file.
+"""Adding a model to the user's ``models.toml`` (``specem models add``) or taking one out
+(``specem models remove``), keeping the file's comments and layout: it is edited with
+``tomlkit``, a format-preserving TOML library, or line by line where that keeps the comments
+above each entry with it, and the result must load before it replaces the file.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -15,6 +18,11 @@ from specem_local.models.config import SOURCE_KEYS, bundled_config_text, find_co
 from specem_local.models.gguf import read_model_header
 from specem_local.models.local_stores import lmstudio_file, ollama_blob
 from specem_local.models.sources import GLOB_CHARACTERS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 SOURCE_FORMS = "ollama:NAME, lmstudio:PUBLISHER/REPO/FILE.gguf, hf:OWNER/REPO/FILE.gguf, demo:NAME or a path"
 
@@ -107,3 +115,59 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
         raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
     replace_file(path, new_text)
     return created
+
+
+MODELS_HEADER = re.compile(r"\s*\[\[\s*models\s*\]\]\s*(#.*)?$")
+ANY_HEADER = re.compile(r"\s*\[")
+
+
+def remove_model(path: Path, name: str) -> tuple[bool, dict[str, str]]:
+    """Take the ``[[models]]`` entry ``name`` out of ``path`` (created from the built-in
+    models.toml if it is not there), with the comment lines just above it; the rest of the file
+    as it was. Returns whether the file was created, and the entry's source keys."""
+    import tomlkit
+
+    created = not os.path.lexists(path)
+    text = _current_text(path)
+    config = parse_config(text, str(path), path.parent)
+    names = [spec.name for spec in config.models]
+    if name not in names:
+        raise SpecemError(f"{path} has no model named {name!r}; it has {', '.join(map(repr, names))}")
+    index = names.index(name)
+    wanted = tomllib.loads(text)
+    removed = wanted["models"].pop(index)
+    new_text = _without_block(text, index)
+    if new_text is None or tomllib.loads(new_text) != wanted:  # an entry not written as a [[models]] table
+        document = tomlkit.parse(text)
+        del document["models"][index]
+        new_text = tomlkit.dumps(document)
+    try:
+        parse_config(new_text, str(path), path.parent)
+    except SpecemError as error:
+        raise SpecemError(f"{error} (not removed)") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
+    replace_file(path, new_text)
+    keys = dict.fromkeys(key for kind in SOURCE_KEYS.values() for key in kind)
+    return created, {key: str(removed[key]) for key in keys if key in removed}
+
+
+def _without_block(text: str, index: int) -> str | None:
+    """``text`` without its ``index``-th ``[[models]]`` table and the comment lines just above
+    it; None when the headers cannot be told apart line by line."""
+    lines = text.splitlines(keepends=True)
+    headers = [number for number, line in enumerate(lines) if MODELS_HEADER.match(line)]
+    if index >= len(headers):
+        return None
+
+    def above(number: int) -> int:  # the first of the comment lines just above a header
+        while number > 0 and lines[number - 1].lstrip().startswith("#"):
+            number -= 1
+        return number
+
+    start = above(headers[index])
+    end = next((n for n in range(headers[index] + 1, len(lines)) if ANY_HEADER.match(lines[n])), len(lines))
+    end = above(end) if end < len(lines) else end
+    return "".join(lines[:start] + lines[end:])
