@@ -116,7 +116,7 @@ def calibrate_task(args: argparse.Namespace, config: Config, tasks: list[Any], o
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble, fit_task, guessed_at_least, keep_task_weights, options
-    from specem_local.events import RoundEvent
+    from specem_local.events import FinalEvent, RoundEvent
 
     name = overrides["task"]
     if any(not task.choices for task in tasks):
@@ -133,8 +133,17 @@ def calibrate_task(args: argparse.Namespace, config: Config, tasks: list[Any], o
         scores, answers = [], []
         scoring = {**overrides, "score_options": True}  # the fit reads every source's scores, whatever the config says
         for task in tqdm(tasks, desc=f"calibrate {name}", unit="item", file=sys.stderr):
-            events = ensemble.stream(task.question, schema={"enum": list(task.choices)}, **scoring)
-            chosen = next(e for e in events if isinstance(e, RoundEvent))
+            events = list(ensemble.stream(task.question, schema={"enum": list(task.choices)}, **scoring))
+            chosen = next((e for e in events if isinstance(e, RoundEvent)), None)
+            final = events[-1]
+            if chosen is None or chosen.lost or not isinstance(final, FinalEvent) or final.finish_reason != "eos":
+                why = "; ".join(
+                    f"{member} was lost ({said})" for member, said in (chosen.lost if chosen else {}).items()
+                )
+                raise SpecemError(
+                    f"--task {name}: item {task.id} was not scored by every member "
+                    f"({why or 'the answer was stopped'}); nothing was kept: run it again"
+                )
             scores.append(
                 {source: [c.scores[source] for c in chosen.candidates] for source in chosen.candidates[0].scores}
             )

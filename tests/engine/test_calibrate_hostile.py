@@ -10,11 +10,13 @@ import json
 
 import pytest
 
+from specem_local.backend.protocol import MemberLost, StepAbandoned
 from specem_local.commands.cli import main
 from specem_local.engine import Ensemble
 from specem_local.storage.weights import WeightStore
 from tests.engine.conftest import fake_ensemble, fake_member
 from tests.engine.test_functions import scripted
+from tests.engine.test_lost_members import LoseAt
 
 CALL = '{"tool_calls": [{"name": "area", "arguments": {"base": 10}}]}'
 TOOL = {"type": "function", "function": {"name": "area", "parameters": {
@@ -119,6 +121,24 @@ def test_a_task_is_fitted_on_scored_options_where_the_ensemble_does_not_score_th
     assert main(["calibrate", str(items), "--task", "pets"]) == 0
     out = capsys.readouterr().out
     assert "asked:b" in out and "scored:a" in out  # every member's options, both ways
+
+
+@pytest.mark.parametrize("stopped", [MemberLost, StepAbandoned])
+def test_an_item_a_member_was_lost_on_stops_the_task_fit_in_one_line_keeping_nothing(stopped, monkeypatch, capsys,
+                                                                                     tmp_path):  # fmt: skip
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    items = tmp_path / "pets.jsonl"
+    items.write_text("".join(f'{{"id": "p{i}", "question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}}\n'
+                             for i in range(4)))  # fmt: skip
+    use(monkeypatch, fake_member("a", '"cat"', on_decode=LoseAt(6, stopped)), fake_member("b", '"dog"'))
+    assert main(["calibrate", str(items), "--task", "pets"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("specem: error: --task pets: item p") and "was not scored by every member (" in said
+    assert said.endswith("); nothing was kept: run it again") and ("a was lost" in said) == (stopped is MemberLost)
+    assert not (tmp_path / "option_weights.json").exists()
+    use(monkeypatch, fake_member("a", '"cat"'), fake_member("b", '"dog"'))
+    assert main(["calibrate", str(items), "--task", "pets"]) == 0  # the next run fits and keeps them
+    assert (tmp_path / "option_weights.json").exists()
 
 
 def test_keeping_a_calibrator_replaces_the_one_for_the_same_members_and_check_and_keeps_the_rest(tmp_path, monkeypatch):
