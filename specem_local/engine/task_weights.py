@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -170,15 +171,20 @@ def _parsed(text: str, where: str) -> dict[tuple[str, str], TaskWeights]:
 
 
 def _entry(entry: dict[str, Any]) -> TaskWeights:
-    """One kept task, checked: weights and priors are finite numbers, 0 or more, and each prior
-    has one for every option of its key (a wrong one would change answers, not fail)."""
+    """One kept task, checked: weights and priors are finite numbers, 0 or more, whose sums are
+    finite (the mix divides by them), each prior has one for every option of its key and a sum
+    above 0 (a wrong one would change answers, or give no number at all, not fail)."""
     weights = {str(name): _amount(value) for name, value in entry["weights"].items()}
+    if not math.isfinite(sum(weights.values())):
+        raise ValueError("the weights add up to more than a number can hold")
     priors = {}
     for key, kept in entry.get("priors", {}).items():
         count = len(json.loads(key)) if key.startswith("[") else int(key.removeprefix("#"))
         priors[str(key)] = {str(name): [_amount(v) for v in values] for name, values in kept.items()}
         if any(not isinstance(values, list) or len(values) != count for values in kept.values()):
             raise ValueError(f"a prior of {key} has not one number for each of its {count} options")
+        if any(not 0 < sum(values) < math.inf for values in priors[str(key)].values()):
+            raise ValueError(f"a prior of {key} adds up to 0 or to more than a number can hold")
     return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]))
 
 

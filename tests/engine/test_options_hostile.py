@@ -65,6 +65,9 @@ GOOD = {"key": "k", "task": "t", "weights": {"asked:a": 0.5}, "priors": {"#2": {
         json.dumps([{**GOOD, "weights": {"asked:a": -1.0}}]),
         json.dumps([{**GOOD, "weights": {"asked:a": True}}]),
         json.dumps([{**GOOD, "priors": {"#two": {}}}]),
+        json.dumps([{**GOOD, "weights": {"asked:a": 1e308, "scored:a": 1e308}}]),  # their sum is no number
+        json.dumps([{**GOOD, "priors": {"#2": {"labels": [0.0, 0.0], "asked:a": [0.5, 0.5]}}}]),  # 0/0
+        json.dumps([{**GOOD, "priors": {"#2": {"asked:a": [1e308, 1e308]}}}]),
     ]
     + [f'[{{"key": "k", "task": "t", "weights": {{"asked:a": {bad}}}, "items": 4, "fitted_on": "x"}}]' for bad in
        ("NaN", "Infinity")],
