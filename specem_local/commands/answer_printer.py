@@ -144,7 +144,7 @@ def print_parsed(final: FinalEvent, max_tokens: int, bare: bool = False) -> None
         text = json.dumps(calls, ensure_ascii=False) if calls else reply.content or ""
         print(printable(text) if sys.stdout.isatty() else text, flush=True)
         return
-    if final.parsed is None:
+    if final.parsed is None and not _whole_null(final):
         why = {
             "length": f"was cut at max_tokens ({max_tokens}) before it was whole; raise --max-tokens",
             "cancelled": "was stopped before it was whole",
@@ -152,6 +152,14 @@ def print_parsed(final: FinalEvent, max_tokens: int, bare: bool = False) -> None
         raise SpecemError(f"the answer {why}")
     text = final.parsed if bare and isinstance(final.parsed, str) else final.text
     print(printable(text) if sys.stdout.isatty() else text, flush=True)
+
+
+def _whole_null(final: FinalEvent) -> bool:
+    """A whole answer that is JSON's ``null`` (an option of an enum), which parses to None too."""
+    try:
+        return final.finish_reason == "eos" and json.loads(final.text) is None
+    except ValueError:
+        return False
 
 
 def print_legend(final: FinalEvent, colours: dict[str, str], colour: bool, origin: str) -> None:

@@ -39,6 +39,15 @@ def test_the_parsed_form_is_printed_alone_and_an_unfinished_one_says_why():
         printer.print_parsed(dataclasses.replace(FINAL, finish_reason="stop"), 7)
 
 
+def test_an_answer_that_is_json_null_is_whole_and_printed_as_written(capsys):
+    printer.print_parsed(dataclasses.replace(FINAL, text=" null"), 7)  # an enum's null, chosen
+    printer.print_parsed(dataclasses.replace(FINAL, text="null"), 7, bare=True)
+    assert capsys.readouterr().out == " null\nnull\n"
+    for cut in (dataclasses.replace(FINAL, text="nul"), dataclasses.replace(FINAL, text="null", finish_reason="stop")):
+        with pytest.raises(SpecemError, match="before it was whole"):
+            printer.print_parsed(cut, 7)
+
+
 def test_tool_calls_print_as_a_json_list_of_names_and_arguments(capsys):
     printer.print_parsed(dataclasses.replace(FINAL, parsed=ToolReply((ToolCall("add", {"x": 1}),))), 7)
     printer.print_parsed(dataclasses.replace(FINAL, parsed=ToolReply(content="no call")), 7)
