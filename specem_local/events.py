@@ -14,7 +14,7 @@ from typing import Any, Literal
 # The closed sets the events speak in (their JSON keeps these strings).
 Decision = Literal["vote", "contrast", "fast-finish", "only-candidate", "confident", "picked", "forced", "options"]
 FinishReason = Literal["eos", "length", "stop", "context", "cancelled", "empty"]
-WeightsOrigin = Literal["prior", "carried", "calibrated", "built-in"]
+WeightsOrigin = Literal["prior", "carried", "calibrated", "built-in", "task", "uniform"]  # the last two: options
 Phase = Literal["reasoning", "answer"]  # an answer with a format thinks first, then writes the format
 Switch = Literal["eos", "budget"]  # why its reasoning ended: the members ended it, or its budget ran out
 
@@ -196,6 +196,10 @@ def origin_words(weights_from: str, answers: int, items: int, choices: int = 0) 
         return f"calibrated on {items} items" + (f", then {learned}" if answers else "") + chosen
     if weights_from == "carried":
         return f"carried over from {learned}{chosen}"
+    if weights_from == "task":  # an answer among options (docs/choices.md)
+        return f"the task's weights, fitted on {items} labelled items"
+    if weights_from == "uniform":
+        return "every source equally (no weights kept for the task)"
     return f"the prior{chosen}"
 
 

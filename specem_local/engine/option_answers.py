@@ -41,6 +41,7 @@ class OptionPlan:
     priors: dict[str, np.ndarray] = field(default_factory=dict)
     task: str = "choices"
     weights_from: str = "uniform: no weights kept for this task"
+    fitted_items: int = 0  # the labelled items the task's weights were fitted on (0: none kept, uniform)
 
 
 def choice_among(
@@ -74,23 +75,23 @@ def option_plan(
                 "in models.toml or shorten the conversation or the options"
             )
     task = settings.task or DEFAULT_TASK
-    weights, priors, said = source_weights(members, task, options, opt.WAYS)
-    return OptionPlan(options, plain, weights, priors, task, said)
+    weights, priors, said, items = source_weights(members, task, options, opt.WAYS)
+    return OptionPlan(options, plain, weights, priors, task, said, items)
 
 
 def source_weights(
     members: list[Member], task: str, options: opt.Options, ways: tuple[str, ...]
-) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+) -> tuple[dict[str, float], dict[str, np.ndarray], str, int]:
     """The task's weights of these members' sources of these ``ways`` and their priors over the
-    options (``task_weights.py``), and where they came from in words; every source equally when
-    none are kept for the task."""
+    options (``task_weights.py``), where they came from in words, and how many labelled items
+    they were fitted on; every source equally (0 items) when none are kept for the task."""
     sources = [opt.source(m.name, way) for m in members for way in ways]
     kept = task_weights(members, task)
     weights = {name: kept.weights.get(name, 0.0) for name in sources} if kept is not None else {}
     if kept is None or sum(weights.values()) <= 0:
-        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}"
+        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}", 0
     priors = {name: prior for name, prior in kept.priors_for(options).items() if name in weights or name == opt.LABELS}
-    return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}"
+    return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}", kept.items
 
 
 def plain_tokens(member: Member, text: str) -> list[int]:
@@ -158,7 +159,7 @@ def option_vote(
         for i, text in enumerate(texts)
     )
     ranked = tuple(opt.split_source(n)[0] for n, b in beliefs.items() if int(np.argmax(b)) == best)
-    runner_up = int(np.argsort(mix)[-2])
+    runner_up = int(np.argmax(np.where(np.arange(len(mix)) == best, -np.inf, mix)))  # on a tie, the other one
     return OptionVote(
         best,
         float(mix[best]),
@@ -212,9 +213,13 @@ class OptionsLoop:
             weights=self.member_weights,
             prompt_tokens={m.name: len(self.request.prompts[m.name]) for m in self.members},
             plain_generation=len(self.members) == 1,
-            weights_from=self.start.origin,
+            weights_from="task" if self.plan.fitted_items else "uniform",
+            calibrated_items=self.plan.fitted_items,
             absent=self.absent,
-            notes=(f"every member scored every option (task {self.plan.task!r}; weights: {self.plan.weights_from})",),
+            notes=(
+                *self.request.notes,
+                f"every member scored every option (task {self.plan.task!r}; weights: {self.plan.weights_from})",
+            ),
         )
         finish: FinishReason = "cancelled"
         try:

@@ -405,7 +405,7 @@ class RoundLoop:
         every option in context, the task's weights for the asked way pick one (no drafting, no
         Hedge update), and every member that follows the answer commits it."""
         task = self.settings.task or DEFAULT_TASK
-        weights, priors, _ = source_weights(self.members, task, point.options, ("asked",))
+        weights, priors, _, _ = source_weights(self.members, task, point.options, ("asked",))
         found = dict(self.run_each(lambda v: (v, scored_here(self.members[v], point.rests)), self.roster.verifiers))
         scores = {opt.source(self.names[v], "asked"): summed for v, (summed, _, _) in found.items()}
         chosen = option_vote(point.rests, scores, priors, weights)

@@ -63,6 +63,8 @@ def test_the_members_score_the_options_in_one_step_and_the_tasks_weights_decide(
             assert round_.agreement == pytest.approx(firsts.count(["cat", "dog"].index(answer)) / len(firsts))
             assert all(s <= 0 for c in round_.candidates for s in c.scores.values())  # log-probabilities, summed
             assert f"task {task!r}" in start.notes[0] and "forty labelled items" in start.notes[0]
+            assert start.weights_from == "task" and start.calibrated_items == 40
+            assert start.weights_origin == "the task's weights, fitted on 40 labelled items"
         assert all(m.model.decodes > 0 for m in ensemble.members)
         assert round_.candidates[0].model == "a" and all(c.option for c in round_.candidates)  # a argued for cat
         assert [candidate_label(c) for c in round_.candidates] == ['"cat"', '"dog"']  # each option by its text
@@ -88,8 +90,10 @@ def test_the_mix_is_the_weighted_mean_of_the_corrected_beliefs():
 
 def test_without_weights_for_the_task_it_takes_the_choices_weights_then_counts_every_source_equally():
     with pets() as ensemble:
-        start, _, _ = events(ensemble, task="unseen")
+        start, round_, _ = events(ensemble, task="unseen")
         assert "uniform" in start.notes[0] and start.weights == pytest.approx({"a": 0.5, "b": 0.5})
+        assert start.weights_origin == "every source equally (no weights kept for the task)"
+        assert round_.runner_up != round_.text and round_.margin == 0.0  # a tie: the runner-up is the other one
         lean(ensemble, "choices", "b")
         start, _, final = events(ensemble, task="unseen")
         assert final.parsed == "dog" and start.weights["b"] == pytest.approx(0.9)
@@ -352,6 +356,13 @@ def test_a_step_abandoned_while_scoring_ends_the_answer_cancelled_and_the_next_i
         assert ensemble.generate("Which pet?", schema=PETS).parsed in ("cat", "dog")
 
 
+def test_what_the_request_serves_only_approximately_is_said_before_the_options_note():
+    with pets() as ensemble:
+        start, _, final = events(ensemble, stop=["a"])
+        assert len(start.notes) == 2 and "stop" in start.notes[0] and start.notes[1].startswith("every member scored")
+        assert final.text in ('"cat"', '"dog"')  # the stop string never cuts an option
+
+
 def test_the_options_round_and_the_final_say_what_was_done_and_how_long_it_took():
     with pets() as ensemble:
         lean(ensemble, "choices", "b")
@@ -407,13 +418,13 @@ def test_a_member_scores_each_continuation_as_the_sum_of_its_tokens_log_probabil
 def test_the_sources_weights_are_the_tasks_for_the_ways_asked_uniform_when_none_and_only_their_priors():
     with pets() as ensemble:
         options = opt.options_in(PETS)
-        weights, priors, said = source_weights(ensemble.members, "unseen", options, ("asked",))
-        assert weights == {"asked:a": 0.5, "asked:b": 0.5} and priors == {} and "uniform" in said
+        weights, priors, said, items = source_weights(ensemble.members, "unseen", options, ("asked",))
+        assert weights == {"asked:a": 0.5, "asked:b": 0.5} and priors == {} and "uniform" in said and items == 0
         kept = {opt.LABELS: [0.6, 0.4], "asked:a": [0.7, 0.3], "asked:zz": [0.5, 0.5]}
         keep_task_weights(ensemble.members, TaskWeights("t", {"asked:a": 2.0}, {options.key: kept}, 9, "nine"))
-        weights, priors, said = source_weights(ensemble.members, "t", options, ("asked",))
-        assert weights == {"asked:a": 2.0, "asked:b": 0.0} and "nine" in said
+        weights, priors, said, items = source_weights(ensemble.members, "t", options, ("asked",))
+        assert weights == {"asked:a": 2.0, "asked:b": 0.0} and "nine" in said and items == 9
         assert set(priors) == {opt.LABELS, "asked:a"}  # a member not in the answer keeps its prior to itself
         keep_task_weights(ensemble.members, TaskWeights("z", {"asked:zz": 2.0, "asked:a": 0.0}, {}, 9, "nine"))
-        weights, _, said = source_weights(ensemble.members, "z", options, ("asked", "scored"))
+        weights, _, said, _ = source_weights(ensemble.members, "z", options, ("asked", "scored"))
         assert weights == {name: 0.25 for name in ("asked:a", "scored:a", "asked:b", "scored:b")} and "uniform" in said
