@@ -250,7 +250,8 @@ def run_batch(
     sink = Results(target)
     review = Results(review_path(target)) if min_confidence is not None else None
     try:
-        for line in [line for line in todo if line.ask is None]:
+        bad = [line for line in todo if line.ask is None]  # in IN's order: each before the next answer, in order
+        for line in bad if not in_order else ():
             failed += _write(sink, line, None, line.error, progress)
         ready = [line for line in todo if line.ask is not None]
         started = (lambda index, stream: record(ready[index], stream)) if record is not None else None
@@ -260,12 +261,17 @@ def run_batch(
         try:
             for got in answered:
                 error = _said(got.error) if got.error is not None else None
+                while in_order and bad and bad[0].number < ready[got.index].number:
+                    line = bad.pop(0)
+                    failed += _write(sink, line, None, line.error, progress)
                 failed += _write(sink, ready[got.index], got.final, error, progress)
                 unsure = got.final is not None and (got.final.confidence or 0.0) < (min_confidence or 0.0)
                 if review is not None and unsure and got.final.finish_reason != "cancelled":
                     review.add(result_of(ready[got.index], got.final, None))
         finally:
             answered.close()  # (Ctrl-C, a full disk) the answers still running are cancelled; OUT keeps whole lines
+        for line in bad if in_order else ():  # those after the last answer
+            failed += _write(sink, line, None, line.error, progress)
     finally:
         sink.close()
         if review is not None:

@@ -59,6 +59,18 @@ def test_a_batch_answers_every_good_line_and_says_each_bad_one_with_its_number(m
     assert "3 of 6 answered" in err and "3 failed" in err
 
 
+def test_in_order_a_bad_line_is_written_in_its_place_among_the_answers(members, capsys, tmp_path):
+    members += echoes()
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    good = [{"id": word, "prompt": word} for word in ("apple", "river", "stone")]
+    lines(source, good[0], "{not json", good[1], {"id": "c", "prompt": "x", "colour": "red"}, good[2], {"prompt": 3})
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), "--in-order")
+    assert code == 1 and "3 of 6 answered" in err and "3 failed" in err
+    written = [json.loads(x) for x in target.read_text().splitlines()]
+    assert [record["line"] for record in written] == [1, 2, 3, 4, 5, 6]
+    assert [("error" in record) for record in written] == [False, True, False, True, False, True]
+
+
 def test_a_rerun_answers_only_what_out_does_not_hold(members, capsys, tmp_path):
     members += echoes()
     source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
