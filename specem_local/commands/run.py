@@ -186,8 +186,11 @@ def format_arguments(args: argparse.Namespace, functions: list[Any]) -> OutputFo
             raise SettingError(f"--tools {args.tools}: not JSON; give a JSON list of functions", "tools") from None
     schema: Any = read_text(Path(args.schema), "--schema", pipes=True) if args.schema is not None else None
     if args.choices is not None:
-        if schema is not None:
-            raise SettingError("give --choices or --schema, not both", "schema")
+        given = {"--schema": schema is not None, "--format json": args.format == "json", "--tools": tools is not None,
+                 "--grammar": args.grammar is not None, "--regex": args.regex is not None}  # fmt: skip
+        clash = next((flag for flag, there in given.items() if there), None)
+        if clash is not None:
+            raise SettingError(f"give --choices or {clash}, not both", "schema")
         schema = {"enum": choices_argument(args.choices)}
     return FormatAsk(
         schema=schema,

@@ -212,6 +212,10 @@ def test_run_choices_prints_the_option_itself_and_how_sure(cli_members, capsys):
         (["--choices", "cat,,dog"], "give two or more options"),
         (["--choices", "cat,cat"], "an option is given twice"),
         (["--choices", "cat,dog", "--schema", "SCHEMA"], "give --choices or --schema, not both"),
+        (["--choices", "cat,dog", "--format", "json"], "give --choices or --format json, not both"),
+        (["--choices", "cat,dog", "--regex", "cat|dog"], "give --choices or --regex, not both"),
+        (["--choices", "cat,dog", "--grammar", "SCHEMA"], "give --choices or --grammar, not both"),
+        (["--choices", "cat,dog", "--tools", "SCHEMA"], "give --choices or --tools, not both"),
     ],
 )
 def test_bad_choices_are_one_line_before_any_model_loads(cli_members, capsys, monkeypatch, tmp_path, arguments, said):
