@@ -20,7 +20,7 @@ from typing import Any
 from specem_local.engine import MIN_ANSWER, Ask, FormatAsk
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text
-from specem_local.server.replies import member_named
+from specem_local.server.replies import member_named, specem_settings
 
 MODEL_ID = "specem"
 PATH = "/v1/messages"
@@ -66,6 +66,7 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     stops = _stops(body.get("stop_sequences"))
     if stops:
         settings["stop"] = list(stops)
+    settings.update(specem_settings(body))
     stream = False if body.get("stream") is None else body["stream"]
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", "stream")

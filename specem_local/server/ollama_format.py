@@ -20,6 +20,7 @@ from specem_local.engine import Ask, FormatAsk, ToolCall
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import message_text, parse_messages, top_range
 from specem_local.server.replies import (
+    SPECEM_FIELDS,
     Piece,
     Whole,
     answer_facts,
@@ -133,6 +134,8 @@ def _settings(body: dict[str, Any]) -> dict[str, Any]:
             settings["max_tokens"] = value
         elif name == "stop":
             settings["stop"] = [value] if isinstance(value, str) else value
+        elif name in SPECEM_FIELDS:
+            settings[name] = value
         elif name in NEUTRAL:
             neutral = NEUTRAL[name]
             if value != neutral or isinstance(value, bool) != isinstance(neutral, bool):
@@ -249,6 +252,7 @@ def _named(body: dict[str, Any]) -> dict[str, str]:
         named["max_tokens"] = "options.num_predict"
     if "stop" in options:
         named["stop"] = "options.stop"
+    named.update({name: f"options.{name}" for name in SPECEM_FIELDS if name in options})
     return named
 
 

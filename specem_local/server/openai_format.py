@@ -29,6 +29,7 @@ from specem_local.server.replies import (
     member_named,
     prompt_tokens,
     round_facts,
+    specem_settings,
     whole_reply,
 )
 
@@ -95,6 +96,7 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
         settings["ignore_eos"] = body["ignore_eos"]
     if body.get("stop") is not None:
         settings["stop"] = _stops(body["stop"])
+    settings.update(specem_settings(body))
     wants_logprobs = _logprobs(body, settings)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):

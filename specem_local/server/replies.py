@@ -17,6 +17,14 @@ from specem_local.events import Event, FinalEvent, RoundEvent, StartEvent, Token
 from specem_local.server.errors import ApiError
 
 ENSEMBLE = "specem"  # the ensemble's model id; each member is also served alone as ``specem/NAME``
+# specem's own settings a request may carry on every route (Ollama's in ``options``), checked
+# where every setting is: the task whose weights choose among options, and choice points
+SPECEM_FIELDS = ("task", "choice_points")
+
+
+def specem_settings(fields: dict[str, Any]) -> dict[str, Any]:
+    """The ``SPECEM_FIELDS`` a request (or Ollama's ``options``) carries, as settings."""
+    return {name: fields[name] for name in SPECEM_FIELDS if fields.get(name) is not None}
 
 
 def member_named(model: Any, members: Sequence[str]) -> str | None:

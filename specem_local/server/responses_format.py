@@ -28,7 +28,7 @@ from specem_local.engine import Ask, FormatAsk
 from specem_local.mcp import Offered
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import MODEL_ID, message_text, reasoning
-from specem_local.server.replies import member_named
+from specem_local.server.replies import member_named, specem_settings
 
 REFUSED = {
     "background": "background responses",
@@ -171,7 +171,7 @@ def _settings(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         settings["greedy"] = body["temperature"] == 0
     if body.get("max_output_tokens") is not None:
         settings["max_tokens"] = body["max_output_tokens"]
-    return settings, {"max_tokens": "max_output_tokens"}
+    return {**settings, **specem_settings(body)}, {"max_tokens": "max_output_tokens"}
 
 
 def input_items(value: Any) -> list[dict[str, Any]]:

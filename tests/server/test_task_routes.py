@@ -1,0 +1,72 @@
+"""A request names its task (issue 56): ``task`` on the OpenAI, Responses and Anthropic routes
+(``extra_body`` in their clients), ``options.task`` on Ollama's, so the task's kept weights choose
+among the options; a bad name is a 400 naming the field as sent, and the next request is answered."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import ollama
+import openai
+import pytest
+
+from specem_local.engine import options as opt
+from specem_local.engine.task_weights import TaskWeights, keep_task_weights
+from specem_local.server import EnsembleServer, ServerOptions
+from tests.engine.conftest import fake_ensemble, fake_member
+from tests.server.live import serving
+
+PETS = {"type": "json_schema", "json_schema": {"name": "pet", "schema": {"enum": ["cat", "dog"]}}}
+ASKED = [{"role": "user", "content": "Which pet?"}]
+
+
+@pytest.fixture
+def base(tmp_path, monkeypatch):
+    """``a`` says cat, ``b`` dog; the task ``shelter`` trusts ``b`` nine times ``a``, ``cattery`` ``a``."""
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    ensemble = fake_ensemble(fake_member("a", '"cat"'), fake_member("b", '"dog"'))
+    for task, toward in (("shelter", "b"), ("cattery", "a")):
+        weights = {opt.source(m, way): 9.0 if m == toward else 1.0 for m in ("a", "b") for way in opt.WAYS}
+        keep_task_weights(ensemble.members, TaskWeights(task, weights, {}, 40, "forty labelled items"))
+    with serving(EnsembleServer(ensemble, ServerOptions(queue=2, record=False))) as url:
+        yield url
+    ensemble.close()
+
+
+def test_the_openai_and_responses_routes_take_the_task_from_the_request(base):
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+    for task, answer in (("shelter", '"dog"'), ("cattery", '"cat"')):
+        reply = client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS,
+                                               extra_body={"task": task})  # fmt: skip
+        assert reply.choices[0].message.content == answer
+        assert any(f"task {task!r}" in note for note in reply.model_extra["x_specem"]["notes"])
+        text = {"format": {"type": "json_schema", "name": "pet", "schema": {"enum": ["cat", "dog"]}}}
+        response = client.responses.create(model="specem", input="Which pet?", text=text, extra_body={"task": task})
+        assert response.output_text == answer
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS,
+                                       extra_body={"task": "no such task!"})  # fmt: skip
+    assert refused.value.body["param"] == "task" and "task" in refused.value.body["message"]
+    assert client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS).choices
+
+
+def test_the_anthropic_route_takes_the_task_from_the_request(base):
+    client = anthropic.Anthropic(base_url=base, api_key="none", max_retries=0, timeout=60)
+    schema = {"type": "json_schema", "schema": {"enum": ["cat", "dog"]}}
+    for task, answer in (("shelter", '"dog"'), ("cattery", '"cat"')):
+        message = client.messages.create(model="specem", max_tokens=20, messages=ASKED,
+                                         extra_body={"task": task, "output_config": {"format": schema}})  # fmt: skip
+        assert message.content[0].text == answer
+
+
+def test_ollama_takes_the_task_in_its_options_and_names_a_bad_one_as_sent(base):
+    client = ollama.Client(host=base, timeout=60)
+    for task, answer in (("shelter", '"dog"'), ("cattery", '"cat"')):
+        reply = client.chat(model="specem", messages=ASKED, format={"enum": ["cat", "dog"]}, options={"task": task})
+        assert reply.message.content == answer
+    body = {"model": "specem", "messages": ASKED, "stream": False, "format": {"enum": ["cat", "dog"]},
+            "options": {"task": 7}}  # fmt: skip
+    refused = httpx.post(f"{base}/api/chat", json=body, timeout=60)
+    assert refused.status_code == 400 and "options.task" in refused.json()["error"]
+    body["options"] = {"task": "shelter"}
+    assert httpx.post(f"{base}/api/chat", json=body, timeout=60).json()["message"]["content"] == '"dog"'
