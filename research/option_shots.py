@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specem_local.engine import Ensemble
+from specem_local.engine import Ensemble, Message, option_log_probabilities, plain_tokens
 from specem_local.engine import options as opt
-from specem_local.engine.option_answers import option_log_probabilities, plain_tokens
-from specem_local.engine.prompting import Message
 from specem_local.models import load_config
 from specem_research.option_eval import done_ids, read_items
 

@@ -146,6 +146,7 @@ class FinalEvent(_Record):
     unsure: bool = False  # confidence below ``abstain_below``: the answer is given, marked unsure
     escalated: str = ""  # the reserve member that answered instead, the ensemble being unsure (``escalate_below``)
     ensemble_text: str = ""  # when escalated: the ensemble's own answer, kept
+    stop_sequence: str = ""  # the stop string that ended the answer (finish "stop"; cut before it)
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.

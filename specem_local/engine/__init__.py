@@ -47,6 +47,7 @@ from specem_local.engine.learned import (
 )
 from specem_local.engine.loading import gpu_layers_for, prompt_format_for
 from specem_local.engine.member import Member
+from specem_local.engine.option_answers import option_log_probabilities, plain_tokens
 from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.runner import AnswerRunner, threads_each
@@ -99,9 +100,11 @@ __all__ = [
     "make_sampler",
     "member_matcher",
     "names_in",
+    "option_log_probabilities",
     "options",
     "output_format_from",
     "pick_rewards",
+    "plain_tokens",
     "prompt_format_for",
     "recorded_turns",
     "reply_from_text",

@@ -213,6 +213,7 @@ class RoundLoop:
             reasoning=written.reasoning if answering else written.text,  # stopped while it thought: all reasoning
             reasoning_tokens=written.reasoning_tokens if answering else written.tokens,
             switched=written.switched,
+            stop_sequence=written.stop_sequence,
             **self._confidence(finish),
         )
 
@@ -437,6 +438,7 @@ class RoundLoop:
             longest = max(len(stop) for stop in self.settings.stop)
             index = find_stop(written.text, self.settings.stop, previous_length - longest)
             if index is not None:
+                written.stop_sequence = next(s for s in self.settings.stop if s and written.text.startswith(s, index))
                 written.text = written.text[:index]
                 return written.text[previous_length:], "stop"
         return winning.text, "eos" if winning.ended else None

@@ -28,7 +28,7 @@ from specem_local.errors import SettingError
 MAX_TOOLS = 128  # OpenAI's limit
 ToolChoiceMode = Literal["auto", "required", "none", "function"]
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-MAX_DESCRIPTION = 4096
+MAX_DESCRIPTION = 32_768  # characters: agents' own tools run long (Claude Code's Bash is about 8,000)
 LISTING_LIMIT = 6000  # characters of tools listed as JSON; past it, one outlined line per tool
 
 

@@ -32,6 +32,7 @@ class Written:
     reasoning: str = ""  # what was thought first, once the answer's phase began
     reasoning_tokens: int = 0
     switched: Switch | None = None
+    stop_sequence: str = ""  # the stop string that ended the answer (finish "stop")
     first_segment: float | None = None
     started: float = field(default_factory=time.perf_counter)
     evidence: list[RoundEvidence] = field(default_factory=list)  # each drafted round's (evidence.py)

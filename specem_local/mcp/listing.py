@@ -18,8 +18,8 @@ from typing import Any
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the engine's rule for a tool's name (engine/tools.py)
 NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64
-MAX_DESCRIPTION = 4096  # the engine's bound on a tool's description
 MAX_TOOLS = 128  # the engine's bound on the tools of one answer (OpenAI's)
+MAX_DESCRIPTION = 32_768  # the engine's bound on a tool's description
 MAX_RESULT = 20_000  # characters of a result the models read; past it, cut and said so (as --functions)
 
 

@@ -35,7 +35,6 @@ class Request:
     ask: Ask  # the answer as asked: the conversation, its settings, format and thinking
     stream: bool = False
     tools: bool = False  # tools were offered: the answer is tool uses or a message
-    stops: tuple[str, ...] = ()  # stop_sequences, to say which one ended the answer
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
     model: str = MODEL_ID  # as asked: the ensemble, or one member alone (``specem/NAME``)
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
@@ -51,6 +50,11 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
         raise ApiError(400, "the request body must be a JSON object")
     if body.get("model") is None:
         raise ApiError(400, f"model: Field required; this server serves {MODEL_ID!r}", "model")
+    if not isinstance(body["model"], str):
+        raise ApiError(400, f"model must be a string such as {MODEL_ID!r}", "model")
+    if body.get("mcp_servers") not in (None, []):
+        raise ApiError(400, "mcp_servers: the specem ensemble connects to no MCP server a request names (its "
+                       "Responses route offers those specem serve --mcp started)", "mcp_servers")  # fmt: skip
     member = member_named(body["model"], members)  # another name: a 404 naming what is served
     if body.get("max_tokens") is None:
         raise ApiError(400, "max_tokens: Field required (the most tokens the answer may take)", "max_tokens")
@@ -75,7 +79,11 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     tools = _tools(body.get("tools"))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools is not None)
     output = None
-    if tools is not None or schema is not None:  # both: a 400 naming tools, where every format is checked
+    if tools is not None and schema is not None:
+        where = schema_field.removesuffix(".schema")
+        raise ApiError(400, f"{where} and tools cannot be given together here: the ensemble writes one format "
+                       "per answer; drop one", where)  # fmt: skip
+    if tools is not None or schema is not None:
         choice = choice if tools is not None else None  # "auto" or "none" without tools: nothing to choose
         output = FormatAsk(schema=schema, tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
     think = _fitted_budget(_thinking(body.get("thinking")), body["max_tokens"])
@@ -83,7 +91,7 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     fields = {"stop": "stop_sequences", "think": "thinking.budget_tokens", "schema": schema_field}
     ask = Ask(messages, settings, output, think, (member,) if member else None)
     model = f"{MODEL_ID}/{member}" if member else MODEL_ID
-    return Request(messages, ask, stream, tools is not None, stops, fields, model)
+    return Request(messages, ask, stream, tools is not None, fields, model)
 
 
 def _metadata(value: Any) -> None:

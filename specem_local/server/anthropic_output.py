@@ -32,7 +32,7 @@ STOP_REASONS = {
     "cancelled": "end_turn",
     "stop": "stop_sequence",
     "length": "max_tokens",
-    "context": "max_tokens",
+    "context": "model_context_window_exceeded",
 }
 
 
@@ -40,12 +40,9 @@ def stop_reason(final: FinalEvent) -> str:
     return finish_name(final, STOP_REASONS, "end_turn", "tool_use")
 
 
-def stop_sequence(request: Request, final: FinalEvent) -> str | None:
-    """The stop sequence that ended the answer: the one asked for (with several, the ensemble
-    does not say which: None)."""
-    if stop_reason(final) != "stop_sequence" or len(request.stops) != 1:
-        return None
-    return request.stops[0]
+def stop_sequence(final: FinalEvent) -> str | None:
+    """The stop sequence that ended the answer (None when none did)."""
+    return (final.stop_sequence or None) if stop_reason(final) == "stop_sequence" else None
 
 
 def usage(start: StartEvent | None, final: FinalEvent | None) -> dict[str, int]:
@@ -93,7 +90,7 @@ def message(request: Request, whole: Whole) -> dict[str, Any]:
     return {
         **_message(request, content, start),
         "stop_reason": stop_reason(final),
-        "stop_sequence": stop_sequence(request, final),
+        "stop_sequence": stop_sequence(final),
         "usage": usage(start, final),
         "x_specem": answer_facts(start, final),
     }
@@ -175,7 +172,7 @@ class StreamedMessage:
                                        "x_specem": facts}  # fmt: skip
 
     def _end(self, final: FinalEvent) -> list[SseEvent]:
-        delta = {"stop_reason": stop_reason(final), "stop_sequence": stop_sequence(self.request, final)}
+        delta = {"stop_reason": stop_reason(final), "stop_sequence": stop_sequence(final)}
         ending = {"type": "message_delta", "delta": delta, "usage": usage(self.start_event, final)}
         ending["x_specem"] = answer_facts(self.start_event, final)
         return [*self._begun(), *self._closed(), ("message_delta", ending), ("message_stop", {"type": "message_stop"})]

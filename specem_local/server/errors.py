@@ -11,6 +11,7 @@ A request's fault found while parsing is an ``ApiError``; the engine's are ``Spe
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,11 +99,17 @@ ANTHROPIC_ERRORS = {
 }
 
 
+# A tool's fields as the engine names them (OpenAI's shape) and as Anthropic's request wrote them:
+# tools[0].function.parameters... -> tools[0].input_schema..., tools[0].function.name -> tools[0].name
+OPENAI_TOOL_FIELD = re.compile(r"tools\[(\d+)\]\.function\.(parameters)?")
+
+
 def anthropic_error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     """An error as Anthropic's API writes it: a 4xx not named above is an
     ``invalid_request_error``, a 5xx an ``api_error``; the field at fault is said first when
     the message does not name it."""
     kind = ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else REQUEST_ERROR)
+    message = OPENAI_TOOL_FIELD.sub(lambda m: f"tools[{m[1]}]." + ("input_schema" if m[2] else ""), message)
     said = message if param is None or param in message else f"{param}: {message}"
     return {"type": "error", "error": {"type": kind, "message": said}}
 

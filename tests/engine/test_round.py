@@ -112,7 +112,11 @@ def test_a_stop_string_across_two_segments_cuts_the_answer_before_it():
     full = "".join(segments)
     stop = full[boundary - 2 : boundary + 3]
     final = fake_ensemble(*trio(), segment_tokens=6, stop=(stop,)).generate(QUESTION)
-    assert final.finish_reason == "stop" and final.text == full[: full.index(stop)]
+    assert final.finish_reason == "stop" and final.text == full[: full.index(stop)] and final.stop_sequence == stop
+    later = full[boundary + 5 : boundary + 9]  # of several, the one met first is said
+    final = fake_ensemble(*trio(), segment_tokens=6, stop=("never there", later, stop)).generate(QUESTION)
+    assert final.stop_sequence == stop and final.text == full[: full.index(stop)]
+    assert fake_ensemble(*trio(), segment_tokens=6).generate(QUESTION).stop_sequence == ""
 
 
 def test_max_tokens_is_a_hard_limit():

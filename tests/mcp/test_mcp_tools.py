@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from specem_local.engine import tools
 from specem_local.engine.tools import NAME, tools_from
 from specem_local.errors import SettingError
-from specem_local.mcp import McpTools, read_config, result_text
+from specem_local.mcp import McpTools, listing, read_config, result_text
 from specem_local.mcp.listing import MAX_RESULT, Listed, offered
 from specem_local.mcp.listing import NAME as MCP_NAME
 from tests.conftest import poll_until
@@ -256,3 +257,9 @@ def test_results_as_the_models_read_them():
     assert result_text(types.CallToolResult(content=[])) == "(no content)"
     huge = types.CallToolResult(content=[types.TextContent(type="text", text="y" * (MAX_RESULT + 10))])
     assert result_text(huge).endswith(f"[cut at {MAX_RESULT:,} characters]")
+
+
+def test_the_listings_bounds_are_the_engines_which_it_keeps_apart_from():
+    """The mcp package does not import the engine; its copies of the engine's bounds must agree."""
+    assert listing.NAME.pattern == tools.NAME.pattern and listing.MAX_NAME == 64
+    assert (listing.MAX_TOOLS, listing.MAX_DESCRIPTION) == (tools.MAX_TOOLS, tools.MAX_DESCRIPTION)

@@ -110,7 +110,7 @@ def test_a_whole_conversation_with_tool_uses_and_results_becomes_the_engines_ask
     settings = {"max_tokens": 64, "temperature": 0, "greedy": True, "top_p": 0.9, "top_k": 20, "stop": ["END"]}
     output = FormatAsk(tools=[FUNCTION, time], tool_choice="required", parallel_tool_calls=False)
     assert parsed.messages == messages and parsed.ask == Ask(messages, settings, output, 100)
-    assert (parsed.stream, parsed.tools, parsed.stops) == (True, True, ("END",))
+    assert (parsed.stream, parsed.tools) == (True, True)
     assert parsed.fields == {
         "stop": "stop_sequences",
         "think": "thinking.budget_tokens",
@@ -134,7 +134,7 @@ def test_a_plain_request_is_the_users_text_and_max_tokens_alone():
     assert parsed.messages == ASKED and parsed.ask == Ask(
         ASKED, {"max_tokens": 64, "temperature": 0.5, "greedy": False}
     )
-    assert (parsed.stream, parsed.tools, parsed.stops) == (False, False, ())
+    assert (parsed.stream, parsed.tools) == (False, False)
     prefill = [*ASKED, {"role": "assistant", "content": [{"type": "text", "text": "It is"}]}]
     assert an.parse_request(body(messages=prefill)).messages[-1] == {"role": "assistant", "content": "It is"}
     system = an.parse_request(body(system="Be brief."))
@@ -197,8 +197,12 @@ def test_a_json_schema_output_is_the_answers_schema(where):
     parsed = an.parse_request(body(**{where: value}))
     named = "output_config.format.schema" if where == "output_config" else "output_format.schema"
     assert parsed.ask.output == FormatAsk(schema=schema) and parsed.fields["schema"] == named
-    both = an.parse_request(body(output_config={"format": shaped}, tools=[WEATHER])).ask.output
-    assert both == FormatAsk(schema=schema, tools=[FUNCTION])  # refused where every format is checked
+    with pytest.raises(ApiError) as both:
+        an.parse_request(body(**{where: value}, tools=[WEATHER]))
+    where_named = named.removesuffix(".schema")
+    assert both.value.param == where_named and both.value.message == (
+        f"{where_named} and tools cannot be given together here: the ensemble writes one format per answer; drop one"
+    )
     assert an.parse_request(body(output_config={"effort": "high"})).ask.output is None
 
 
@@ -217,7 +221,11 @@ def result(**fields: Any) -> list[dict[str, Any]]:
     [
         ([], 400, REQUEST, "the request body must be a JSON object"),
         ({"max_tokens": 5, "messages": ASKED}, 400, REQUEST, "model: Field required; this server serves 'specem'"),
-        (body(model=3), 404, "not_found_error", f"the model '3' does not exist; {SERVED}"),
+        (body(model=3), 400, REQUEST, "model must be a string such as 'specem'"),
+        (body(model=["specem"]), 400, REQUEST, "model must be a string such as 'specem'"),
+        (body(mcp_servers=[{"type": "url", "url": "https://example.com/sse", "name": "ex"}]), 400, REQUEST,
+         "mcp_servers: the specem ensemble connects to no MCP server a request names (its Responses route offers "
+         "those specem serve --mcp started)"),
         (body(model="claude-sonnet-4-5"), 404, "not_found_error",
          f"the model 'claude-sonnet-4-5' does not exist; {SERVED}"),
         (body(model="x" * 100), 404, "not_found_error", f"the model {'x' * 80!r} does not exist; {SERVED}"),
@@ -420,23 +428,24 @@ def test_a_tool_reply_is_its_tool_uses_and_stops_for_them():
 
 
 @pytest.mark.parametrize(
-    ("finish", "stops", "reason", "sequence"),
+    ("finish", "stops", "matched", "reason", "sequence"),
     [
-        ("eos", [], "end_turn", None),
-        ("empty", [], "end_turn", None),
-        ("cancelled", None, "end_turn", None),
-        ("length", [], "max_tokens", None),
-        ("context", [], "max_tokens", None),
-        ("stop", ["END"], "stop_sequence", "END"),
-        ("stop", ["END", "STOP"], "stop_sequence", None),  # the ensemble does not say which one
-        ("eos", ["END"], "end_turn", None),
+        ("eos", [], "", "end_turn", None),
+        ("empty", [], "", "end_turn", None),
+        ("cancelled", None, "", "end_turn", None),
+        ("length", [], "", "max_tokens", None),
+        ("context", [], "", "model_context_window_exceeded", None),
+        ("stop", ["END"], "END", "stop_sequence", "END"),
+        ("stop", ["END", "STOP"], "STOP", "stop_sequence", "STOP"),  # the one the ensemble met
+        ("eos", ["END"], "", "end_turn", None),
     ],
 )
-def test_how_it_stopped_in_anthropics_words(finish, stops, reason, sequence):
+def test_how_it_stopped_in_anthropics_words(finish, stops, matched, reason, sequence):
     parsed = an.parse_request(body(stop_sequences=stops))
-    sent = ao.message(parsed, Whole(START, final_of("x", finish)))
+    final = dataclasses.replace(final_of("x", finish), stop_sequence=matched)
+    sent = ao.message(parsed, Whole(START, final))
     assert (sent["stop_reason"], sent["stop_sequence"]) == (reason, sequence)
-    assert ao.StreamedMessage(parsed).of(final_of("x", finish))[-2][1]["delta"] == {
+    assert ao.StreamedMessage(parsed).of(final)[-2][1]["delta"] == {
         "stop_reason": reason,
         "stop_sequence": sequence,
     }

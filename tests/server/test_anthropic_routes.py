@@ -164,6 +164,14 @@ def test_thinking_before_a_format_is_its_own_block_and_streams_first():
     server.ensemble.close()
 
 
+def test_an_agents_long_tool_description_is_taken(plain):
+    """Claude Code's own tools are described at length (its Bash tool in about 8,000 characters)."""
+    base, _ = plain
+    long = {**WEATHER, "description": "Runs a command. " * 2_000}  # 32,000 characters
+    message = client(base).messages.create(model="specem", max_tokens=40, messages=ASKED, tools=[long])
+    assert message.type == "message" and message.content  # answered (a listing this long is outlined: tools.md)
+
+
 def test_a_bad_request_is_anthropics_error_and_the_next_is_answered(plain):
     base, _ = plain
     messages = client(base).messages
@@ -177,7 +185,9 @@ def test_a_bad_request_is_anthropics_error_and_the_next_is_answered(plain):
         ({"extra_body": {"temperature": -1}}, anthropic.BadRequestError, "invalid_request_error", "temperature"),
         ({"stop_sequences": [""]}, anthropic.BadRequestError, "invalid_request_error", "stop_sequences"),
         ({"tools": [{"name": "get weather", "input_schema": {"type": "object"}}]}, anthropic.BadRequestError,
-         "invalid_request_error", "tools[0]"),
+         "invalid_request_error", "tools[0].name 'get weather' must be 1 to 64 letters"),
+        ({"tools": [{**WEATHER, "description": "x" * 32_769}]}, anthropic.BadRequestError, "invalid_request_error",
+         "tools[0].description must be text of at most 32,768 characters"),
         ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "nonsense"}}}},
          anthropic.BadRequestError, "invalid_request_error", "output_config.format.schema: cannot be enforced"),
     ]  # fmt: skip
@@ -188,6 +198,11 @@ def test_a_bad_request_is_anthropics_error_and_the_next_is_answered(plain):
         assert body["type"] == "error" and body["error"]["type"] == kind, body  # type: ignore[index]
         assert body["error"]["message"].startswith(said), body  # type: ignore[index]  # it names the field first
         assert messages.create(model="specem", max_tokens=40, messages=ASKED).content[0].text == ANSWER  # type: ignore[union-attr]
+    schema = b'{"type": "object", "properties": {"x": {"type": "number", "maximum": NaN}}}'
+    bad = b'{"model": "specem", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}], ' \
+          b'"tools": [{"name": "f", "input_schema": ' + schema + b"}]}"  # fmt: skip
+    refused = httpx.post(f"{base}/v1/messages", content=bad, headers={"content-type": "application/json"})
+    assert refused.json()["error"]["message"] == "tools[0].input_schema.properties.x.maximum: nan is not a JSON number"
     raw = httpx.post(f"{base}/v1/messages", content=b"{nope", headers={"content-type": "application/json"})
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
     missing = httpx.post(f"{base}/v1/messages", json={"model": "specem", "messages": ASKED})

@@ -311,7 +311,7 @@ async def test_a_responses_field_of_the_wrong_type_is_a_400_naming_it_and_the_ne
         ({"metadata": ["user-1"]}, 400, "metadata must be an object"),
         ({"metadata": {"user_id": 5}}, 400, "metadata.user_id must be a string"),
         ({"model": None}, 400, "model: Field required"),
-        ({"model": 5}, 404, "the model '5' does not exist"),
+        ({"model": 5}, 400, "model must be a string such as 'specem'"),
         ({"model": "claude-sonnet-4-5"}, 404, "the model 'claude-sonnet-4-5' does not exist"),
     ],
 )  # fmt: skip
