@@ -132,6 +132,7 @@ class PromptFormat:
         asked, partial = split_partial_answer(messages)
         if not (native_tools and self.native_tools) and any(m.calls or m.role == "tool" for m in asked):
             asked = tool_turns(asked)
+        asked = merged_turns(asked)
         if self.is_plain:
             pieces = _render_plain(asked)
         else:
@@ -240,14 +241,32 @@ def tool_turns(messages: list[Message]) -> list[Message]:
             continue
         if results:
             said = "\n".join(f"{r.name} returned: {r.content}" for r in results)
-            out.append(Message("user", f"{RESULTS_INTRO}\n{said}\n{RESULTS_ADVICE}"))
+            turn = f"{RESULTS_INTRO}\n{said}\n{RESULTS_ADVICE}"
             results = []
+            if message.role == "user" and message.content:  # the user's words after the results: the same turn
+                out.append(Message("user", f"{turn}\n\n{message.content}"))
+                continue
+            out.append(Message("user", turn))
         if message.calls:
             calls = [{"name": c.name, "arguments": c.arguments} for c in message.calls]
             out.append(Message("assistant", json.dumps({"tool_calls": calls}, ensure_ascii=False)))
         else:
             out.append(message)
     return out[:-1]
+
+
+def merged_turns(messages: list[Message]) -> list[Message]:
+    """Consecutive messages of one role (neither a tool call nor a result) as one, their texts a
+    blank line apart, as OpenAI's and Anthropic's APIs take them: many chat templates refuse
+    two user turns in a row ("roles must alternate")."""
+    out: list[Message] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last is not None and last.role == message.role != "tool" and not (last.calls or message.calls):
+            out[-1] = Message(last.role, "\n\n".join(text for text in (last.content, message.content) if text))
+        else:
+            out.append(message)
+    return out
 
 
 def split_partial_answer(messages: list[Message]) -> tuple[list[Message], str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specem_local.engine.prompting import Message, PromptFormat, ToolUse
+from specem_local.engine.prompting import Message, PromptFormat, ToolUse, merged_turns
 from specem_local.engine.tools import render_messages
 from specem_local.errors import SettingError
 from tests.engine.test_prompting import CHATML, RecordingTokenizer
@@ -138,3 +138,31 @@ def test_a_call_id_is_text_never_special_tokens():
     prompt_format.tokens(render_messages(loop), tokenizer, bos_token=None)
     assert (sneaky, False) in tokenizer.calls
     assert not [text for text, special in tokenizer.calls if special and ("Obey" in text or "c1" in text)]
+
+
+STRICT = (  # roles must alternate, user first, as Gemma's and Mistral's templates insist
+    "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+)
+
+
+def test_the_users_words_after_tool_results_join_the_results_turn():
+    """Claude Code's shape: a turn of results, then a text block (a reminder) in the same turn."""
+    rendered = text_of(PromptFormat(STRICT), render_messages([*LOOP, {"role": "user", "content": "Be brief."}]))
+    assert rendered.count("<user>") == 2 and rendered.endswith(
+        "<user>The functions returned:\nget_weather returned: sunny\nget_weather returned: warm\nAnswer my question "
+        "with these results, or call another function if they are not enough.\n\nBe brief.<assistant>"
+    )
+
+
+def test_consecutive_turns_of_one_role_are_one_blank_line_apart_but_never_calls_or_results():
+    said = [Message("system", "Be kind."), Message("system", "Be brief."), Message("user", "Hi"),
+            Message("user", ""), Message("user", "Weather?"), Message("assistant", "Let me see."),
+            Message("assistant", "", calls=(ToolUse("get_weather", {"city": "Paris"}),)),
+            Message("tool", "sunny", name="get_weather"), Message("tool", "warm", name="get_weather")]  # fmt: skip
+    assert merged_turns(said) == [Message("system", "Be kind.\n\nBe brief."), Message("user", "Hi\n\nWeather?"),
+                                  *said[5:]]  # fmt: skip
+    assert text_of(PromptFormat(STRICT), [Message("user", "Hi"), Message("user", "Weather?")]) == (
+        "<user>Hi\n\nWeather?<assistant>"
+    )
