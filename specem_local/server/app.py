@@ -83,6 +83,7 @@ class EnsembleServer:
             Route("/v1/models/{model:path}", self.model),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/messages", self.anthropic_messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.anthropic_count_tokens, methods=["POST"]),
             Route("/v1/responses", self.responses, methods=["POST"]),
             Route("/v1/completions", self.text_completions, methods=["GET", "POST"]),
             Route("/api/version", self.ollama_version),
@@ -168,7 +169,7 @@ class EnsembleServer:
         if not request.url.path.startswith("/api/"):
             api = "OpenAI's API: /v1/chat/completions, /v1/responses, /v1/models; Anthropic's: /v1/messages"
         if request.url.path.startswith("/v1/messages/"):
-            api = "Anthropic's Messages API at /v1/messages only (not count_tokens or batches)"
+            api = "Anthropic's Messages API at /v1/messages and /v1/messages/count_tokens (not batches)"
         missing = f"no route {request.url.path[:80]!r}; this server has {api}"
         return HttpError(404, missing, "not_found_error").response(request.url.path)
 
@@ -288,6 +289,21 @@ class EnsembleServer:
                 shutdown_grace_period=STREAM_GRACE,
             )
         return await self._whole(request, events, stream, lambda whole: JSONResponse(ao.message(parsed, whole)))
+
+    async def anthropic_count_tokens(self, request: HttpRequest) -> Response:
+        """Anthropic's token count (Claude Code asks it to size its context): the request's
+        prompt as the largest tokenizer counts it, the ``input_tokens`` its answer would report;
+        checked as a message would be (``max_tokens`` is not asked; thinking does not count)."""
+        parsed = None
+        try:
+            body = await self._json_body(request)
+            if isinstance(body, dict):
+                body = {**body, "max_tokens": body.get("max_tokens", 1), "thinking": None}
+            parsed = an.parse_request(body, self.ensemble.model_names)
+            prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.ask)
+            return JSONResponse({"input_tokens": max(len(tokens) for tokens in prepared.prompts.values())})
+        except Exception as error:
+            return http_error(error, getattr(parsed, "fields", None)).response(request.url.path)
 
     async def ollama_chat(self, request: HttpRequest) -> Response:
         return await self._ollama_answer(

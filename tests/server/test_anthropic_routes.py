@@ -172,6 +172,25 @@ def test_an_agents_long_tool_description_is_taken(plain):
     assert message.type == "message" and message.content  # answered (a listing this long is outlined: tools.md)
 
 
+def test_count_tokens_is_the_input_tokens_the_message_reports_and_a_bad_request_is_a_400(plain):
+    base, _ = plain
+    messages = client(base).messages
+    for extra in ({}, {"tools": [WEATHER], "system": "Be brief."}):
+        counted = messages.count_tokens(model="specem", messages=ASKED, **extra)  # type: ignore[arg-type]
+        answered = messages.create(model="specem", max_tokens=20, messages=ASKED, **extra)  # type: ignore[arg-type]
+        assert counted.input_tokens == answered.usage.input_tokens > 0
+    alone = messages.count_tokens(model="specem", messages=ASKED).input_tokens
+    longer = [{"role": "user", "content": "Capital of France? Say it in one word."}]
+    assert messages.count_tokens(model="specem", messages=longer).input_tokens > alone  # type: ignore[arg-type]
+    thinking = {"type": "enabled", "budget_tokens": 2000}  # no max_tokens to fit it under: it does not count
+    assert messages.count_tokens(model="specem", messages=ASKED, thinking=thinking).input_tokens == alone  # type: ignore[arg-type]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        messages.count_tokens(model="specem", messages=[])
+    said = {"type": "invalid_request_error", "message": "messages must be a non-empty array"}
+    assert caught.value.body == {"type": "error", "error": said}  # type: ignore[comparison-overlap]
+    assert messages.count_tokens(model="specem", messages=ASKED).input_tokens == alone  # the next is counted
+
+
 def test_a_bad_request_is_anthropics_error_and_the_next_is_answered(plain):
     base, _ = plain
     messages = client(base).messages
@@ -213,11 +232,11 @@ def test_a_bad_request_is_anthropics_error_and_the_next_is_answered(plain):
             "message": "max_tokens: Field required (the most tokens the answer may take)",
         },
     }
-    counted = httpx.post(f"{base}/v1/messages/count_tokens", json={"model": "specem", "messages": ASKED})
-    assert counted.status_code == 404 and counted.json()["error"] == {
+    batches = httpx.post(f"{base}/v1/messages/batches", json={"requests": []})
+    assert batches.status_code == 404 and batches.json()["error"] == {
         "type": "not_found_error",
-        "message": "no route '/v1/messages/count_tokens'; this server has Anthropic's Messages API at /v1/messages "
-        "only (not count_tokens or batches)",
+        "message": "no route '/v1/messages/batches'; this server has Anthropic's Messages API at /v1/messages "
+        "and /v1/messages/count_tokens (not batches)",
     }
     fetched = httpx.get(f"{base}/v1/messages")
     assert fetched.status_code == 405 and fetched.json() == {
