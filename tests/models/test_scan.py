@@ -12,7 +12,7 @@ from huggingface_hub import try_to_load_from_cache
 from specem_local.commands import cli
 from specem_local.errors import SpecemError
 from specem_local.models.config import load_config
-from specem_local.models.models_file import add_model, file_to_edit, parse_source, remove_model
+from specem_local.models.models_file import add_model, file_to_edit, parse_source
 from specem_local.models.scan import scan
 from tests.conftest import ROOT, write_gguf
 from tests.models.test_local_stores import gguf, home
@@ -173,70 +173,3 @@ def test_add_refuses_an_ollama_or_lm_studio_model_this_disk_does_not_have(stores
     assert "no LM Studio model matches" in capsys.readouterr().err
     assert not (tmp_path / "config" / "specem-local" / "models.toml").exists()  # nothing written
     assert cli.main(["models", "add", "llama", "ollama:llama3.2:1b"]) == 0  # and what is there is added
-
-
-THREE_MODELS = """# my ensemble
-[ensemble]
-segment_tokens = 12   # shorter
-
-# the first one
-[[models]]
-name = "mine"
-path = "/models/mine.gguf"   # keep this comment
-
-# the second, which goes
-[[models]]
-name = "two"   # two's comment
-ollama = "llama3.2:1b"
-
-# the third stays
-[[ models ]]  # a header written with spaces
-name = "three"
-path = "/y.gguf"
-"""
-
-
-def test_remove_takes_out_the_entry_with_the_comments_above_it_and_keeps_the_rest(tmp_path):
-    config = tmp_path / "models.toml"
-    config.write_text(THREE_MODELS)
-    assert remove_model(config, "two") == (False, {"ollama": "llama3.2:1b"})
-    assert config.read_text() == THREE_MODELS.replace(
-        '# the second, which goes\n[[models]]\nname = "two"   # two\'s comment\nollama = "llama3.2:1b"\n\n', ""
-    )
-    assert remove_model(config, "three") == (False, {"path": "/y.gguf"})
-    assert config.read_text() == THREE_MODELS.split("\n# the second")[0] + "\n"
-    assert [m.name for m in load_config(config).models] == ["mine"]
-
-
-def test_remove_refuses_a_name_not_there_and_the_last_model_leaving_the_file_as_it_was(tmp_path):
-    config = tmp_path / "models.toml"
-    config.write_text(USER_TOML)
-    with pytest.raises(SpecemError, match=r"has no model named 'min'; it has 'mine'$"):
-        remove_model(config, "min")
-    with pytest.raises(SpecemError, match=r"no models configured; .*\(not removed\)$"):
-        remove_model(config, "mine")
-    assert config.read_text() == USER_TOML
-    assert add_model(config, "two", {"ollama": "llama3.2:1b"}) is False  # the next good change is made
-    assert remove_model(config, "mine")[1] == {"path": "/models/mine.gguf"}
-    assert [m.name for m in load_config(config).models] == ["two"]
-
-
-def test_remove_of_an_entry_written_inline_still_takes_it_out(tmp_path):
-    config = tmp_path / "models.toml"
-    config.write_text('models = [{name = "a", path = "/a.gguf"}, {name = "b", path = "/b.gguf"}]  # two\n')
-    assert remove_model(config, "a") == (False, {"path": "/a.gguf"})
-    assert [m.name for m in load_config(config).models] == ["b"]
-
-
-def test_remove_from_the_command_line_creates_the_user_file_from_the_built_in_one(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SPECEM_CONFIG", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    built_in = [m.name for m in load_config(ROOT / "specem_local/data/models.toml").models]
-    assert cli.main(["models", "remove", built_in[-1]]) == 0
-    target = tmp_path / "config" / "specem-local" / "models.toml"
-    said = capsys.readouterr().out
-    assert f"created {target}: [[models]] name = {built_in[-1]!r} (demo = " in said and "never deletes" in said
-    assert [m.name for m in load_config(target).models] == built_in[:-1]
-    assert cli.main(["models", "remove", built_in[-1]]) == 1
-    assert f"has no model named {built_in[-1]!r}" in capsys.readouterr().err
