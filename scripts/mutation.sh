@@ -31,7 +31,7 @@ for module in "$@"; do
     engine/formats.py|engine/format_compiler.py|engine/schemas.py)
       selection='["tests/engine/test_formats.py", "tests/engine/test_conditions.py", "tests/engine/test_format_compiler.py", "tests/engine/test_schemas.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_thinking.py"]' ;;
     engine/tools.py|engine/tool_stream.py)
-      selection='["tests/engine/test_tools.py", "tests/engine/test_tools_exact.py", "tests/server/test_replies.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py"]' ;;
+      selection='["tests/engine/test_tools.py", "tests/engine/test_tools_exact.py", "tests/server/test_replies.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_disagreeing_fakes.py", "tests/server/test_anthropic_routes.py"]' ;;
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
     engine/ask.py)
@@ -39,7 +39,7 @@ for module in "$@"; do
     engine/request.py)
       selection='["tests/engine/test_thinking_room.py", "tests/engine/test_request_exact.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
     server/replies.py)
-      selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py"]' ;;
+      selection='["tests/server/test_replies.py", "tests/server/test_replies_exact.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_tool_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py", "tests/server/test_task_routes.py"]' ;;
     engine/rounds.py|engine/phases.py)
       selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_phases_exact.py", "tests/engine/test_choices.py", "tests/engine/test_evidence.py", "tests/engine/test_formats.py", "tests/engine/test_disagreeing_fakes.py", "tests/engine/test_continue.py", "tests/engine/test_thinking.py", "tests/engine/test_lost_members.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_shared_draft.py", "tests/engine/test_token_contrast.py", "tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_round_fields.py"]' ;;
     engine/answer_stream.py)
@@ -53,15 +53,15 @@ for module in "$@"; do
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py|commands/answer_printer.py)
-      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_checks_hostile.py"]' ;;
+      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_checks_hostile.py", "tests/engine/test_option_answers.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_task_routes.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
-    server/*)
-      selection='["tests/server"]' ;;
+    server/errors.py|server/app.py)
+      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_task_routes.py", "tests/server/test_doors_mended.py"]' ;;
     engine/choice_points.py)
       selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_options_hostile.py"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
@@ -69,7 +69,7 @@ for module in "$@"; do
     commands/calibrate.py)  # the tests that run `specem calibrate` (each way) on fakes
       selection='["tests/engine/test_option_answers.py", "tests/engine/test_evidence.py", "tests/engine/test_carried_weights.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_options_hostile.py"]' ;;
     events.py)
-      selection='["tests/storage", "tests/engine/test_evidence.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py", "tests/unit"]' ;;
+      selection='["tests/storage", "tests/engine/test_evidence.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_confidence_routes.py", "tests/unit", "tests/engine/test_option_answers.py", "tests/engine/test_round.py"]' ;;
     engine/learned.py)
       selection='["tests/engine/test_evidence.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_carried_weights.py", "tests/engine/test_option_answers.py"]' ;;
     labelled/tasks.py|dirs.py)
@@ -77,9 +77,9 @@ for module in "$@"; do
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py", "tests/server/test_logprobs_hostile.py", "tests/storage/test_history_hostile.py"]' ;;
     server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
-      selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py", "tests/server/test_doors_mended.py"]' ;;
+      selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py", "tests/server/test_doors_mended.py", "tests/server/test_task_routes.py"]' ;;
     server/anthropic_format.py|server/anthropic_output.py)
-      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_doors_mended.py"]' ;;
+      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_doors_mended.py", "tests/server/test_task_routes.py"]' ;;
     server/writers.py)
       selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;
@@ -87,7 +87,9 @@ for module in "$@"; do
       selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py", "tests/unit/test_event_records.py"]' ;;
     setting_fields.py|settings.py)
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
-    models/*) selection='["tests/models"]' ;;
+    models/*|commands/models.py) selection='["tests/models"]' ;;
+    storage/database.py) selection='["tests/storage"]' ;;
+    server/*) selection='["tests/server"]' ;;  # after every server/ case above: a case's first match wins
     engine/*) selection='["tests/engine", "tests/server"]' ;;
     *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
   esac
