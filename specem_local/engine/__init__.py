@@ -49,7 +49,7 @@ from specem_local.engine.loading import gpu_layers_for, prompt_format_for
 from specem_local.engine.member import Member
 from specem_local.engine.option_answers import option_log_probabilities, plain_tokens
 from specem_local.engine.prompting import Message
-from specem_local.engine.request import AnswerRequest
+from specem_local.engine.request import AnswerRequest, PromptTooLong
 from specem_local.engine.runner import AnswerRunner, threads_each
 from specem_local.engine.sampling import make_sampler
 from specem_local.engine.task_weights import TaskWeights, fit_task, guessed_at_least, keep_task_weights, task_weights
@@ -73,6 +73,7 @@ __all__ = [
     "Member",
     "Message",
     "OutputFormat",
+    "PromptTooLong",
     "ReplyStream",
     "StreamedCall",
     "TaskWeights",

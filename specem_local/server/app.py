@@ -28,7 +28,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specem_local.engine import AnswerStream, Ensemble
+from specem_local.engine import AnswerRequest, AnswerStream, Ask, Ensemble, PromptTooLong
 from specem_local.errors import Busy
 from specem_local.events import Event
 from specem_local.mcp import McpTools
@@ -251,18 +251,21 @@ class EnsembleServer:
         return await self._whole(request, events, stream, lambda whole: JSONResponse(self._responded(parsed, whole)))
 
     def _parse_responses(self, body: Any) -> rf.Request:
-        """A Responses body, the response it continues looked up (a 404 when none is kept)."""
+        """A Responses body, the response it continues looked up (a 400 when none is kept, with
+        OpenAI's code, which clients read to send the whole conversation instead)."""
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         ours = isinstance(previous, str) and KEPT_ID.fullmatch(previous) is not None  # no other was ever kept here
         earlier = self.kept.items(previous) if ours and isinstance(previous, str) else None
         if isinstance(previous, str) and earlier is None:
-            missing = f"no response {previous[:60]!r} is kept here (it was made with store: false, or elsewhere)"
-            raise ApiError(404, missing, "previous_response_id", "not_found_error")
+            missing = (f"Previous response with id {previous[:60]!r} not found: none is kept here (it was made with "
+                       "store: false, or elsewhere); send the whole conversation as input instead")  # fmt: skip
+            raise ApiError(400, missing, "previous_response_id", code="previous_response_not_found")
         return rf.parse_request(body, earlier, self.ensemble.model_names, self.mcp_servers)
 
     def _responded(self, parsed: rf.Request, whole: Whole) -> dict[str, Any]:
         output = ro.output_items(whole, parsed.tools)
-        self._keep(parsed, output)
+        if whole.final is None or whole.final.finish_reason != "cancelled":  # a response cut short is not continued
+            self._keep(parsed, output)
         return ro.response(parsed, whole.start, whole.final, output)
 
     def _keep(self, parsed: rf.Request, output: list[dict[str, Any]]) -> None:
@@ -352,12 +355,24 @@ class EnsembleServer:
             ask = parsed.ask
             if parsed.stream:  # a streamed answer's text is already out when it ends: never answered again
                 ask = dataclasses.replace(ask, settings={**ask.settings, "escalate_below": 0.0})
-            prepared = await asyncio.to_thread(self.ensemble.prepare, ask)
+            prepared = await asyncio.to_thread(self._prepared, ask, getattr(parsed, "truncation", "disabled"))
             return parsed, self.answers.start(prepared, parsed.messages)
         except Busy as busy:
             return http_error(busy).response(request.url.path, {"Retry-After": str(busy.retry_after)})
         except Exception as error:  # a request's fault (ApiError, SpecemError), or a bug: a 500, logged
             return http_error(error, getattr(parsed, "fields", None)).response(request.url.path)
+
+    def _prepared(self, ask: Ask, truncation: str) -> AnswerRequest:
+        """The answer prepared; with the Responses API's ``truncation: "auto"``, the oldest
+        exchanges dropped until the conversation fits, as OpenAI's does."""
+        while True:
+            try:
+                return self.ensemble.prepare(ask)
+            except PromptTooLong:
+                shorter = rf.truncated(ask) if truncation == "auto" else None
+                if shorter is None:
+                    raise
+                ask = shorter
 
     async def _whole(
         self,

@@ -53,9 +53,11 @@ REQUEST_ERROR, SERVER_ERROR = "invalid_request_error", "server_error"
 class ApiError(Exception):
     """A request's fault found while parsing it: HTTP status, message, and the offending field."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = REQUEST_ERROR):
+    def __init__(
+        self, status: int, message: str, param: str | None = None, kind: str = REQUEST_ERROR, code: str | None = None
+    ):
         super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class HttpError:
             return {"error": self.message}
         if path == "/v1/messages" or path.startswith("/v1/messages/"):
             return anthropic_error_body(self.status, self.message, self.param)
+        if path == "/v1/responses":  # a Responses function tool has its fields at the top: tools[0].parameters
+            return error_body(OPENAI_TOOL_FIELD.sub(r"tools[\1].\2", self.message), self.kind, self.param, self.code)
         return error_body(self.message, self.kind, self.param, self.code)
 
     def response(self, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -120,7 +124,7 @@ def http_error(error: BaseException, fields: Mapping[str, str] | None = None, *,
     schema``); ``answering``: the answer had begun (a failure then says so). A server fault
     (5xx) is logged, once, here."""
     if isinstance(error, ApiError):
-        return HttpError(error.status, error.message, error.kind, error.param)
+        return HttpError(error.status, error.message, error.kind, error.param, error.code)
     if isinstance(error, SpecemError):
         message, param = str(error), error.field
         sent = (fields or {}).get(param or "")

@@ -128,7 +128,8 @@ class McpRounds:
                 return http_error(error, parsed.fields, answering=True).response(request.url.path)
             output += ro.output_items(whole, parsed.tools, items, parsed.mcp_tools)
             if following is None:
-                keep(output)
+                if whole.final is None or whole.final.finish_reason != "cancelled":
+                    keep(output)
                 return JSONResponse(ro.response(parsed, whole.start, whole.final, output, self.wholes[:-1]))
             stream, events = following, self.answers.events(following, request.is_disconnected)
 

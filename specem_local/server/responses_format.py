@@ -65,6 +65,7 @@ class Request:
     created: int = field(default_factory=lambda: int(time.time()))
     mcp: tuple[McpServer, ...] = ()  # the MCP servers opted in, with the tools allowed of each
     max_tool_calls: int | None = None  # MCP calls this server may run for the response (None: no limit)
+    truncation: str = "disabled"  # "auto": the oldest turns are dropped until the conversation fits
 
     @property
     def mcp_tools(self) -> dict[str, Offered]:
@@ -105,6 +106,9 @@ def parse_request(
     if instructions is not None and not isinstance(instructions, str):
         raise ApiError(400, "instructions must be text", "instructions")
     messages = messages_of(items, mcp_names(servers or ()))
+    if not messages:
+        raise ApiError(400, "input has nothing to answer: reasoning and mcp_list_tools items are read as context "
+                       "only; add a user message", "input")  # fmt: skip
     if instructions:  # instructions are this request's own: never carried to the next one
         messages = [{"role": "system", "content": message_text(instructions, "instructions")}, *messages]
     settings, sent = _settings(body)
@@ -121,13 +125,18 @@ def parse_request(
     if previous is not None and not isinstance(previous, str):
         raise ApiError(400, "previous_response_id must be text", "previous_response_id")
     _metadata(body.get("metadata"))
+    truncation = "disabled" if body.get("truncation") is None else body["truncation"]
+    if truncation not in ("auto", "disabled"):
+        raise ApiError(400, f'truncation must be "auto" or "disabled", got {repr(truncation)[:40]}', "truncation")
     echo = {
         key: body.get(key)
         for key in ("instructions", "temperature", "top_p", "max_output_tokens", "metadata", "max_tool_calls")
     }
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     echo.update(
-        tool_choice=body.get("tool_choice") or "auto", parallel_tool_calls=_switch(body, "parallel_tool_calls", True)
+        tool_choice=body.get("tool_choice") or "auto",
+        parallel_tool_calls=_switch(body, "parallel_tool_calls", True),
+        truncation=truncation,
     )
     return Request(
         items,
@@ -141,7 +150,18 @@ def parse_request(
         model=f"{MODEL_ID}/{member}" if member else MODEL_ID,
         mcp=mcp,
         max_tool_calls=most,
+        truncation=truncation,
     )
+
+
+def truncated(ask: Ask) -> Ask | None:
+    """``truncation: "auto"``: the conversation without its oldest exchange (up to the next
+    user message: its answer, calls and results go with it; the instructions and system
+    messages stay); None when the last user message is the first."""
+    messages: list[dict[str, Any]] = list(ask.prompt)  # type: ignore[arg-type]  # this route's asks are dicts
+    first = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    later = next((i for i in range(first + 1, len(messages)) if messages[i]["role"] == "user"), None)
+    return None if later is None else dataclasses.replace(ask, prompt=[*messages[:first], *messages[later:]])
 
 
 def _metadata(value: Any) -> None:
@@ -452,4 +472,11 @@ def _tool_choice(choice: Any, mcp: list[McpServer]) -> Any:
             raise ApiError(400, f"tool_choice: the MCP server {server.label!r} offers no tool "
                                 f"{str(choice.get('name'))[:60]!r}", "tool_choice")  # fmt: skip
         return {"type": "function", "function": {"name": tool.name}}
+    if choice.get("type") == "allowed_tools":
+        raise ApiError(400, "tool_choice of type 'allowed_tools' is not served: offer only those tools in tools, "
+                       'and give its mode ("auto" or "required") as tool_choice', "tool_choice")  # fmt: skip
+    if choice.get("type") not in (None, "function"):
+        said = repr(choice.get("type"))[:40]
+        raise ApiError(400, f'tool_choice of type {said} is not served: give "auto", "required", "none", a function '
+                       '({"type": "function", "name": ...}) or an MCP server\'s tool', "tool_choice")  # fmt: skip
     return {"type": "function", "function": {"name": choice.get("name")}}

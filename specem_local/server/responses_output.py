@@ -111,11 +111,12 @@ def response(
     output: list[dict[str, Any]],
     earlier: Sequence[Whole] = (),
 ) -> dict[str, Any]:
-    """The ``response`` object: in progress (no final yet), completed, or incomplete (a limit
-    cut the answer); ``earlier``: the answers before the last of an MCP loop (``usage`` sums
-    them all)."""
+    """The ``response`` object: in progress (no final yet), completed, incomplete (a limit cut
+    the answer) or cancelled (the server stopped it); ``earlier``: the answers before the last
+    of an MCP loop (``usage`` sums them all)."""
     incomplete = final is not None and final.finish_reason in ("length", "context")
     status = "in_progress" if final is None else "incomplete" if incomplete else "completed"
+    status = "cancelled" if final is not None and final.finish_reason == "cancelled" else status
     body: dict[str, Any] = {
         "id": request.id,
         "object": "response",
@@ -287,5 +288,5 @@ class Events:
             yield from self._write("message", "")
             yield from self._close()
         shown = response(self.request, start, final, self.output, self.earlier)
-        kind = "response.incomplete" if shown["status"] == "incomplete" else "response.completed"
+        kind = "response.completed" if shown["status"] == "completed" else "response.incomplete"  # or cancelled
         yield self._event(kind, response=shown)

@@ -126,7 +126,8 @@ async def response_events(
                     if following is None:  # the last answer: what ran for it, then the response
                         said = [shown for item in items for shown in writer.item(item)]
                         said += writer.ended(whole.start, event)
-                        keep(writer.output)
+                        if event.finish_reason != "cancelled":  # a response cut short is not continued
+                            keep(writer.output)
                     else:
                         said = list(writer.answered(whole, items))
                         pieces, whole = Pieces(parsed.tools), Whole()

@@ -120,16 +120,17 @@ async def test_a_tools_output_as_text_parts_is_read_as_its_text(http: httpx.Asyn
 
 
 @pytest.mark.parametrize("previous", ["resp_" + HALF, "x" * 300, "resp_ü"])
-async def test_a_previous_response_id_none_of_ours_is_a_404_that_names_no_file(tmp_path, monkeypatch, previous):
+async def test_a_previous_response_id_none_of_ours_is_a_400_that_names_no_file(tmp_path, monkeypatch, previous):
     monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))  # a server that records: the history keeps responses
     recording = EnsembleServer(
         fake_ensemble(fake_member("a", ANSWER), fake_member("b", ANSWER)), ServerOptions(record=True)
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=recording.app), base_url=BASE) as client:
         response = await post(client, RESPONSES, {**GOOD[RESPONSES], "previous_response_id": previous})
-        assert response.status_code == 404, response.text
+        assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["param"] == "previous_response_id" and str(tmp_path) not in error["message"]
+        assert error["code"] == "previous_response_not_found"
         await answered(client, RESPONSES)
     recording.ensemble.close()
 

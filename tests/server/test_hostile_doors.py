@@ -220,7 +220,7 @@ TOOLS = {"tools": [WEATHER[RESPONSES]]}
         ({"store": 0}, 400, "store"),
         ({"previous_response_id": 5}, 400, "previous_response_id"),
         ({"previous_response_id": ["resp_1"]}, 400, "previous_response_id"),
-        ({"previous_response_id": "resp_never_made"}, 404, "previous_response_id"),
+        ({"previous_response_id": "resp_never_made"}, 400, "previous_response_id"),
         ({"reasoning": 5}, 400, "reasoning"),
         ({"reasoning": {"effort": "extreme"}}, 400, "reasoning.effort"),
         ({"tools": [{**WEATHER[RESPONSES], "name": ["f"]}]}, 400, "tools[0].name"),

@@ -3,6 +3,8 @@ cases the routes' tests leave to the parser, each a 400 naming its field where i
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specem_local.mcp import Offered
@@ -47,6 +49,13 @@ def test_tool_choice_names_a_function_or_an_mcp_servers_tool_or_requires_a_call(
             rf._tool_choice(choice, servers)
         assert caught.value.status == 400 and caught.value.param == "tool_choice"
     assert rf._tool_choice("auto", servers) == "auto"
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]}
+    refusals = ((allowed, "tool_choice of type 'allowed_tools' is not served: offer only those tools"),
+                ({"type": "file_search"}, "tool_choice of type 'file_search' is not served: give"))  # fmt: skip
+    for choice, said in refusals:
+        with pytest.raises(ApiError) as caught:
+            rf._tool_choice(choice, servers)
+        assert caught.value.message.startswith(said) and caught.value.param == "tool_choice"
 
 
 @pytest.mark.parametrize("key", ["server_url", "connector_id", "tunnel_id"])
@@ -65,3 +74,16 @@ def test_tools_that_are_not_a_list_or_come_with_a_text_format_are_a_400_naming_t
     with pytest.raises(ApiError) as caught:
         rf._tools({"tools": [tool]}, rf.FormatAsk(json=True))
     assert (caught.value.param, caught.value.message) == ("text.format", "give tools or text.format, not both")
+
+
+def test_truncation_drops_the_oldest_exchange_and_keeps_the_instructions():
+    system, first, answered = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]},
+    )
+    result, second = {"role": "tool", "tool_call_id": "c", "content": "r"}, {"role": "user", "content": "2"}
+    ask = rf.parse_request({"model": "specem", "input": "x"}).ask
+    shorter = rf.truncated(dataclasses.replace(ask, prompt=[system, first, answered, result, second]))
+    assert shorter is not None and shorter.prompt == [system, second] and shorter.settings == ask.settings
+    assert rf.truncated(dataclasses.replace(ask, prompt=[system, first, answered, result])) is None

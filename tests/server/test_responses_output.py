@@ -44,7 +44,7 @@ def test_a_response_in_progress_then_completed_or_incomplete_with_the_usage_of_e
         "model": "specem", "output": [], "error": None, "incomplete_details": None, "parallel_tool_calls": True,
         "tool_choice": "auto", "previous_response_id": None, "store": True, "instructions": None,
         "temperature": 0.2, "top_p": None, "max_output_tokens": None, "metadata": {"k": "v"}, "max_tool_calls": None,
-        "tools": [], "text": {"format": {"type": "text"}},
+        "tools": [], "text": {"format": {"type": "text"}}, "truncation": "disabled",
     }  # fmt: skip
     final = dataclasses.replace(final_of("Sunny."), reasoning_tokens=4)
     done = ro.response(asked, START, final, [{"type": "message"}])
@@ -62,6 +62,8 @@ def test_a_response_in_progress_then_completed_or_incomplete_with_the_usage_of_e
     assert looped["usage"]["input_tokens"] == 15 + 30 + 30 and looped["usage"]["output_tokens"] == 9 + 5 + 5
     assert looped["usage"]["output_tokens_details"] == {"reasoning_tokens": 12} and looped["x_specem"]["answers"] == 3
     assert looped["usage"]["total_tokens"] == 75 + 19
+    stopped = ro.response(asked, START, final_of("x", "cancelled"), [])  # the server stopped it
+    assert (stopped["status"], stopped["incomplete_details"]) == ("cancelled", None)
     for finish, status in (("length", "incomplete"), ("context", "incomplete"), ("stop", "completed")):
         cut = ro.response(asked, START, final_of("x", finish), [])
         reason = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -190,6 +192,9 @@ def test_a_stream_that_wrote_nothing_ends_with_an_empty_message_unless_it_had_to
     assert kinds(said)[-5:] == ["output_text.delta", "output_text.done", "content_part.done", "output_item.done",
                                 "completed"]  # fmt: skip
     assert [item["content"][0]["text"] for item in said[-1]["response"]["output"]] == ["Hi"]  # no empty one after
+    stopped = ro.Events(request())
+    said = [*stopped.started(), *stopped.ended(START, final_of("Hi", "cancelled"))]
+    assert said[-1]["type"] == "response.incomplete" and said[-1]["response"]["status"] == "cancelled"
     tooled = ro.Events(request(tools=[WEATHER]))
     said = [*tooled.started(), *tooled.ended(START, final_of(""))]
     assert kinds(said) == ["created", "in_progress", "completed"] and said[-1]["response"]["output"] == []
@@ -222,3 +227,22 @@ def test_an_mcp_loop_lists_its_servers_skips_the_calls_it_runs_and_counts_every_
     assert [i["type"] for i in shown["output"]] == ["mcp_list_tools", "mcp_list_tools", "message", "mcp_call"]
     assert shown["x_specem"]["answers"] == 2 and shown["usage"]["output_tokens"] == 18
     assert [e["sequence_number"] for e in said + answered + ended] == list(range(1, 16))
+
+
+@pytest.mark.parametrize(("finish", "kept"), [("eos", True), ("length", True), ("cancelled", False)])
+def test_a_streamed_response_is_kept_for_later_unless_the_server_stopped_it(finish, kept):
+    import asyncio
+
+    from specem_local.server import writers
+
+    async def answer():
+        for event in (START, round_of("Hi", 1), final_of("Hi", finish)):
+            yield event
+
+    async def written():
+        return [shown async for shown in writers.response_events(request(), answer(), keeping.append)]
+
+    keeping: list[list[dict[str, Any]]] = []
+    said = asyncio.run(written())
+    assert (len(keeping) == 1) is kept and said[-1]["event"] == ("response.incomplete" if finish != "eos" else
+                                                                 "response.completed")  # fmt: skip

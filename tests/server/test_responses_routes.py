@@ -64,7 +64,7 @@ def test_a_json_schema_format_is_the_answers_shape():
     ensemble.close()
 
 
-def test_an_earlier_response_is_continued_and_one_not_kept_is_a_404(base):
+def test_an_earlier_response_is_continued_and_one_not_kept_is_a_400_with_openais_code(base):
     client = client_of(base)
     first = client.responses.create(model="specem", input="Capital of France?")
     again = client.responses.create(model="specem", input="And of Spain?", previous_response_id=first.id)
@@ -72,9 +72,34 @@ def test_an_earlier_response_is_continued_and_one_not_kept_is_a_404(base):
     assert again.previous_response_id == first.id
     assert again.usage.input_tokens > alone.usage.input_tokens  # the earlier turns were read too
     unkept = client.responses.create(model="specem", input="Capital of France?", store=False)
-    with pytest.raises(openai.NotFoundError) as missing:
+    with pytest.raises(openai.BadRequestError) as missing:
         client.responses.create(model="specem", input="Again?", previous_response_id=unkept.id)
-    assert missing.value.body["param"] == "previous_response_id"
+    assert missing.value.body["param"] == "previous_response_id" and missing.value.code == "previous_response_not_found"
+    assert missing.value.body["message"].startswith(f"Previous response with id {unkept.id!r} not found")
+    assert client.responses.create(model="specem", input="Again?").output_text  # the next is answered
+
+
+def test_an_input_of_items_read_as_context_only_is_a_400_and_the_next_is_answered(base):
+    client = client_of(base)
+    for item in ({"type": "reasoning", "id": "rs_1", "summary": []},
+                 {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "x", "tools": []}):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="specem", input=[item])  # type: ignore[list-item]
+        assert refused.value.body["param"] == "input" and "add a user message" in refused.value.body["message"]
+    assert client.responses.create(model="specem", input="Capital of France?").output_text
+
+
+def test_a_bad_tool_is_named_as_the_responses_request_wrote_it(base):
+    client = client_of(base)
+    tools = [{"type": "function", "name": "get weather", "parameters": {"type": "object"}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="specem", input="Weather?", tools=tools)  # type: ignore[arg-type]
+    assert refused.value.body["message"].startswith("tools[0].name 'get weather' must be 1 to 64 letters")
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "string"}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="specem", input="Weather?", tools=tools)  # type: ignore[arg-type]
+    assert refused.value.body["message"].startswith("tools[0].parameters must be a JSON Schema of an object")
+    assert client.responses.create(model="specem", input="Capital of France?").output_text
 
 
 def test_a_function_tool_through_a_whole_loop():
@@ -114,3 +139,27 @@ def test_what_the_ensemble_cannot_do_is_a_400_naming_the_field_and_the_next_is_a
         client.responses.create(**body)
     assert refused.value.body["param"] == param
     assert client.responses.create(model="specem", input="Capital of France?").output_text == ANSWER
+
+
+def test_truncation_auto_drops_the_oldest_exchanges_until_the_conversation_fits():
+    ensemble = fake_ensemble(fake_member("a", ANSWER, n_ctx=400), fake_member("b", ANSWER, n_params=500, n_ctx=400),
+                             max_tokens=20)  # fmt: skip
+    long = "A long story about the weather in many cities. " * 12
+    said = [item for n in range(4) for item in ({"role": "user", "content": f"{n}: {long}"},
+                                                   {"role": "assistant", "content": "Noted."})]  # fmt: skip
+    asked = [*said, {"role": "user", "content": "Capital of France?"}]
+    with serving(EnsembleServer(ensemble, ServerOptions(queue=2, record=False))) as url:
+        client = client_of(url)
+        with pytest.raises(openai.BadRequestError) as refused:  # "disabled", OpenAI's default: a 400
+            client.responses.create(model="specem", input=asked, instructions="Be brief.")  # type: ignore[arg-type]
+        assert refused.value.code == "context_length_exceeded"
+        reply = client.responses.create(model="specem", input=asked, instructions="Be brief.", truncation="auto")  # type: ignore[arg-type]
+        assert reply.output_text and reply.truncation == "auto" and 0 < reply.usage.input_tokens < 400
+        with pytest.raises(openai.BadRequestError) as refused:  # the last turn alone does not fit: nothing to drop
+            client.responses.create(model="specem", input=f"{long * 3} Capital?", truncation="auto")
+        assert refused.value.code == "context_length_exceeded"
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="specem", input="Hi", truncation="sometimes")  # type: ignore[arg-type]
+        assert refused.value.body["param"] == "truncation"
+        assert client.responses.create(model="specem", input="Capital of France?").truncation == "disabled"
+    ensemble.close()
