@@ -30,7 +30,7 @@ from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
-from specem_local.engine.segments import copied_fraction, find_stop
+from specem_local.engine.segments import copied_fraction, find_stop, fitting_start
 from specem_local.engine.task_weights import DEFAULT_TASK
 from specem_local.engine.verifying import verify
 from specem_local.engine.written import Voted, Written
@@ -390,12 +390,17 @@ class RoundLoop:
 
     def _forced_round(self, text: str, started: float) -> tuple[RoundEvent, FinishReason | None]:
         """Text the format forces (a key, punctuation): committed to every member that follows
-        the answer without a round of drafting or a vote."""
+        the answer without a round of drafting or a vote; cut where it would pass ``max_tokens``
+        (in the tokenizer that counts it longest), which then ends the answer."""
         following = self.roster.following
-        added = self.run_each(lambda i: self.members[i].commit(-1, text, None, None), following, losses_raise=False)
-        self.written.tokens += max(n for n in added if n is not None)
+        room = self.settings.max_tokens - self.written.tokens
+        fits = fitting_start(text, lambda t: max(len(self.members[i].model.tokenize(t)) for i in following), room)
+        if fits:
+            added = self.run_each(lambda i: self.members[i].commit(-1, fits, None, None), following, losses_raise=False)
+            self.written.tokens += max(n for n in added if n is not None)
         self.written.forced_rounds += 1
-        segment, finish = self._append(Draft(text, False, None, []))
+        segment, finish = self._append(Draft(fits, False, None, []))
+        finish = "length" if fits != text else finish
         none: tuple[Candidate, ...] = ()
         event = self._event(segment, started, author="", decision="forced", candidates=none, drafters=(),
                             draft_seconds={}, draft_tokens={}, verify_seconds={})  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def incomplete_utf8_tail(data: bytes) -> int:
     """How many bytes at the end of ``data`` begin a UTF-8 character that is not finished.
@@ -65,6 +67,18 @@ def find_stop(text: str, stops: tuple[str, ...], search_from: int = 0) -> int | 
     (pass the previous length minus the longest stop, so stops across segments are found)."""
     hits = [index for stop in stops if stop and (index := text.find(stop, max(0, search_from))) >= 0]
     return min(hits) if hits else None
+
+
+def fitting_start(text: str, tokens: Callable[[str], int], room: int) -> str:
+    """The longest start of ``text`` that is at most ``room`` tokens long (``tokens``: a text's
+    length in the tokenizer that counts it longest): forced text cut where ``max_tokens`` ends."""
+    if tokens(text) <= room:
+        return text
+    low, high = 0, len(text)  # the start of length low fits, the one of length high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if tokens(text[:middle]) <= room else (low, middle)
+    return text[:low]
 
 
 def copied_fraction(answer: str, candidate: str, span_words: int = 12) -> float:

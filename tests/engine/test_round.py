@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specem_local.engine import feedback, vote
+from specem_local.engine.segments import fitting_start
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
@@ -122,6 +123,35 @@ def test_a_stop_string_across_two_segments_cuts_the_answer_before_it():
 def test_max_tokens_is_a_hard_limit():
     final = fake_ensemble(*trio(), segment_tokens=4).generate(QUESTION, max_tokens=9)
     assert final.finish_reason == "length" and final.tokens == 9  # finishing a word never runs past it
+
+
+@pytest.mark.parametrize("limit", [1, 3, 5, 8])
+def test_max_tokens_holds_for_text_the_format_forces_too(limit):
+    """A key the schema forces is committed without a vote: cut where max_tokens ends, which ends the answer."""
+    key = "the_name_of_the_city_in_question"
+    schema = {
+        "type": "object",
+        "properties": {key: {"type": "string"}},
+        "required": [key],
+        "additionalProperties": False,
+    }
+    members = [fake_member(n, f'{{"{key}": "Paris"}}', n_params=p) for n, p in (("a", 3), ("b", 1))]
+    final = fake_ensemble(*members).generate(QUESTION, schema=schema, max_tokens=limit, think=False)
+    longest = max(len(m.model.tokenize(final.text)) for m in members)
+    assert final.finish_reason == "length" and final.tokens <= limit and longest <= limit and final.text
+    assert f'{{"{key}": "Paris"}}'.startswith(final.text)
+    whole = fake_ensemble(*members).generate(QUESTION, schema=schema, max_tokens=64, think=False)
+    assert whole.finish_reason == "eos" and whole.parsed == {key: "Paris"}
+
+
+def test_the_start_of_a_text_that_fits_is_the_longest():
+    def words(text: str) -> int:
+        return len(text.split())
+
+    assert fitting_start("one two three", words, 3) == "one two three"
+    assert fitting_start("one two three", words, 2) == "one two "
+    assert fitting_start("one two three", words, 0) == ""
+    assert fitting_start("", words, 0) == ""
 
 
 def test_a_full_context_shrinks_the_last_segments_instead_of_stopping_early():
