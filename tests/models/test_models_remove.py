@@ -11,17 +11,7 @@ from specem_local.errors import SpecemError
 from specem_local.models.config import load_config
 from specem_local.models.models_file import add_model, remove_model
 from tests.conftest import ROOT
-
-USER_TOML = """# my ensemble: two models I like
-[ensemble]
-segment_tokens = 12   # shorter segments
-
-# the first one
-[[models]]
-name = "mine"
-path = "/models/mine.gguf"   # keep this comment
-"""
-
+from tests.models.test_scan import USER_TOML
 
 THREE_MODELS = """# my ensemble
 [ensemble]
