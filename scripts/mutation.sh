@@ -89,7 +89,7 @@ for module in "$@"; do
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
     models/*|commands/models.py) selection='["tests/models"]' ;;
     storage/database.py) selection='["tests/storage"]' ;;
-    engine/segments.py) selection='["tests/unit/test_segments.py", "tests/engine/test_round.py"]' ;;
+    engine/segments.py) selection='["tests/engine/test_segments.py", "tests/engine/test_round.py"]' ;;
     server/*) selection='["tests/server"]' ;;  # after every server/ case above: a case's first match wins
     engine/*) selection='["tests/engine", "tests/server"]' ;;
     *) selection='["tests/engine", "tests/server", "tests/unit", "tests/storage", "tests/models"]' ;;
