@@ -109,12 +109,17 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     models.append(table)
     new_text = tomlkit.dumps(document)
     parse_config(new_text, str(path), path.parent)  # a broken entry never lands in the file
+    _write(path, new_text)
+    return created
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` as the new models.toml, its folder made if need be (written whole or not at all)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
-    replace_file(path, new_text)
-    return created
+    replace_file(path, text)
 
 
 MODELS_HEADER = re.compile(r"\s*\[\[\s*models\s*\]\]\s*(#.*)?$")
@@ -145,11 +150,7 @@ def remove_model(path: Path, name: str) -> tuple[bool, dict[str, str]]:
         parse_config(new_text, str(path), path.parent)
     except SpecemError as error:
         raise SpecemError(f"{error} (not removed)") from None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
-    replace_file(path, new_text)
+    _write(path, new_text)
     keys = dict.fromkeys(key for kind in SOURCE_KEYS.values() for key in kind)
     return created, {key: str(removed[key]) for key in keys if key in removed}
 

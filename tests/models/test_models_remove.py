@@ -78,3 +78,27 @@ def test_remove_from_the_command_line_creates_the_user_file_from_the_built_in_on
     assert [m.name for m in load_config(target).models] == built_in[:-1]
     assert cli.main(["models", "remove", built_in[-1]]) == 1
     assert f"has no model named {built_in[-1]!r}" in capsys.readouterr().err
+
+
+def test_remove_names_every_model_there_and_the_file_at_fault(tmp_path):
+    config = tmp_path / "models.toml"
+    config.write_text(THREE_MODELS)
+    with pytest.raises(SpecemError, match=r"has no model named 'four'; it has 'mine', 'two', 'three'$"):
+        remove_model(config, "four")
+    config.write_text(THREE_MODELS + "tempreature = 1\n")  # a key models.toml does not have
+    with pytest.raises(SpecemError) as caught:
+        remove_model(config, "two")
+    assert str(caught.value).startswith(str(config)) and "tempreature" in str(caught.value)
+
+
+def test_remove_where_the_folder_cannot_be_made_says_so_and_writes_nothing(tmp_path, monkeypatch):
+    blocker = tmp_path / "config"
+    blocker.write_text("a file where the folder would be")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPECEM_CONFIG", raising=False)
+    target = blocker / "specem-local" / "models.toml"
+    built_in = [m.name for m in load_config(ROOT / "specem_local/data/models.toml").models]
+    with pytest.raises(SpecemError, match=rf"^cannot create {blocker / 'specem-local'}: "):
+        remove_model(target, built_in[-1])
+    assert blocker.read_text() == "a file where the folder would be"
