@@ -142,6 +142,10 @@ def test_max_tokens_holds_for_text_the_format_forces_too(limit):
     assert f'{{"{key}": "Paris"}}'.startswith(final.text)
     whole = fake_ensemble(*members).generate(QUESTION, schema=schema, max_tokens=64, think=False)
     assert whole.finish_reason == "eos" and whole.parsed == {key: "Paris"}
+    events = list(fake_ensemble(*members).stream(QUESTION, schema=schema, max_tokens=limit, think=False))
+    forced = [e for e in events if isinstance(e, RoundEvent) and e.decision == "forced"]
+    assert forced and all(e.author == "" and e.candidates == () for e in forced)
+    assert all(e.draft_seconds == e.draft_tokens == e.verify_seconds == {} and e.drafters == () for e in forced)
 
 
 def test_the_start_of_a_text_that_fits_is_the_longest():
