@@ -135,10 +135,22 @@ def test_an_item_a_member_was_lost_on_stops_the_task_fit_in_one_line_keeping_not
     said = capsys.readouterr().err.strip().splitlines()[-1]
     assert said.startswith("specem: error: --task pets: item p") and "was not scored by every member (" in said
     assert said.endswith("); nothing was kept: run it again") and ("a was lost" in said) == (stopped is MemberLost)
+    assert ("(the answer was stopped)" in said) == (stopped is StepAbandoned)
     assert not (tmp_path / "option_weights.json").exists()
     use(monkeypatch, fake_member("a", '"cat"'), fake_member("b", '"dog"'))
     assert main(["calibrate", str(items), "--task", "pets"]) == 0  # the next run fits and keeps them
     assert (tmp_path / "option_weights.json").exists()
+
+
+def test_every_member_lost_on_an_item_is_named(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    items = tmp_path / "pets.jsonl"
+    items.write_text('{"id": "p0", "question": "Which pet?", "choices": ["cat", "dog"], "answer": "B"}\n' * 1)
+    members = [fake_member(n, f'"{w}"', on_decode=LoseAt(1)) for n, w in (("a", "cat"), ("b", "dog"))]
+    use(monkeypatch, *members, fake_member("c", '"cat"'))
+    assert main(["calibrate", str(items), "--task", "pets"]) == 1
+    said = capsys.readouterr().err
+    assert "item p0 was not scored by every member (a was lost (" in said and "); b was lost (" in said
 
 
 def test_keeping_a_calibrator_replaces_the_one_for_the_same_members_and_check_and_keeps_the_rest(tmp_path, monkeypatch):
