@@ -84,6 +84,21 @@ def test_a_damaged_weights_file_is_one_line_naming_it(tmp_path, monkeypatch, dam
     assert task_weights([], "t") is None  # a good file for other members: read, nothing for these
 
 
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"weights": {"asked:a": 1e308, "scored:a": 1e308}}, "(the weights add up to more than a number can hold)"),
+        ({"priors": {"#2": {"labels": [0.0, 0.0]}}}, "(a prior of #2 adds up to 0 or to more than a number can hold)"),
+    ],
+)
+def test_weights_or_priors_that_sum_to_no_number_say_which(tmp_path, monkeypatch, entry, why):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    user_weights_path().write_text(json.dumps([{**GOOD, **entry}]))
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert why in str(caught.value)
+
+
 def test_calibrate_task_refuses_a_bad_name_before_any_model_loads_and_takes_empty_as_choices(
     tmp_path, capsys, monkeypatch
 ):
