@@ -151,7 +151,9 @@ def test_unsure_lists_the_version_of_each_answer_that_is_shown_never_one_set_asi
     answer_as_sure_as(history.start_version(chat, again, first), 0.1)
     assert [found.confidence for found in history.unsure(0.5)] == [0.2]  # streamed, not shown yet
     history.show_version(first, again)
-    assert [found.confidence for found in history.unsure(0.5)] == [0.1]
+    [found] = history.unsure(0.5)
+    assert (found.confidence, found.chat_id, found.title) == (0.1, chat.id, chat.title) and found.updated > 0
+    assert found.begins == " ".join(again.content.split())[:80] and " " in found.begins
     edited, answer = Turn("user", "Six times seven, exactly?"), Turn("assistant", "")
     chat.turns += [edited, answer]
     answer_as_sure_as(history.start_answer(chat, answer, asked=[edited]), 0.3)
