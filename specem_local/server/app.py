@@ -296,12 +296,12 @@ class EnsembleServer:
     async def anthropic_count_tokens(self, request: HttpRequest) -> Response:
         """Anthropic's token count (Claude Code asks it to size its context): the request's
         prompt as the largest tokenizer counts it, the ``input_tokens`` its answer would report;
-        checked as a message would be (``max_tokens`` is not asked; thinking does not count)."""
+        checked as a message would be (``max_tokens`` is not asked, nor read; thinking does not count)."""
         parsed = None
         try:
             body = await self._json_body(request)
             if isinstance(body, dict):
-                body = {**body, "max_tokens": body.get("max_tokens", 1), "thinking": None}
+                body = {**body, "max_tokens": 1, "thinking": None}
             parsed = an.parse_request(body, self.ensemble.model_names)
             prepared = await asyncio.to_thread(self.ensemble.prepare, parsed.ask)
             return JSONResponse({"input_tokens": max(len(tokens) for tokens in prepared.prompts.values())})

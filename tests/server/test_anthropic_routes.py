@@ -188,6 +188,9 @@ def test_count_tokens_is_the_input_tokens_the_message_reports_and_a_bad_request_
         messages.count_tokens(model="specem", messages=[])
     said = {"type": "invalid_request_error", "message": "messages must be a non-empty array"}
     assert caught.value.body == {"type": "error", "error": said}  # type: ignore[comparison-overlap]
+    with pytest.raises(anthropic.BadRequestError) as caught:  # a setting's error names the field as sent
+        messages.count_tokens(model="specem", messages=ASKED, extra_body={"stop_sequences": [""]})
+    assert caught.value.body["error"]["message"].startswith("stop_sequences")  # type: ignore[index]
     assert messages.count_tokens(model="specem", messages=ASKED).input_tokens == alone  # the next is counted
 
 

@@ -131,6 +131,8 @@ async def test_a_previous_response_id_none_of_ours_is_a_400_that_names_no_file(t
         error = response.json()["error"]
         assert error["param"] == "previous_response_id" and str(tmp_path) not in error["message"]
         assert error["code"] == "previous_response_not_found"
+        said = error["message"]
+        assert repr(previous[:60]) in said and (len(previous) <= 60 or previous[:61] not in said)
         await answered(client, RESPONSES)
     recording.ensemble.close()
 
