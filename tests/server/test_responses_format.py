@@ -50,8 +50,9 @@ def test_tool_choice_names_a_function_or_an_mcp_servers_tool_or_requires_a_call(
         assert caught.value.status == 400 and caught.value.param == "tool_choice"
     assert rf._tool_choice("auto", servers) == "auto"
     allowed = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]}
+    served = 'give "auto", "required", "none", a function ({"type": "function", "name": ...}) or an MCP server\'s tool'
     refusals = ((allowed, "tool_choice of type 'allowed_tools' is not served: offer only those tools"),
-                ({"type": "file_search"}, "tool_choice of type 'file_search' is not served: give"))  # fmt: skip
+                ({"type": "file_search"}, f"tool_choice of type 'file_search' is not served: {served}"))  # fmt: skip
     for choice, said in refusals:
         with pytest.raises(ApiError) as caught:
             rf._tool_choice(choice, servers)
