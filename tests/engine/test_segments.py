@@ -4,6 +4,7 @@ from specem_local.engine.segments import (
     copied_fraction,
     ends_at_word_boundary,
     find_stop,
+    fitting_start,
     incomplete_utf8_tail,
     trim_to_word_boundary,
 )
@@ -108,3 +109,16 @@ def test_short_answers_have_nothing_to_copy():
     assert copied_fraction("", "anything at all") == 0.0
     assert copied_fraction("a b c", " a b c") == 0.0
     assert copied_fraction("a " * 30, "") == 0.0
+
+
+def test_the_start_that_fits_is_found_in_as_few_tokenizations_as_halving_takes():
+    calls: list[str] = []
+
+    def characters(text: str) -> int:  # one token a character; a search that does not halve fails here, not hangs
+        calls.append(text)
+        assert len(calls) <= 12, "the search for the start that fits does not end"
+        return len(text)
+
+    assert fitting_start("x" * 1000, characters, 10) == "x" * 10 and len(calls) <= 12
+    calls.clear()
+    assert fitting_start("x" * 1000, characters, 999) == "x" * 999

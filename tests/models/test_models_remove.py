@@ -102,3 +102,12 @@ def test_remove_where_the_folder_cannot_be_made_says_so_and_writes_nothing(tmp_p
     with pytest.raises(SpecemError, match=rf"^cannot create {blocker / 'specem-local'}: "):
         remove_model(target, built_in[-1])
     assert blocker.read_text() == "a file where the folder would be"
+
+
+def test_remove_says_what_it_took_out_of_which_file(tmp_path, capsys):
+    config = tmp_path / "models.toml"
+    config.write_text(USER_TOML + '\n[[models]]\nname = "tiny"\nhf = "someone/Tiny-GGUF"\nfile = "tiny-Q8_0.gguf"\n')
+    assert cli.main(["models", "remove", "tiny", "--config", str(config)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said == [f"updated {config}: [[models]] name = 'tiny' (hf = 'someone/Tiny-GGUF', file = 'tiny-Q8_0.gguf') "
+                    "removed", "its file, if any, is where it was: specem never deletes a model file"]  # fmt: skip
