@@ -81,7 +81,7 @@ for module in "$@"; do
     server/anthropic_format.py|server/anthropic_output.py)
       selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_doors_mended.py", "tests/server/test_task_routes.py"]' ;;
     server/writers.py)
-      selection='["tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
+      selection='["tests/server/test_responses_output.py", "tests/server/test_routes.py", "tests/server/test_choices_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_thinking_routes.py", "tests/server/test_tool_routes.py"]' ;;
     mcp/*) selection='["tests/mcp"]' ;;
     storage/history.py|storage/history_rows.py|storage/chats.py|storage/chat_files.py|commands/history.py)
       selection='["tests/storage", "tests/unit/test_properties.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_leaderboard.py", "tests/server/test_line.py", "tests/server/test_no_member_left.py", "tests/unit/test_event_records.py"]' ;;

@@ -7,6 +7,7 @@ and test_mcp_routes.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -246,3 +247,27 @@ def test_a_streamed_response_is_kept_for_later_unless_the_server_stopped_it(fini
     said = asyncio.run(written())
     assert (len(keeping) == 1) is kept and said[-1]["event"] == ("response.incomplete" if finish != "eos" else
                                                                  "response.completed")  # fmt: skip
+
+
+def test_a_streamed_response_that_fails_after_it_began_ends_with_an_error_event_in_its_words():
+    import asyncio
+
+    from specem_local.errors import SpecemError
+    from specem_local.server import writers
+
+    async def answer():
+        yield START
+        yield round_of("Grüß", 1)
+        raise SpecemError("the models stopped: a member's file went away")
+
+    async def written():
+        return [shown async for shown in writers.response_events(request(), answer(), keeping.append)]
+
+    keeping: list[list[dict[str, Any]]] = []
+    said = asyncio.run(written())
+    assert '"delta": "Grüß"' in "".join(s["data"] for s in said)  # text as written, not escaped
+    failed = json.loads(said[-1]["data"])
+    assert said[-1]["event"] == "error" and keeping == []
+    assert failed == {"type": "error", "code": None, "param": None, "sequence_number": failed["sequence_number"],
+                      "message": "the models stopped: a member's file went away"}  # fmt: skip
+    assert failed["sequence_number"] == json.loads(said[-2]["data"])["sequence_number"] + 1
