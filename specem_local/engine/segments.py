@@ -75,7 +75,7 @@ def fitting_start(text: str, tokens: Callable[[str], int], room: int) -> str:
     if tokens(text) <= room:
         return text
     low, high = 0, len(text)  # the start of length low fits, the one of length high does not
-    while high - low > 1:
+    for _ in range(len(text).bit_length()):  # halving: as many steps as leave one length between them
         middle = (low + high) // 2
         low, high = (middle, high) if tokens(text[:middle]) <= room else (low, middle)
     return text[:low]

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from specem_local.engine import feedback, vote
-from specem_local.engine.segments import fitting_start
 from specem_local.errors import SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
@@ -146,16 +145,6 @@ def test_max_tokens_holds_for_text_the_format_forces_too(limit):
     forced = [e for e in events if isinstance(e, RoundEvent) and e.decision == "forced"]
     assert forced and all(e.author == "" and e.candidates == () for e in forced)
     assert all(e.draft_seconds == e.draft_tokens == e.verify_seconds == {} and e.drafters == () for e in forced)
-
-
-def test_the_start_of_a_text_that_fits_is_the_longest():
-    def words(text: str) -> int:
-        return len(text.split())
-
-    assert fitting_start("one two three", words, 3) == "one two three"
-    assert fitting_start("one two three", words, 2) == "one two "
-    assert fitting_start("one two three", words, 0) == ""
-    assert fitting_start("", words, 0) == ""
 
 
 def test_a_full_context_shrinks_the_last_segments_instead_of_stopping_early():

@@ -122,3 +122,13 @@ def test_the_start_that_fits_is_found_in_as_few_tokenizations_as_halving_takes()
     assert fitting_start("x" * 1000, characters, 10) == "x" * 10 and len(calls) <= 12
     calls.clear()
     assert fitting_start("x" * 1000, characters, 999) == "x" * 999
+
+
+def test_the_start_of_a_text_that_fits_is_the_longest():
+    def words(text: str) -> int:
+        return len(text.split())
+
+    assert fitting_start("one two three", words, 3) == "one two three"
+    assert fitting_start("one two three", words, 2) == "one two "
+    assert fitting_start("one two three", words, 0) == ""
+    assert fitting_start("", words, 0) == ""

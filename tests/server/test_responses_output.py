@@ -252,22 +252,23 @@ def test_a_streamed_response_is_kept_for_later_unless_the_server_stopped_it(fini
 def test_a_streamed_response_that_fails_after_it_began_ends_with_an_error_event_in_its_words():
     import asyncio
 
-    from specem_local.errors import SpecemError
+    from specem_local.errors import NoMemberLeft
     from specem_local.server import writers
 
     async def answer():
         yield START
         yield round_of("Grüß", 1)
-        raise SpecemError("the models stopped: a member's file went away")
+        raise NoMemberLeft("every member was lost")  # a 503: said as the answer's failure
 
     async def written():
-        return [shown async for shown in writers.response_events(request(), answer(), keeping.append)]
+        return [shown async for shown in writers.response_events(request(instructions="Grüß"), answer(),
+                                                                   keeping.append)]  # fmt: skip
 
     keeping: list[list[dict[str, Any]]] = []
     said = asyncio.run(written())
-    assert '"delta": "Grüß"' in "".join(s["data"] for s in said)  # text as written, not escaped
+    assert '"instructions": "Grüß"' in said[0]["data"] and '"delta": "Grüß"' in "".join(s["data"] for s in said)
     failed = json.loads(said[-1]["data"])
     assert said[-1]["event"] == "error" and keeping == []
     assert failed == {"type": "error", "code": None, "param": None, "sequence_number": failed["sequence_number"],
-                      "message": "the models stopped: a member's file went away"}  # fmt: skip
+                      "message": "the answer failed: every member was lost"}  # fmt: skip
     assert failed["sequence_number"] == json.loads(said[-2]["data"])["sequence_number"] + 1
