@@ -11,6 +11,7 @@ from specem_local.errors import SpecemError
 from specem_local.events import Candidate, FinalEvent, RoundEvent, StartEvent
 from specem_local.settings import EnsembleSettings
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
+from tests.engine.test_lost_members import LoseAt
 
 RIGHT = "The answer is 42, because six times seven is forty-two."
 WRONG = "Seven, I guess."
@@ -145,6 +146,17 @@ def test_max_tokens_holds_for_text_the_format_forces_too(limit):
     forced = [e for e in events if isinstance(e, RoundEvent) and e.decision == "forced"]
     assert forced and all(e.author == "" and e.candidates == () for e in forced)
     assert all(e.draft_seconds == e.draft_tokens == e.verify_seconds == {} and e.drafters == () for e in forced)
+
+
+def test_a_member_lost_while_forced_text_is_committed_leaves_the_others_to_finish():
+    key = "the_name_of_the_city_in_question"
+    schema = {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}
+    answer = f'{{"{key}": "Paris"}}'
+    members = [fake_member("a", answer, n_params=3, on_decode=LoseAt(2)), fake_member("b", answer, n_params=1)]
+    events = list(fake_ensemble(*members).stream(QUESTION, schema=schema, max_tokens=64, think=False))
+    first = next(e for e in events if isinstance(e, RoundEvent))
+    assert first.decision == "forced" and list(first.lost) == ["a"]  # lost at the forced round's commit
+    assert events[-1].finish_reason == "eos" and events[-1].parsed == {key: "Paris"} and list(events[-1].lost) == ["a"]
 
 
 def test_a_full_context_shrinks_the_last_segments_instead_of_stopping_early():
