@@ -37,6 +37,7 @@ class Request:
     tools: bool = False  # tools were offered: the answer is tool uses or a message
     fields: dict[str, str] = field(default_factory=dict)  # a setting -> the request field it came from
     model: str = MODEL_ID  # as asked: the ensemble, or one member alone (``specem/NAME``)
+    thinking_shown: bool = True  # thinking.display "omitted": the thinking block comes back empty
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
 
 
@@ -91,7 +92,8 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     fields = {"stop": "stop_sequences", "think": "thinking.budget_tokens", "schema": schema_field}
     ask = Ask(messages, settings, output, think, (member,) if member else None)
     model = f"{MODEL_ID}/{member}" if member else MODEL_ID
-    return Request(messages, ask, stream, tools is not None, fields, model)
+    shown = _thinking_shown(body.get("thinking"))
+    return Request(messages, ask, stream, tools is not None, fields, model, thinking_shown=shown)
 
 
 def _metadata(value: Any) -> None:
@@ -321,6 +323,16 @@ def _thinking(value: Any) -> Any:
         said = "Field required" if budget is None else f"must be an integer, got {repr(budget)[:40]}"
         raise ApiError(400, f"thinking.budget_tokens: {said}", "thinking.budget_tokens")
     return budget
+
+
+def _thinking_shown(value: Any) -> bool:
+    """``thinking.display``: ``summarized`` (or none) gives the thinking, ``omitted`` its block
+    without its text, as Anthropic's API redacts it."""
+    display = value.get("display") if isinstance(value, dict) else None
+    if display not in (None, "summarized", "omitted"):
+        said = repr(display)[:40]
+        raise ApiError(400, f'thinking.display must be "summarized" or "omitted", got {said}', "thinking.display")
+    return display != "omitted"
 
 
 def _fitted_budget(think: Any, max_tokens: Any) -> Any:

@@ -84,7 +84,7 @@ def message(request: Request, whole: Whole) -> dict[str, Any]:
     start, final = whole.start, whole.final
     assert final is not None
     reply = whole_reply(final, request.tools)
-    content = [_thinking_block(final.reasoning)] if final.reasoning else []
+    content = [_thinking_block(final.reasoning if request.thinking_shown else "")] if final.reasoning else []
     content += [{"type": "text", "text": reply.content}] if reply.content else []
     content += [_tool_use_block(call) for call in reply.calls]
     return {
@@ -137,8 +137,8 @@ class StreamedMessage:
         facts = round_facts(piece.event)
         if piece.reasoning:
             said += self._opened("thinking", _thinking_block(""))
-            delta = {"type": "thinking_delta", "thinking": piece.reasoning}
-            said.append(self._delta(delta, facts))
+            if self.request.thinking_shown:  # display "omitted": the block, opened and closed, says nothing
+                said.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}, facts))
         if piece.text:
             said += self._opened("text", {"type": "text", "text": ""})
             said.append(self._delta({"type": "text_delta", "text": piece.text}, facts))

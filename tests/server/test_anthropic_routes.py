@@ -164,6 +164,34 @@ def test_thinking_before_a_format_is_its_own_block_and_streams_first():
     server.ensemble.close()
 
 
+def test_thinking_display_omitted_keeps_the_block_without_its_text():
+    server = served(thinker("a"), thinker("b"), reasoning_budget=128)
+    output = {"format": {"type": "json_schema", "schema": SCHEMA}}
+    ask = {"model": "specem", "max_tokens": 200, "messages": [{"role": "user", "content": "Six times seven?"}]}
+    omitted = {"type": "enabled", "budget_tokens": 100, "display": "omitted"}
+    with serving(server) as base:
+        messages = client(base).messages
+        whole = messages.create(**ask, output_config=output, thinking=omitted)  # type: ignore[arg-type]
+        assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in whole.content] == [
+            ("thinking", None), ("text", REPLY)]  # fmt: skip
+        assert whole.content[0].thinking == ""  # type: ignore[union-attr]
+        with messages.stream(**ask, output_config=output, thinking=omitted) as s:  # type: ignore[arg-type]
+            kinds = [(e.type, getattr(getattr(e, "content_block", e), "type", None),
+                      getattr(getattr(e, "delta", None), "type", None)) for e in s]  # fmt: skip
+            streamed = s.get_final_message()
+        assert ("content_block_start", "thinking", None) in kinds and streamed.content[0].thinking == ""  # type: ignore[union-attr]
+        assert not [k for k in kinds if k[2] == "thinking_delta"] and [k for k in kinds if k[2] == "text_delta"]
+        assert streamed.content[1].text == REPLY  # type: ignore[union-attr]
+        shown = messages.create(**ask, output_config=output, thinking={**omitted, "display": "summarized"})  # type: ignore[arg-type]
+        assert shown.content[0].thinking == WORKING  # type: ignore[union-attr]
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            messages.create(**ask, output_config=output, thinking={**omitted, "display": "full"})  # type: ignore[arg-type]
+        said = caught.value.body["error"]["message"]  # type: ignore[index]
+        assert said == 'thinking.display must be "summarized" or "omitted", got \'full\''
+        assert messages.create(**ask, output_config=output).content[-1].text == REPLY  # type: ignore[union-attr]
+    server.ensemble.close()
+
+
 def test_an_agents_long_tool_description_is_taken(plain):
     """Claude Code's own tools are described at length (its Bash tool in about 8,000 characters)."""
     base, _ = plain
