@@ -71,8 +71,10 @@ def find_stop(text: str, stops: tuple[str, ...], search_from: int = 0) -> int | 
 
 def fitting_start(text: str, tokens: Callable[[str], int], room: int) -> str:
     """The longest start of ``text`` that is at most ``room`` tokens long (``tokens``: a text's
-    length in the tokenizer that counts it longest): forced text cut where ``max_tokens`` ends."""
-    if tokens(text) <= room:
+    length in the tokenizer that counts it longest): forced text cut where ``max_tokens`` ends.
+    Text shorter in UTF-8 bytes than ``room`` fits uncounted (a token holds a byte at least, and a
+    tokenizer may add one for a leading space), so a round far from the limit tokenizes nothing."""
+    if len(text.encode("utf-8")) < room or tokens(text) <= room:
         return text
     low, high = 0, len(text)  # the start of length low fits, the one of length high does not
     for _ in range(len(text).bit_length()):  # halving: as many steps as leave one length between them

@@ -132,3 +132,16 @@ def test_the_start_of_a_text_that_fits_is_the_longest():
     assert fitting_start("one two three", words, 2) == "one two "
     assert fitting_start("one two three", words, 0) == ""
     assert fitting_start("", words, 0) == ""
+
+
+def test_text_far_from_the_limit_is_not_tokenized_and_a_leading_token_is_counted_near_it():
+    calls: list[str] = []
+
+    def with_a_leading_space(text: str) -> int:  # as a tokenizer that adds a token for a leading space
+        calls.append(text)
+        return len(text.encode("utf-8")) + 1 if text else 0
+
+    assert fitting_start("ab", with_a_leading_space, 3) == "ab" and calls == []  # 2 bytes < 3: not counted
+    assert fitting_start("abc", with_a_leading_space, 3) == "ab" and calls  # 3 bytes are 4 tokens here
+    calls.clear()
+    assert fitting_start("é", with_a_leading_space, 2) == "" and calls  # two bytes, three tokens
