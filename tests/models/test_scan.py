@@ -50,6 +50,8 @@ def hf_cache(root: Path, repo: str, file: str, gguf: Path) -> Path:
 @pytest.fixture
 def stores(home, gguf, tmp_path, monkeypatch):
     """One model in each place scan looks."""
+    monkeypatch.chdir(tmp_path)  # no ./models.toml here: a models add edits the user's, never the checkout's
+    monkeypatch.delenv("SPECEM_CONFIG", raising=False)
     ollama_model(home / ".ollama" / "models", "llama3.2:1b", gguf)
     ollama_model(home / ".ollama" / "models", "big-cloud:cloud", None, layer="application/vnd.ollama.image.params")
     lmstudio_model(home / ".lmstudio" / "models", "someone/Qwen-GGUF/qwen-q4_k_m.gguf", gguf)
@@ -88,6 +90,7 @@ def test_scan_finds_every_store_and_reads_headers_only(stores, tmp_path):
         found["ollama:big-cloud:cloud"].path is None and "no local weights" in found["ollama:big-cloud:cloud"].problem
     )
     assert found["hf:someone/Tiny-GGUF/tiny-Q8_0.gguf"].entry == {"hf": "someone/Tiny-GGUF", "file": "tiny-Q8_0.gguf"}
+    assert found["hf:someone/Tiny-GGUF/tiny-Q8_0.gguf"].origin == "hf"  # the FROM column of models scan
     split = found[f"path:{stores / 'models/split-00001-of-00002.gguf'}"]
     assert split.suggested_name == "split" and split.parameters == 16  # both parts counted
     assert found[f"path:{extra / 'extra.gguf'}"].header.architecture == "qwen2"
