@@ -116,31 +116,3 @@ class AnswerQueue:
         except Exception as error:
             log.warning("specem serve: warning: not recorded in the history: %s", error)
             return None
-
-
-class KeptResponses:
-    """The Responses API's responses, each with its conversation as items, for a later request's
-    ``previous_response_id``: in the history database when the server records, else in memory
-    (the last ``MEMORY`` of them)."""
-
-    MEMORY = 1000
-
-    def __init__(self, history: History | None) -> None:
-        self.history = history
-        self.memory: dict[str, list[dict[str, Any]]] = {}
-
-    def keep(self, response_id: str, items: list[dict[str, Any]]) -> None:
-        if self.history is not None:
-            try:
-                self.history.keep_response(response_id, items)
-                return
-            except Exception as error:  # a history that cannot be written costs the record, not the answer
-                log.warning("specem serve: warning: response %s kept in memory only: %s", response_id, error)
-        self.memory[response_id] = items
-        while len(self.memory) > self.MEMORY:
-            del self.memory[next(iter(self.memory))]
-
-    def items(self, response_id: str) -> list[dict[str, Any]] | None:
-        if response_id in self.memory:
-            return self.memory[response_id]
-        return self.history.response_items(response_id) if self.history is not None else None

@@ -39,9 +39,10 @@ from specem_local.server import openai_format as oa
 from specem_local.server import responses_format as rf
 from specem_local.server import responses_output as ro
 from specem_local.server import writers
-from specem_local.server.answers import AnswerQueue, KeptResponses
+from specem_local.server.answers import AnswerQueue
 from specem_local.server.errors import ApiError, HttpError, http_error
 from specem_local.server.gate import Gate, GateRules
+from specem_local.server.kept import KeptResponses
 from specem_local.server.mcp_rounds import McpRounds, servers_of
 from specem_local.server.replies import Whole
 
@@ -49,7 +50,6 @@ from specem_local.server.replies import Whole
 # sits 1 to 4 levels down (format, response_format.json_schema.schema, tools[i].function.
 # parameters): its own limit (64) is the one a client meets, naming the field.
 MAX_JSON_DEPTH = 72
-KEPT_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # a kept response's id ("resp_" and hex); any other is none of ours
 STREAM_GRACE = 8.0  # seconds a stream may take to end after the server is told to stop (within running.SHUTDOWN)
 
 
@@ -72,7 +72,7 @@ class EnsembleServer:
         self.mcp = mcp
         self.mcp_servers = servers_of(mcp) if mcp is not None else None
         self.answers = AnswerQueue(ensemble, options.queue, options.record)
-        self.kept = KeptResponses(self.answers.history)  # the Responses API's, for previous_response_id
+        self.kept = KeptResponses(self.answers.history)  # the Responses API's (``store``)
         self.created = int(time.time())
         self.modified = ol.now()
         self.size = sum(member.parameters for member in ensemble.member_facts())  # for Ollama's "size"
@@ -85,6 +85,7 @@ class EnsembleServer:
             Route("/v1/messages", self.anthropic_messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.anthropic_count_tokens, methods=["POST"]),
             Route("/v1/responses", self.responses, methods=["POST"]),
+            *self.kept.routes(),
             Route("/v1/completions", self.text_completions, methods=["GET", "POST"]),
             Route("/api/version", self.ollama_version),
             Route("/api/tags", self.ollama_tags),
@@ -237,7 +238,7 @@ class EnsembleServer:
         rounds = McpRounds(parsed, stream, self.ensemble, self.answers, self.mcp) if parsed.mcp and self.mcp else None
         gone = None if parsed.stream else request.is_disconnected
         events = self.answers.events(stream, gone)
-        keep = functools.partial(self._keep, parsed)  # the output items, once the response is whole
+        keep = functools.partial(self._keep, parsed)  # the response, once it is whole
         if parsed.stream:
             return EventSourceResponse(
                 writers.response_events(parsed, events, keep, rounds.follow if rounds else None),
@@ -254,8 +255,7 @@ class EnsembleServer:
         """A Responses body, the response it continues looked up (a 400 when none is kept, with
         OpenAI's code, which clients read to send the whole conversation instead)."""
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        ours = isinstance(previous, str) and KEPT_ID.fullmatch(previous) is not None  # no other was ever kept here
-        earlier = self.kept.items(previous) if ours and isinstance(previous, str) else None
+        earlier = self.kept.items(previous) if isinstance(previous, str) else None
         if isinstance(previous, str) and earlier is None:
             missing = (f"Previous response with id {previous[:60]!r} not found: none is kept here (it was made with "
                        "store: false, or elsewhere); send the whole conversation as input instead")  # fmt: skip
@@ -263,15 +263,16 @@ class EnsembleServer:
         return rf.parse_request(body, earlier, self.ensemble.model_names, self.mcp_servers)
 
     def _responded(self, parsed: rf.Request, whole: Whole) -> dict[str, Any]:
-        output = ro.output_items(whole, parsed.tools)
+        response = ro.response(parsed, whole.start, whole.final, ro.output_items(whole, parsed.tools))
         if whole.final is None or whole.final.finish_reason != "cancelled":  # a response cut short is not continued
-            self._keep(parsed, output)
-        return ro.response(parsed, whole.start, whole.final, output)
+            self._keep(parsed, response)
+        return response
 
-    def _keep(self, parsed: rf.Request, output: list[dict[str, Any]]) -> None:
-        """A response's conversation, for a later ``previous_response_id`` (unless ``store: false``)."""
+    def _keep(self, parsed: rf.Request, response: dict[str, Any]) -> None:
+        """A whole response and the conversation it read, for a later ``previous_response_id``
+        and to be read back (unless ``store: false``)."""
         if parsed.store:
-            self.kept.keep(parsed.id, [*parsed.items, *output])
+            self.kept.keep(response, parsed.items)
 
     async def anthropic_messages(self, request: HttpRequest) -> Response:
         """Anthropic's Messages API (Claude Code, the ``anthropic`` SDK): a ``message``, or its

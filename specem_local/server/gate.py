@@ -61,7 +61,7 @@ DEFAULT_ORIGINS = (
     "vscode-webview://*",
     "vscode-file://*",
 )
-ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
+ALLOWED_METHODS = "GET, HEAD, POST, DELETE, OPTIONS"
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
 

@@ -113,7 +113,7 @@ class McpRounds:
         request: HttpRequest,
         events: AsyncIterator[Event],
         collected: Collected,
-        keep: Callable[[list[dict[str, Any]]], None],
+        keep: Callable[[dict[str, Any]], None],
     ) -> Response:
         """The whole loop as one ``response``, or the error that ended it."""
         parsed, stream = self.parsed, self.streams[0]
@@ -128,9 +128,10 @@ class McpRounds:
                 return http_error(error, parsed.fields, answering=True).response(request.url.path)
             output += ro.output_items(whole, parsed.tools, items, parsed.mcp_tools)
             if following is None:
+                response = ro.response(parsed, whole.start, whole.final, output, self.wholes[:-1])
                 if whole.final is None or whole.final.finish_reason != "cancelled":
-                    keep(output)
-                return JSONResponse(ro.response(parsed, whole.start, whole.final, output, self.wholes[:-1]))
+                    keep(response)
+                return JSONResponse(response)
             stream, events = following, self.answers.events(following, request.is_disconnected)
 
 

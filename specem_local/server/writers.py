@@ -102,11 +102,11 @@ async def ollama_lines(parsed: ol.Request, events: AsyncIterator[Event], chat: b
 async def response_events(
     parsed: rf.Request,
     events: AsyncIterator[Event],
-    keep: Callable[[list[dict[str, Any]]], None],
+    keep: Callable[[dict[str, Any]], None],
     follow: FollowUp | None = None,
 ) -> AsyncIterator[dict[str, str]]:
-    """The Responses API's events (``event:`` and ``data:`` of each); ``keep`` is given the output
-    items once the response is complete (``store``). ``follow`` (an MCP loop): given each whole
+    """The Responses API's events (``event:`` and ``data:`` of each); ``keep`` is given the
+    response once it is whole (``store``). ``follow`` (an MCP loop): given each whole
     answer, the items of what the server ran for it (written once the answer ends) and the next
     answer's events, or None when this answer is the last."""
     writer, pieces, whole = ro.Events(parsed), Pieces(parsed.tools), Whole()
@@ -125,9 +125,10 @@ async def response_events(
                     items, following = await follow(whole) if follow is not None else ([], None)
                     if following is None:  # the last answer: what ran for it, then the response
                         said = [shown for item in items for shown in writer.item(item)]
-                        said += writer.ended(whole.start, event)
+                        ended = list(writer.ended(whole.start, event))
+                        said += ended
                         if event.finish_reason != "cancelled":  # a response cut short is not continued
-                            keep(writer.output)
+                            keep(ended[-1]["response"])
                     else:
                         said = list(writer.answered(whole, items))
                         pieces, whole = Pieces(parsed.tools), Whole()

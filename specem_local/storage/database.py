@@ -101,6 +101,12 @@ def _add_responses(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, items TEXT NOT NULL, created REAL NOT NULL)")
 
 
+def _add_response_objects(db: sqlite3.Connection) -> None:
+    """Each kept response's own object too (``GET /v1/responses/{id}``) and how many of its
+    items it wrote (the rest were its input: ``input_items``); NULL for those kept before."""
+    db.execute("ALTER TABLE responses ADD COLUMN response TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_weights,
     _create_history,
@@ -108,6 +114,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_alternatives_and_choices,
     _add_undoable_resets,
     _add_responses,
+    _add_response_objects,
 ]  # append only
 
 

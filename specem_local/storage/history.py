@@ -228,18 +228,29 @@ class History:
         return [UnsureAnswer(chat, title, float(sure), " ".join(text.split())[:80], updated)
                 for chat, title, sure, text, updated in rows]  # fmt: skip
 
-    def keep_response(self, response_id: str, items: list[dict[str, Any]]) -> None:
-        """A response's conversation as items (the Responses API's ``store``)."""
+    def keep_response(self, response_id: str, items: list[dict[str, Any]], response: dict[str, Any]) -> None:
+        """A response (the Responses API's ``store``): its object, and its conversation as
+        items, the response's output last."""
+        kept = json.dumps(items, ensure_ascii=False), json.dumps(response, ensure_ascii=False)
         with self._transaction() as db:
             db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?)",
-                (response_id, json.dumps(items, ensure_ascii=False), time.time()),
+                "INSERT OR REPLACE INTO responses (id, items, created, response) VALUES (?, ?, ?, ?)",
+                (response_id, kept[0], time.time(), kept[1]),
             )
 
-    def response_items(self, response_id: str) -> list[dict[str, Any]] | None:
-        """The items a kept response holds (None when none is kept by that id)."""
-        rows = self._read("SELECT items FROM responses WHERE id = ?", (response_id,))
-        return json.loads(rows[0][0]) if rows else None
+    def kept_response(self, response_id: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+        """A kept response's items and its object (None for one kept by a version before
+        objects were kept); None when none is kept by that id."""
+        rows = self._read("SELECT items, response FROM responses WHERE id = ?", (response_id,))
+        if not rows:
+            return None
+        items, response = rows[0]
+        return json.loads(items), None if response is None else json.loads(response)
+
+    def forget_response(self, response_id: str) -> bool:
+        """Deletes a kept response; False when none was kept by that id."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
 
     def segments_won(self) -> dict[str, int]:
         """Per model, the segments it wrote in every answer in the history (every version)."""

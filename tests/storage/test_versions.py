@@ -88,7 +88,7 @@ def test_the_migration_keeps_every_chat_and_every_weight(tmp_path):
     assert (record.answers, record.calibrated_items, record.choices, record.base) == (3, 20, 0, "")
     assert History(path, chat_files=tmp_path / "none").search("hello")[0].chat_id == "c1"
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
 
 
 def test_versions_survive_an_export_and_an_import(history, tmp_path):
