@@ -149,13 +149,14 @@ def _kind(block: Any) -> str:
 def parse_messages(value: Any) -> list[dict[str, Any]]:
     """``messages`` as the engine's: each user or assistant message's text, an assistant's
     ``tool_use`` blocks as its ``tool_calls``, a user's ``tool_result`` blocks as ``tool``
-    messages (each answering an earlier ``tool_use`` by its id), earlier thinking dropped;
+    messages (each answering a ``tool_use`` of the message before by its id, and every one
+    answered), earlier thinking dropped;
     images, documents and the rest are a 400 naming the block. The last message must be the
     user's, or an assistant's text after it (the start of the answer, continued)."""
     if not isinstance(value, list) or not value:
         raise ApiError(400, "messages must be a non-empty array", "messages")
     out: list[dict[str, Any]] = []
-    called: set[str] = set()  # tool_use ids so far
+    called: set[str] = set()  # the tool_use ids of the message before, each answered in the next one
     for index, message in enumerate(value):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
@@ -166,12 +167,14 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
             raise ApiError(400, f"{where}.role must be user or assistant, got {said} (system goes in system)", where)
         content = message.get("content")
         if isinstance(content, str):
-            out.append({"role": role, "content": message_text(content, f"{where}.content")})
+            blocks = [{"role": role, "content": message_text(content, f"{where}.content")}]
         elif isinstance(content, list):
-            blocks = _assistant(content, where, called) if role == "assistant" else _user(content, where, called)
-            out += blocks
+            blocks = _assistant(content, where) if role == "assistant" else _user(content, where, called)
         else:
             raise ApiError(400, f"{where}.content must be a string or an array of content blocks", f"{where}.content")
+        _all_answered(called, blocks, where)
+        called = {call["id"] for block in blocks for call in block.get("tool_calls", ())}
+        out += blocks
     last = out[-1]
     asked = out[:-1] if last["role"] == "assistant" and not last.get("tool_calls") else out
     if not asked or asked[-1]["role"] not in ("user", "tool"):
@@ -180,7 +183,18 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(blocks: list[Any], where: str, called: set[str]) -> list[dict[str, Any]]:
+def _all_answered(called: set[str], blocks: list[dict[str, Any]], where: str) -> None:
+    """Anthropic's rule: every ``tool_use`` of a message is answered by a ``tool_result`` in
+    the next one (a call left unanswered would read as if it had been)."""
+    missing = called - {block["tool_call_id"] for block in blocks if block["role"] == "tool"}
+    if missing:
+        ids = ", ".join(sorted(missing))[:200]
+        said = (f"{where}: tool_use ids were found without tool_result blocks immediately after: {ids}. Each "
+                "tool_use block must have a corresponding tool_result block in the next message")  # fmt: skip
+        raise ApiError(400, said, where)
+
+
+def _assistant(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     """An assistant's blocks as one message: its text and its tool uses as ``tool_calls``."""
     texts, calls = [], []
     for number, block in enumerate(blocks):
@@ -190,7 +204,6 @@ def _assistant(blocks: list[Any], where: str, called: set[str]) -> list[dict[str
             texts.append(_text_of(block, place))
         elif kind == "tool_use":
             calls.append(_tool_use(block, place))
-            called.add(calls[-1]["id"])
         elif kind not in DROPPED_BLOCKS:
             raise ApiError(400, _refused(block, place, "text, tool_use and thinking"), place)
     message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
@@ -249,7 +262,7 @@ def _tool_result(block: dict[str, Any], place: str, called: set[str]) -> dict[st
     answered = block.get("tool_use_id")
     if not isinstance(answered, str) or answered not in called:
         said = repr(answered)[:60]
-        message = f"{place}.tool_use_id {said} answers no earlier tool_use block"
+        message = f"{place}.tool_use_id {said} answers no tool_use block of the message before"
         raise ApiError(400, message, f"{place}.tool_use_id")
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):

@@ -212,6 +212,12 @@ TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input":
 CALLED: list[dict[str, Any]] = [*ASKED, {"role": "assistant", "content": [TOOL_USE]}]
 
 
+UNANSWERED = (
+    "messages[%d]: tool_use ids were found without tool_result blocks immediately after: %s. Each tool_use "
+    "block must have a corresponding tool_result block in the next message"
+)
+
+
 def result(**fields: Any) -> list[dict[str, Any]]:
     return [*CALLED, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **fields}]}]
 
@@ -292,11 +298,22 @@ def result(**fields: Any) -> list[dict[str, Any]]:
         (body(messages=[*ASKED, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]), 400,
          REQUEST, "messages: the last message must be the user's (or the start of the assistant's answer after it)"),
         (body(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]), 400,
-         REQUEST, "messages[0].content[0].tool_use_id 'toolu_1' answers no earlier tool_use block"),
+         REQUEST, "messages[0].content[0].tool_use_id 'toolu_1' answers no tool_use block of the message before"),
         (body(messages=result(tool_use_id="toolu_9")), 400, REQUEST,
-         "messages[2].content[0].tool_use_id 'toolu_9' answers no earlier tool_use block"),
+         "messages[2].content[0].tool_use_id 'toolu_9' answers no tool_use block of the message before"),
         (body(messages=[*CALLED, {"role": "user", "content": [{"type": "tool_result"}]}]), 400, REQUEST,
-         "messages[2].content[0].tool_use_id None answers no earlier tool_use block"),
+         "messages[2].content[0].tool_use_id None answers no tool_use block of the message before"),
+        (body(messages=[*CALLED, {"role": "user", "content": "And?"}]), 400, REQUEST, UNANSWERED % (2, "toolu_1")),
+        (body(messages=[*CALLED, {"role": "user", "content": [{"type": "text", "text": "And?"}]}]), 400, REQUEST,
+         UNANSWERED % (2, "toolu_1")),
+        (body(messages=[*ASKED, {"role": "assistant", "content": [TOOL_USE, {**TOOL_USE, "id": "toolu_2"}]},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2"}]}]), 400,
+         REQUEST, UNANSWERED % (2, "toolu_1")),
+        (body(messages=[*CALLED, {"role": "assistant", "content": "Hm."}, {"role": "user", "content": "And?"}]), 400,
+         REQUEST, UNANSWERED % (2, "toolu_1")),
+        (body(messages=[*result(), {"role": "assistant", "content": "Sunny."},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]), 400,
+         REQUEST, "messages[4].content[0].tool_use_id 'toolu_1' answers no tool_use block of the message before"),
         (body(messages=result(is_error="yes")), 400, REQUEST, "messages[2].content[0].is_error must be true or false"),
         (body(messages=result(is_error=1)), 400, REQUEST, "messages[2].content[0].is_error must be true or false"),
         (body(messages=result(content=[{"type": "image", "source": {}}])), 400, REQUEST,

@@ -121,7 +121,13 @@ def test_a_whole_tool_loop_through_the_client():
         assert [b.type for b in forced.content] == ["tool_use"]
         with pytest.raises(anthropic.BadRequestError) as caught:  # a result for a call never made
             messages.create(model="specem", max_tokens=120, messages=[*follow[:1], follow[2]], tools=tools)
-        assert "answers no earlier tool_use block" in caught.value.body["error"]["message"]  # type: ignore[index]
+        assert "answers no tool_use block of the message before" in caught.value.body["error"]["message"]  # type: ignore[index]
+        with pytest.raises(anthropic.BadRequestError) as unanswered:  # a call left without its result
+            messages.create(model="specem", max_tokens=120, messages=[*follow[:2], {"role": "user", "content": "And?"}])
+        assert "tool_use ids were found without tool_result blocks" in unanswered.value.body["error"]["message"]  # type: ignore[index]
+        assert messages.create(
+            model="specem", max_tokens=120, messages=follow, tools=tools
+        ).content  # the next is answered
     server.ensemble.close()
 
 
