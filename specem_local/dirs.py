@@ -6,11 +6,14 @@ from a developer's own files.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
@@ -167,3 +170,43 @@ def read_text(path: Path, what: str, *, pipes: bool = False) -> str:
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise SpecemError(f"{what} {path}:{line}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, what: str, wait: float) -> Iterator[None]:
+    """Held while this process changes ``what``, so that another specem changing it at the same
+    time waits (up to ``wait`` seconds) instead of writing over it: an exclusive lock on the
+    file ``path`` (made if need be, and left in place), released when the block ends, or by the
+    system if the process dies."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise SpecemError(f"cannot open {path}: {error.strerror or error}") from None
+    try:
+        deadline = time.monotonic() + wait
+        while not _locked(descriptor):
+            if time.monotonic() >= deadline:
+                raise SpecemError(f"another specem is changing {what} (it holds {path}); try again when it is done")
+            time.sleep(0.05)
+        yield
+    finally:
+        os.close(descriptor)  # the lock goes with the descriptor
+
+
+def _locked(descriptor: int) -> bool:
+    """Whether this process now holds the lock on ``descriptor`` (never waits)."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)  # released when the file is closed
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -6,13 +6,15 @@ above each entry with it, and the result must load before it replaces the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-from specem_local.dirs import not_a_file, read_text, replace_file, user_config_path
+from specem_local.dirs import file_lock, not_a_file, read_text, replace_file, user_config_path
 from specem_local.errors import SpecemError
 from specem_local.models.config import SOURCE_KEYS, bundled_config_text, find_config_path, parse_config
 from specem_local.models.gguf import read_model_header
@@ -24,6 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+EDIT_WAIT = 10.0  # seconds an edit waits for another specem editing the same file
 SOURCE_FORMS = "ollama:NAME, lmstudio:PUBLISHER/REPO/FILE.gguf, hf:OWNER/REPO/FILE.gguf, demo:NAME or a path"
 
 
@@ -84,6 +87,11 @@ def free_name(path: Path, wanted: str) -> str:
 def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     """Append a ``[[models]]`` entry to ``path`` (created from the built-in models.toml if it is
     not there). Returns whether the file was created."""
+    with _editing(path):
+        return _add_model(path, name, entry)
+
+
+def _add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     import tomlkit
 
     created = not os.path.lexists(path)
@@ -109,17 +117,22 @@ def add_model(path: Path, name: str, entry: dict[str, str]) -> bool:
     models.append(table)
     new_text = tomlkit.dumps(document)
     parse_config(new_text, str(path), path.parent)  # a broken entry never lands in the file
-    _write(path, new_text)
+    replace_file(path, new_text)  # whole or not at all
     return created
 
 
-def _write(path: Path, text: str) -> None:
-    """``text`` as the new models.toml, its folder made if need be (written whole or not at all)."""
+@contextlib.contextmanager
+def _editing(path: Path) -> Iterator[None]:
+    """Held from reading ``path`` to writing it back, so that two specem processes editing it
+    at once (``models add`` in a loop of a script, in two terminals) do not lose an edit: the
+    second reads the file the first wrote. The lock is a hidden file beside it; its folder is
+    made if need be."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecemError(f"cannot create {path.parent}: {error.strerror or error}") from None
-    replace_file(path, text)
+    with file_lock(path.with_name(f".{path.name}.lock"), str(path), EDIT_WAIT):
+        yield
 
 
 MODELS_HEADER = re.compile(r"\s*\[\[\s*models\s*\]\]\s*(#.*)?$")
@@ -130,6 +143,11 @@ def remove_model(path: Path, name: str) -> tuple[bool, dict[str, str]]:
     """Take the ``[[models]]`` entry ``name`` out of ``path`` (created from the built-in
     models.toml if it is not there), with the comment lines just above it; the rest of the file
     as it was. Returns whether the file was created, and the entry's source keys."""
+    with _editing(path):
+        return _remove_model(path, name)
+
+
+def _remove_model(path: Path, name: str) -> tuple[bool, dict[str, str]]:
     import tomlkit
 
     created = not os.path.lexists(path)
@@ -150,7 +168,7 @@ def remove_model(path: Path, name: str) -> tuple[bool, dict[str, str]]:
         parse_config(new_text, str(path), path.parent)
     except SpecemError as error:
         raise SpecemError(f"{error} (not removed)") from None
-    _write(path, new_text)
+    replace_file(path, new_text)  # whole or not at all
     keys = dict.fromkeys(key for kind in SOURCE_KEYS.values() for key in kind)
     return created, {key: str(removed[key]) for key in keys if key in removed}
 
