@@ -55,12 +55,12 @@ def test_an_edit_that_waits_too_long_says_so_and_leaves_the_file(tmp_path, monke
     config = tmp_path / "models.toml"
     config.write_text(START)
     monkeypatch.setattr(models_file, "EDIT_WAIT", 0.3)
-    with file_lock(tmp_path / ".models.toml.lock", "models.toml", 1.0):
-        with pytest.raises(SpecemError) as caught:
-            if edit == "add":
-                add_model(config, "second", {"path": "/models/second.gguf"})
-            else:
-                remove_model(config, "first")
+    held = file_lock(tmp_path / ".models.toml.lock", "models.toml", 1.0)
+    with held, pytest.raises(SpecemError) as caught:
+        if edit == "add":
+            add_model(config, "second", {"path": "/models/second.gguf"})
+        else:
+            remove_model(config, "first")
     assert str(caught.value) == (f"another specem is changing {config} (it holds {tmp_path / '.models.toml.lock'}); "
                                  "try again when it is done")  # fmt: skip
     assert config.read_text() == START
@@ -69,6 +69,6 @@ def test_an_edit_that_waits_too_long_says_so_and_leaves_the_file(tmp_path, monke
 
 
 def test_a_lock_that_cannot_be_made_is_a_line(tmp_path):
-    with pytest.raises(SpecemError, match=r"^cannot open .*missing.*: No such file or directory$"):
-        with file_lock(tmp_path / "missing" / "x.lock", "x", 0.1):
-            pass
+    missing = r"^cannot open .*missing.*: No such file or directory$"
+    with pytest.raises(SpecemError, match=missing), file_lock(tmp_path / "missing" / "x.lock", "x", 0.1):
+        pass
