@@ -59,7 +59,7 @@ for module in "$@"; do
     server/openai_format.py|server/ollama_format.py)
       selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_task_routes.py"]' ;;
     server/kept.py)
-      selection='["tests/server/test_kept_routes.py", "tests/server/test_responses_routes.py", "tests/server/test_doors_mended.py", "tests/server/test_mcp_routes.py"]' ;;
+      selection='["tests/server/test_kept_routes.py", "tests/storage/test_kept_responses.py", "tests/server/test_responses_routes.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/errors.py|server/app.py)
@@ -75,10 +75,10 @@ for module in "$@"; do
     engine/learned.py)
       selection='["tests/engine/test_evidence.py", "tests/engine/test_calibrate_hostile.py", "tests/engine/test_carried_weights.py", "tests/engine/test_option_answers.py"]' ;;
     labelled/tasks.py|dirs.py)
-      selection='["tests/engine/test_calibrate_hostile.py", "tests/unit", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/models/test_config.py", "tests/doors/test_files_we_read.py", "tests/research/test_bfcl.py"]' ;;
+      selection='["tests/engine/test_calibrate_hostile.py", "tests/unit", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/models/test_config.py", "tests/doors/test_files_we_read.py", "tests/research/test_bfcl.py", "tests/models/test_models_lock.py"]' ;;
     engine/evidence.py)
       selection='["tests/engine/test_evidence.py", "tests/research/test_confidence_report.py", "tests/server/test_confidence_routes.py", "tests/engine/test_checks_hostile.py", "tests/server/test_logprobs_hostile.py", "tests/storage/test_history_hostile.py"]' ;;
-    server/responses_format.py|server/responses_output.py|server/mcp_rounds.py)
+    server/responses_format.py|server/responses_mcp.py|server/responses_output.py|server/mcp_rounds.py)
       selection='["tests/server/test_responses_output.py", "tests/server/test_responses_format.py", "tests/server/test_responses_routes.py", "tests/server/test_mcp_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_agents_sdk.py", "tests/server/test_doors_mended.py", "tests/server/test_task_routes.py"]' ;;
     server/anthropic_format.py|server/anthropic_output.py)
       selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_doors_mended.py", "tests/server/test_task_routes.py"]' ;;

@@ -32,6 +32,7 @@ from specem_local.server import responses_output as ro
 from specem_local.server.answers import AnswerQueue
 from specem_local.server.errors import http_error
 from specem_local.server.replies import Whole, whole_reply
+from specem_local.server.responses_mcp import McpServer
 
 CHAIN_LIMIT = 8  # rounds of MCP results; the answer after the last is a message
 CUT = ("length", "context", "cancelled")  # an answer that ended so: its calls are not run
@@ -39,7 +40,7 @@ CUT = ("length", "context", "cancelled")  # an answer that ended so: its calls a
 Collected = Callable[[HttpRequest, AsyncIterator[Event], AnswerStream], Awaitable[Whole | Response]]
 
 
-def servers_of(tools: McpTools) -> tuple[rf.McpServer, ...]:
+def servers_of(tools: McpTools) -> tuple[McpServer, ...]:
     """The MCP servers a request may opt in to: each server of the config, in its order, with the
     tools it listed, or the line that says why it did not start."""
     servers = []
@@ -47,7 +48,7 @@ def servers_of(tools: McpTools) -> tuple[rf.McpServer, ...]:
         listed = tuple(tool for tool in tools.tools if tool.server == config.name)
         said = f"the MCP server {config.name!r} "
         problem = None if listed else next((line for line in tools.problems if line.startswith(said)), None)
-        servers.append(rf.McpServer(config.name, listed, problem))
+        servers.append(McpServer(config.name, listed, problem))
     return tuple(servers)
 
 

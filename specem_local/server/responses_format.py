@@ -9,9 +9,7 @@ What the ensemble cannot do (built-in tools such as web search, images, backgrou
 a 400 naming the field.
 
 MCP tools (``{"type": "mcp", "server_label": NAME}``) opt in to the tools of a server started
-with ``specem serve --mcp``: this module checks them against the servers offered (``McpServer``)
-(``responses_output.py`` writes their ``mcp_list_tools`` and ``mcp_call`` items; ``mcp_rounds.py``
-runs the loop).
+with ``specem serve --mcp``: ``responses_mcp.py`` checks them against the servers offered.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ from specem_local.mcp import Offered
 from specem_local.server.errors import ApiError
 from specem_local.server.openai_format import MODEL_ID, message_text, reasoning
 from specem_local.server.replies import member_named, specem_settings
+from specem_local.server.responses_mcp import McpServer, item_text, mcp_call_messages, mcp_choice, mcp_names, mcp_tool
 
 REFUSED = {
     "background": "background responses",
@@ -37,17 +36,6 @@ REFUSED = {
 }
 LOGPROBS = "message.output_text.logprobs"  # an ``include`` asking for token log-probabilities
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-MCP_ITEMS = ("mcp_list_tools", "mcp_call")
-
-
-@dataclass(frozen=True)
-class McpServer:
-    """An MCP server of ``specem serve --mcp``: its label (its name in the config), its tools as
-    the models are offered them, and why it has none when it did not start (``error``)."""
-
-    label: str
-    tools: tuple[Offered, ...] = ()
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,11 +194,6 @@ def input_items(value: Any) -> list[dict[str, Any]]:
     return [dict(item) for item in value]
 
 
-def mcp_names(servers: Sequence[McpServer]) -> dict[tuple[str, str], str]:
-    """(server label, the server's own tool name) -> the name the models call it by."""
-    return {(server.label, tool.tool): tool.name for server in servers for tool in server.tools}
-
-
 def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
     """Items as the ensemble's messages: messages by role, ``function_call`` items as an
     assistant's tool calls, ``function_call_output`` items as tool results, an ``mcp_call`` item
@@ -224,7 +207,7 @@ def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] |
         if kind != "mcp_call":
             mcp_turn = None
         if kind == "mcp_call":
-            mcp_turn = _mcp_call_messages(item, where, names or {}, messages, mcp_turn)
+            mcp_turn = mcp_call_messages(item, where, names or {}, messages, mcp_turn)
         elif kind == "message":
             given = item.get("role")
             role = ROLES.get(given) if isinstance(given, str) else None
@@ -233,9 +216,9 @@ def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] |
             messages.append({"role": role, "content": _content(item.get("content"), f"{where}.content")})
         elif kind == "function_call":
             call = {
-                "id": _text(item, "call_id", where),
+                "id": item_text(item, "call_id", where),
                 "type": "function",
-                "function": {"name": _text(item, "name", where), "arguments": _text(item, "arguments", where)},
+                "function": {"name": item_text(item, "name", where), "arguments": item_text(item, "arguments", where)},
             }
             if messages and messages[-1]["role"] == "assistant" and messages[-1].get("tool_calls"):
                 messages[-1]["tool_calls"].append(call)
@@ -243,63 +226,12 @@ def messages_of(items: list[dict[str, Any]], names: dict[tuple[str, str], str] |
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             text = _output_text(item.get("output"), f"{where}.output")
-            messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", where), "content": text})
+            messages.append({"role": "tool", "tool_call_id": item_text(item, "call_id", where), "content": text})
         elif kind not in ("reasoning", "mcp_list_tools"):
             raise ApiError(
                 400, f"{where}.type {str(kind)[:40]!r} is not supported by the specem ensemble", f"{where}.type"
             )
     return messages
-
-
-def _mcp_call_messages(
-    item: dict[str, Any],
-    where: str,
-    names: dict[tuple[str, str], str],
-    messages: list[dict[str, Any]],
-    turn: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """An ``mcp_call`` item (the server ran it) as an assistant's call, added to ``turn`` (the
-    assistant message of the calls just before it, if any), and its result; the turn it is in."""
-    label, name = _text(item, "server_label", where), _text(item, "name", where)
-    call = {
-        "id": _text(item, "id", where),
-        "type": "function",
-        "function": {"name": names.get((label, name), name), "arguments": _text(item, "arguments", where)},
-    }
-    if turn is None:
-        turn = {"role": "assistant", "content": None, "tool_calls": []}
-        messages.append(turn)
-    turn["tool_calls"].append(call)
-    output, error = item.get("output"), item.get("error")
-    if isinstance(output, str):
-        result = output
-    elif error is not None:
-        said = error if isinstance(error, str) else _error_text(error)
-        result = said if said.startswith("error: ") else f"error: {said}"
-    else:
-        result = "error: the call was not run"
-    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-    return turn
-
-
-def _error_text(error: Any) -> str:
-    """A failed ``mcp_call``'s ``error`` sent back: its ``message`` (a protocol or HTTP error),
-    or its text content (a tool's own error), else its JSON."""
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
-    content = error.get("content") if isinstance(error, dict) else None
-    parts = content if isinstance(content, list) else []
-    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
-    if texts and len(texts) == len(parts):
-        return "\n".join(texts)
-    return json.dumps(error, ensure_ascii=False)
-
-
-def _text(item: dict[str, Any], name: str, where: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str):
-        raise ApiError(400, f"{where}.{name} must be text", f"{where}.{name}")
-    return value
 
 
 def _content(content: Any, where: str) -> str:
@@ -385,7 +317,7 @@ def _tools(
             )
         assert isinstance(tool, dict)
         if kind == "mcp":
-            mcp.append(_mcp_tool(tool, f"tools[{index}]", servers, mcp))
+            mcp.append(mcp_tool(tool, f"tools[{index}]", servers, mcp))
             continue
         if not isinstance(tool.get("name"), str):
             raise ApiError(400, f"tools[{index}].name must be the function's name, a string", f"tools[{index}].name")
@@ -407,71 +339,13 @@ def _tools(
     return FormatAsk(tools=specs, tool_choice=choice, parallel_tool_calls=parallel), True, tuple(mcp)
 
 
-def _mcp_tool(
-    tool: dict[str, Any], where: str, servers: Sequence[McpServer] | None, chosen: list[McpServer]
-) -> McpServer:
-    """An MCP tool: the server of ``--mcp`` it names (``server_label``), with the tools it
-    allows (``allowed_tools``: the server's tool names, or ``{"tool_names": [...]}``). A remote
-    server, an approval asked for or a server not offered is a 400 naming the field."""
-    labels = ", ".join(repr(server.label) for server in servers or ())
-    offered = (
-        "this server was started without --mcp, so it offers no MCP servers (start it with specem serve --mcp CONFIG)"
-        if servers is None
-        else f"this server offers the MCP servers {labels} (specem serve --mcp)"
-        if labels
-        else "this server's --mcp config names no MCP server"
-    )
-    for key in ("server_url", "connector_id", "tunnel_id"):
-        if tool.get(key) is not None:
-            raise ApiError(400, f"{where}.{key}: remote MCP servers are not reached by specem; {offered}",
-                           f"{where}.{key}")  # fmt: skip
-    label = tool.get("server_label")
-    if not isinstance(label, str) or not label:
-        raise ApiError(400, f"{where}.server_label must name an MCP server; {offered}", f"{where}.server_label")
-    server = next((server for server in servers or () if server.label == label), None)
-    if server is None:
-        raise ApiError(400, f"{where}.server_label: no MCP server {label[:60]!r} here; {offered}",
-                       f"{where}.server_label")  # fmt: skip
-    if any(other.label == label for other in chosen):
-        raise ApiError(400, f"{where}.server_label: the MCP server {label!r} is given twice", f"{where}.server_label")
-    if tool.get("require_approval") not in (None, "never"):
-        raise ApiError(400, f'{where}.require_approval: approvals are not asked here (give "never" or leave it '
-                            "out): whoever started this server approved the tools of its --mcp servers",
-                       f"{where}.require_approval")  # fmt: skip
-    allowed = tool.get("allowed_tools")
-    if allowed is None:
-        return server
-    names = allowed.get("tool_names") if isinstance(allowed, dict) else allowed
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ApiError(400, f'{where}.allowed_tools must be a list of tool names, or {{"tool_names": [...]}}',
-                       f"{where}.allowed_tools")  # fmt: skip
-    known = {tool.tool for tool in server.tools} | {tool.name for tool in server.tools}
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        listed = ", ".join(repr(tool.tool) for tool in server.tools) or "none"
-        raise ApiError(400, f"{where}.allowed_tools: the MCP server {label!r} has no tool {unknown[0][:60]!r}; "
-                            f"its tools: {listed}"[:600], f"{where}.allowed_tools")  # fmt: skip
-    kept = tuple(tool for tool in server.tools if tool.tool in names or tool.name in names)
-    return dataclasses.replace(server, tools=kept)
-
-
 def _tool_choice(choice: Any, mcp: list[McpServer]) -> Any:
     """``tool_choice`` as the engine takes it: a function named, or an MCP server's tool
-    (``{"type": "mcp", "server_label", "name"}``) as the name the models call; an MCP server
-    without a tool named: a call required."""
+    (``{"type": "mcp", "server_label", "name"}``, ``mcp_choice``)."""
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") == "mcp":
-        server = next((server for server in mcp if server.label == choice.get("server_label")), None)
-        if server is None:
-            raise ApiError(400, "tool_choice names an MCP server not among the tools", "tool_choice")
-        if choice.get("name") is None:
-            return "required"
-        tool = next((t for t in server.tools if choice.get("name") in (t.tool, t.name)), None)
-        if tool is None:
-            raise ApiError(400, f"tool_choice: the MCP server {server.label!r} offers no tool "
-                                f"{str(choice.get('name'))[:60]!r}", "tool_choice")  # fmt: skip
-        return {"type": "function", "function": {"name": tool.name}}
+        return mcp_choice(choice, mcp)
     if choice.get("type") == "allowed_tools":
         raise ApiError(400, "tool_choice of type 'allowed_tools' is not served: offer only those tools in tools, "
                        'and give its mode ("auto" or "required") as tool_choice', "tool_choice")  # fmt: skip

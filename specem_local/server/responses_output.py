@@ -16,7 +16,8 @@ from specem_local.engine import ToolCall
 from specem_local.events import FinalEvent, StartEvent
 from specem_local.mcp import Offered
 from specem_local.server.replies import Piece, Whole, answer_facts, prompt_tokens, whole_reply
-from specem_local.server.responses_format import MCP_ITEMS, Request
+from specem_local.server.responses_format import Request
+from specem_local.server.responses_mcp import MCP_ITEMS
 
 
 def _call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 from specem_local.mcp import Offered
 from specem_local.server import responses_format as rf
 from specem_local.server.errors import ApiError
+from specem_local.server.responses_mcp import McpServer
 
 CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
 
@@ -36,7 +37,7 @@ def test_a_message_whose_role_is_not_one_of_the_four_is_a_400_naming_it(role):
 
 def test_tool_choice_names_a_function_or_an_mcp_servers_tool_or_requires_a_call():
     weather = Offered("weather__now", "weather", "now", {"type": "function", "function": {"name": "weather__now"}})
-    servers = [rf.McpServer("weather", (weather,))]
+    servers = [McpServer("weather", (weather,))]
     assert rf._tool_choice({"type": "function", "name": "f"}, servers) == {
         "type": "function",
         "function": {"name": "f"},
@@ -63,7 +64,7 @@ def test_tool_choice_names_a_function_or_an_mcp_servers_tool_or_requires_a_call(
 def test_a_remote_mcp_server_is_a_400_naming_the_field(key):
     body = {"tools": [{"type": "mcp", "server_label": "weather", key: "https://example.com"}]}
     with pytest.raises(ApiError) as caught:
-        rf._tools(body, None, [rf.McpServer("weather")])
+        rf._tools(body, None, [McpServer("weather")])
     assert caught.value.param == f"tools[0].{key}" and "remote MCP servers" in caught.value.message
 
 

@@ -18,17 +18,18 @@ from specem_local.mcp import Offered
 from specem_local.server import responses_format as rf
 from specem_local.server import responses_output as ro
 from specem_local.server.replies import Piece, Whole
+from specem_local.server.responses_mcp import McpServer
 from tests.server.test_replies import final_of, round_of
 
 START = StartEvent(("a", "b"), ("a", "b"), {"a": 0.5, "b": 0.5}, {"a": 12, "b": 15}, False)
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 NOW = Offered("weather__now", "weather", "now", {"type": "function", "function": {"name": "weather__now",
               "description": "The time there", "parameters": {"type": "object"}}})  # fmt: skip
-SERVER = rf.McpServer("weather", (NOW,))
+SERVER = McpServer("weather", (NOW,))
 
 
 def request(**fields: Any) -> rf.Request:
-    servers = [SERVER, rf.McpServer("broken", (), "the MCP server 'broken' did not start: no such command")]
+    servers = [SERVER, McpServer("broken", (), "the MCP server 'broken' did not start: no such command")]
     return rf.parse_request({"model": "specem", "input": "Weather in Zürich?", **fields}, servers=servers)
 
 
@@ -100,7 +101,7 @@ def test_each_mcp_server_opted_in_is_listed_with_its_tools_or_why_it_has_none():
          "error": "the MCP server 'broken' did not start: no such command"},
     ]  # fmt: skip
     bare = Offered("x__y", "x", "y", {"type": "function", "function": {"name": "x__y", "description": ""}})
-    quiet = dataclasses.replace(mcp_request(), mcp=(rf.McpServer("x", (bare,)),))
+    quiet = dataclasses.replace(mcp_request(), mcp=(McpServer("x", (bare,)),))
     assert ro.mcp_list_items(quiet)[0]["tools"] == [
         {"name": "y", "description": None, "input_schema": None, "annotations": None}
     ]
