@@ -59,7 +59,7 @@ for module in "$@"; do
     server/openai_format.py|server/ollama_format.py)
       selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_task_routes.py"]' ;;
     server/kept.py)
-      selection='["tests/server/test_kept_routes.py", "tests/storage/test_kept_responses.py", "tests/server/test_responses_routes.py"]' ;;
+      selection='["tests/server/test_kept.py", "tests/server/test_kept_routes.py", "tests/storage/test_kept_responses.py", "tests/server/test_responses_routes.py"]' ;;
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/errors.py|server/app.py)

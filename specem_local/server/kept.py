@@ -118,7 +118,7 @@ class KeptResponses:
 
 def with_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``items``, each with an id: its own, or a new one of its type's prefix."""
-    return [item if item.get("id") else {"id": _new_id(item.get("type", "message")), **item} for item in items]
+    return [item if item.get("id") else {**item, "id": _new_id(item.get("type", "message"))} for item in items]
 
 
 def _new_id(kind: Any) -> str:

@@ -136,3 +136,31 @@ def test_a_web_page_elsewhere_cannot_delete_and_one_allowed_may(base):
     asked = httpx.options(where, headers={"Origin": base, "Access-Control-Request-Method": "DELETE"})
     assert "DELETE" in asked.headers["access-control-allow-methods"].split(", ")
     assert httpx.delete(where, headers={"Origin": base}).json()["deleted"] is True
+
+
+def test_other_methods_are_405s_and_stream_false_is_the_response(base):
+    import httpx
+
+    client = client_of(base)
+    made = client.responses.create(model="specem", input="Capital of France?")
+    where = f"{base}/v1/responses/{made.id}"
+    assert httpx.post(where, json={}).status_code == 405
+    assert httpx.delete(f"{where}/input_items").status_code == 405
+    assert httpx.put(where, json={}).status_code == 405
+    for said in ("false", "0", "False"):
+        assert httpx.get(where, params={"stream": said}).json()["id"] == made.id
+    assert httpx.delete(f"{base}/v1/responses/{'x' * 300}").status_code == 404
+    assert client.responses.retrieve(made.id).id == made.id  # nothing else was deleted
+
+
+def test_an_assistant_message_sent_as_text_is_listed_as_output_text(base):
+    client = client_of(base)
+    asked = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": "Capital of France?"}]  # fmt: skip
+    made = client.responses.create(model="specem", input=asked)  # type: ignore[arg-type]
+    said = client.responses.input_items.list(made.id, order="asc").data
+    assert [(item.role, item.content[0].type) for item in said] == [  # type: ignore[union-attr]
+        ("user", "input_text"),
+        ("assistant", "output_text"),
+        ("user", "input_text"),
+    ]
