@@ -237,6 +237,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in args.member or []:
         if name not in names:
             raise SpecemError(f"--member {name}: not a model of this ensemble ({', '.join(names)})")
+    predictions = predictions_from(args.prediction_from) if args.prediction_from else {}
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         raise SpecemError(f"--output {output}: not a folder; eval writes items.jsonl and report.json into a folder")
@@ -247,7 +248,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise SpecemError(f"{items_path}: no answers to report; run specem eval without --report-only first")
     else:
         output.mkdir(parents=True, exist_ok=True)
-        run_systems(args, config, base, variants, tasks, done, items_path)
+        run_systems(args, config, base, variants, tasks, done, items_path, predictions)
     records = [done[task.id] for task in tasks if task.id in done]
     report_path = output / "report.json"
     earlier = read_report(report_path)
@@ -265,6 +266,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def predictions_from(said: str) -> dict[str, str]:
+    """``DIR:SYSTEM``: each item's answer by SYSTEM in DIR's items.jsonl, as its prediction (the
+    trio's answers, read ahead by the 1.5B that answers in their place: issue 55's escalation)."""
+    folder, _, system = said.rpartition(":")
+    records = read_records(Path(folder) / "items.jsonl") if folder else {}
+    found = {key: record["systems"][system]["text"] for key, record in records.items() if system in record["systems"]}
+    if not found:
+        raise SpecemError(f"--prediction-from {said}: no answers of {system!r} in {folder or '?'}/items.jsonl; "
+                          "give DIR:SYSTEM, an eval folder and one of its systems")  # fmt: skip
+    return found
+
+
+def _predicted(final: Any) -> dict[str, int]:
+    return {"predicted_tokens": final.predicted_tokens, "unpredicted_tokens": final.unpredicted_tokens}
+
+
 def _reasoning(final: Any) -> dict[str, Any]:
     """What an answer thought before its format (think first), when it did."""
     if not final.reasoning and final.switched is None:
@@ -280,11 +297,13 @@ def run_systems(
     tasks: list[Task],
     done: dict[str, dict[str, Any]],
     items_path: Path,
+    predictions: dict[str, str],
 ) -> None:
     """Answer every task with every system not yet in ``done`` (updated in place), appending
     each finished item to ``items.jsonl``. Each ensemble system keeps its weights in its own
     store in the output folder (``weights/<system>.db``), never the user's nor another
-    system's: a copy of ``--weights`` (a calibration), or empty (the prior)."""
+    system's: a copy of ``--weights`` (a calibration), or empty (the prior). ``predictions``:
+    an item's predicted output, by its id (``--prediction-from``)."""
     from tqdm import tqdm
 
     from specem_local.engine import Ensemble
@@ -316,7 +335,10 @@ def run_systems(
                         shutil.copy(args.weights, store)
                     ensemble.weight_store = WeightStore(store)
                     started = time.perf_counter()
-                    events = list(ensemble.stream(task.prompt, models=models, **{**base, **overrides, **task.options}))
+                    asked = {**base, **overrides, **task.options}
+                    if task.id in predictions:
+                        asked["prediction"] = predictions[task.id]
+                    events = list(ensemble.stream(task.prompt, models=models, **asked))
                     start, final = events[0], events[-1]
                     extracted, correct = task.grade(final.text, final.finish_reason, structured="schema" in base)
                     record["systems"][system] = {
@@ -335,6 +357,7 @@ def run_systems(
                         "confident_rounds": final.confident_rounds,
                         "drafted_tokens": final.drafted_tokens,
                         "contrast_changed": final.contrast_changed,
+                        **(_predicted(final) if task.id in predictions else {}),
                         "confidence": final.confidence,
                         "evidence": final.evidence,
                         **_reasoning(final),
@@ -398,6 +421,11 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="answer nothing: rewrite report.json from the answers already in items.jsonl",
     )
     parser.add_argument("--members-only", action="store_true", help="skip the default ensemble")
+    parser.add_argument(
+        "--prediction-from",
+        metavar="DIR:SYSTEM",
+        help="each item's predicted output (read ahead, the same answer faster): SYSTEM's answer in DIR/items.jsonl",
+    )
     parser.add_argument(
         "--schema", metavar="FILE", help="every system answers as JSON matching this schema, graded by its answer field"
     )

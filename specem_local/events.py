@@ -147,6 +147,8 @@ class FinalEvent(_Record):
     escalated: str = ""  # the reserve member that answered instead, the ensemble being unsure (``escalate_below``)
     ensemble_text: str = ""  # when escalated: the ensemble's own answer, kept
     stop_sequence: str = ""  # the stop string that ended the answer (finish "stop"; cut before it)
+    predicted_tokens: int = 0  # with a prediction: its tokens drafted as predicted (no decode of their own)
+    unpredicted_tokens: int = 0  # with a prediction: its tokens read ahead and not drafted (decoded for nothing)
     type: str = "final"
     # A constrained answer as a program reads it (the JSON value, a pydantic instance): not kept
     # in records, where ``text`` is.

@@ -54,19 +54,21 @@ class Ask:
     """One answer as asked: ``prompt`` (text or a conversation), ``settings`` (``[ensemble]``
     settings for this answer), ``output`` (the format as asked, or already compiled), ``think``
     (thinking before a format: None for the setting, True / False, a level or a number of
-    tokens: ``thinking.plan``), ``models`` (the members that take part; None: all)."""
+    tokens: ``thinking.plan``), ``models`` (the members that take part; None: all), ``prediction``
+    (what the answer is expected to repeat, OpenAI's predicted outputs)."""
 
     prompt: Prompt
     settings: Mapping[str, Any] = field(default_factory=dict)
     output: FormatAsk | OutputFormat | None = None
     think: Any = None
     models: tuple[str, ...] | None = None
+    prediction: str = ""  # text the answer is expected to repeat: drafted faster, the same text (prediction.py)
 
     def compiled_format(self) -> OutputFormat | None:
         return self.output.compiled() if isinstance(self.output, FormatAsk) else self.output
 
 
-ASK_KEYS = (*FORMAT_KEYS, "output_format", "think", "models")  # an ask's keywords besides the settings
+ASK_KEYS = (*FORMAT_KEYS, "output_format", "think", "models", "prediction")  # an ask's keywords besides the settings
 SETTING_NAMES = frozenset(item.name for item in describe(EnsembleSettings)) | frozenset(
     item.name
     for item in describe(LoadSettings)  # said by prepare: read when the models load
@@ -76,7 +78,8 @@ SETTING_NAMES = frozenset(item.name for item in describe(EnsembleSettings)) | fr
 def ask_from(prompt: Prompt, options: Mapping[str, Any]) -> Ask:
     """The Python API's keywords (``ensemble.stream(prompt, schema=..., max_tokens=...)``) and a
     batch line's keys as an ``Ask``: the format's keys (or ``output_format``, one compiled
-    already), ``think``, ``models``; every other key is a setting (``prepare`` checks it)."""
+    already), ``think``, ``models``, ``prediction``; every other key is a setting (``prepare``
+    checks it)."""
     formats = {key: value for key, value in options.items() if key in FORMAT_KEYS}
     compiled = options.get("output_format")
     if formats and compiled is not None:
@@ -93,7 +96,14 @@ def ask_from(prompt: Prompt, options: Mapping[str, Any]) -> Ask:
         if key not in SETTING_NAMES:
             known = sorted([*ASK_KEYS, *SETTING_NAMES])
             raise SettingError(str(unknown_key_error(key, known, "", "keyword")), key)
-    return Ask(prompt, settings, output, options.get("think"), _models(options.get("models")))
+    prediction = options.get("prediction", "")
+    return Ask(prompt, settings, output, options.get("think"), _models(options.get("models")), _prediction(prediction))
+
+
+def _prediction(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise SettingError("prediction must be text: what the answer is expected to repeat", "prediction")
 
 
 def _models(value: Any) -> tuple[str, ...] | None:

@@ -26,7 +26,8 @@ SEEDS = 1 << 64  # a sample's seed wraps round within the seed setting's range
 
 def check_requests(request: AnswerRequest, members: list[Member], final: FinalEvent) -> list[AnswerRequest]:
     """The answers that check ``final``: one request each, of one member alone (plain generation
-    from the prompt it already has); none when the answer is not to be checked."""
+    from the prompt it already has, ``final`` its prediction: faster where it agrees, the same
+    answer); none when the answer is not to be checked."""
     settings = request.settings
     if settings.confidence_check == "none" or final.finish_reason not in CHECKED or request.think.budget:
         return []
@@ -43,7 +44,7 @@ def check_requests(request: AnswerRequest, members: list[Member], final: FinalEv
         dataclasses.replace(
             request, members=(member,), settings=dataclasses.replace(chosen_settings, confidence_check="none"),
             prompts={member.name: request.prompts[member.name]}, think=ThinkPlan(0),
-            start=StartingWeights(np.ones(1)),
+            start=StartingWeights(np.ones(1)), prediction=final.text,
         )
         for member, chosen_settings in chosen
     ]  # fmt: skip
@@ -68,7 +69,9 @@ def with_check(final: FinalEvent, checks: list[FinalEvent], request: AnswerReque
 def escalation_request(request: AnswerRequest, reserve: Member, final: FinalEvent) -> AnswerRequest | None:
     """The reserve member's request, when ``final`` is less sure than ``escalate_below`` (and
     came to an end or a limit); it answers alone, as a member of its own (its role is only to
-    stand by), from the conversation as asked, in the answer's format."""
+    stand by), from the conversation as asked, in the answer's format, with the ensemble's
+    answer as its prediction (``prediction.py``: where it would write the same, it drafts it
+    faster; its answer is the one it would give without)."""
     settings = request.settings
     if final.confidence is None or final.confidence >= settings.escalate_below or final.finish_reason not in CHECKED:
         return None
@@ -81,7 +84,7 @@ def escalation_request(request: AnswerRequest, reserve: Member, final: FinalEven
     own = confidence_calibrator([member], "none")  # the reserve alone, not the ensemble it stands by
     return dataclasses.replace(request, members=(member,), settings=quiet, prompts={member.name: tokens},
                                think=ThinkPlan(0), start=StartingWeights(np.ones(1)), reserve=None,
-                               messages=tuple(messages), calibrator=own)  # fmt: skip
+                               messages=tuple(messages), calibrator=own, prediction=final.text)  # fmt: skip
 
 
 def escalated(final: FinalEvent, answer: FinalEvent, reserve: str) -> FinalEvent:

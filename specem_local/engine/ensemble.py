@@ -257,6 +257,7 @@ class Ensemble:
             calibrator=confidence_calibrator(members, settings.confidence_check),
             reserve=self.reserve[0] if self.reserve and settings.escalate_below > 0 and among is None else None,
             options=option_plan(among, members, asked, settings, prompts) if among is not None else None,
+            prediction=ask.prediction,
         )
 
     def stream(self, prompt: Ask | Prompt | AnswerRequest, **options: Any) -> AnswerStream:

@@ -55,6 +55,7 @@ class AnswerRequest:
     calibrator: Calibrator | None = None  # how sure the answer is, from its evidence (evidence.py)
     reserve: Member | None = None  # who answers instead when the answer is unsure (escalate_below)
     options: Any = None  # an answer among options: its ``option_answers.OptionPlan`` (scored, not drafted)
+    prediction: str = ""  # what the answer is expected to repeat: drafted faster, the same text (prediction.py)
 
 
 def conversation(prompt: Prompt, settings: EnsembleSettings, output_format: OutputFormat | None) -> list[Message]:

@@ -27,6 +27,7 @@ from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Draft, Member, Scored
 from specem_local.engine.option_answers import option_vote, scored_here, source_weights
 from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
+from specem_local.engine.prediction import ahead_tokens, predicted_rest
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
@@ -214,6 +215,8 @@ class RoundLoop:
             reasoning_tokens=written.reasoning_tokens if answering else written.tokens,
             switched=written.switched,
             stop_sequence=written.stop_sequence,
+            predicted_tokens=written.predicted,
+            unpredicted_tokens=written.read_ahead - written.predicted,
             **self._confidence(finish),
         )
 
@@ -297,10 +300,15 @@ class RoundLoop:
             return "context"
         budget = min(settings.segment_tokens, cap)
 
+        rest = predicted_rest(self.request.prediction, self.written.text) if isinstance(self.phase, Writing) else ""
+
         def draft(i: int, sampler: Sampler) -> Draft:
             if contrast is not None and i == contrast.expert:
                 return contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
-            return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos)
+            member = self.members[i]
+            predicted = ahead_tokens(member.model, rest) if rest else None
+            return member.draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos,
+                                predicted=predicted)  # fmt: skip
 
         drafted = self.drafting.draft_round(counts, self.weights, draft, self.run_each)
         return "cancelled" if self.cancel.is_set() else drafted
@@ -314,6 +322,8 @@ class RoundLoop:
             return None
         author, settings, written = drafted.author, self.settings, self.written
         written.drafted_tokens += sum(d.sampled for d in drafted.drafts.values())
+        written.predicted += sum(d.predicted[0] for d in drafted.drafts.values())
+        written.read_ahead += sum(d.predicted[1] for d in drafted.drafts.values())
         written.rounds += 1
         written.drafters += len(drafted.drafters)
         priority = self.weights[author]

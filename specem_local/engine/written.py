@@ -28,6 +28,8 @@ class Written:
     drafters: int = 0  # drafters summed over the rounds
     confident_rounds: int = 0  # rounds the vote gate took unvoted
     drafted_tokens: int = 0
+    predicted: int = 0  # a prediction's tokens drafted as predicted (prediction.py)
+    read_ahead: int = 0  # a prediction's tokens read ahead, those drafted included
     contrast_changed: int = 0
     reasoning: str = ""  # what was thought first, once the answer's phase began
     reasoning_tokens: int = 0

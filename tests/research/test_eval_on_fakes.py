@@ -61,3 +61,23 @@ def test_eval_one_call_answers_tool_items_with_one_call(members, tmp_path, capsy
     assert len(calls["plain"]["tool_calls"]) == 2 and report(plain)["ensemble"]["correct"] == 0  # two calls: wrong
     assert calls["one"]["tool_calls"] == [{"name": "area", "arguments": {"base": 10, "height": 5}}]
     assert report(one)["ensemble"]["correct"] == 1
+
+
+A, B = "qwen2.5-coder-0.5b", "gemma-3-270m"  # names of the demo config, which --member checks
+
+
+def test_eval_prediction_from_reads_each_items_answer_of_another_run_ahead(members, tmp_path, capsys):
+    members += [(A, "It is 42."), (B, "It is 42.")]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "1", "question": "Six times seven?", "answer": 42}\n'
+                     '{"id": "2", "question": "Six times six?", "answer": 36}\n')  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["eval", str(tasks), "--members-only", "--member", A, "--limit", "1", "--output", str(first)]) == 0
+    asked = ["eval", str(tasks), "--members-only", "--member", B, "--prediction-from", f"{first}:{A}"]
+    assert main([*asked, "--output", str(second)]) == 0
+    one, two = [json.loads(line)["systems"][B] for line in (second / "items.jsonl").read_text().splitlines()]
+    assert one["text"] == "It is 42." and one["predicted_tokens"] == len("It is 42.")  # a byte a token
+    assert "predicted_tokens" not in two  # no answer of A's for the second item: none read ahead
+    for wrong in (f"{first}:nobody", f"{tmp_path / 'none'}:{A}", A):
+        assert main(["eval", str(tasks), "--prediction-from", wrong, "--output", str(tmp_path / "x")]) == 1
+        assert "--prediction-from" in capsys.readouterr().err
