@@ -20,7 +20,8 @@ on one system's answers and writes it; ``report`` scores a system's answers on a
     python -m specem_research.confidence fit RUN [RUN ...] --system ensemble --name NAME [--l2 L2] --output FILE
     python -m specem_research.confidence report RUN --system ensemble [--calibrator FILE]
         [--witness MEMBER|RUN:MEMBER ...] [--samples RUN[:SYSTEM] ...] --output FILE
-    python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE] --output FILE
+    python -m specem_research.confidence escalation RUN --reserve RESERVE_RUN [--calibrator FILE]
+        [--reserve-system NAME] [--escalated-system NAME] --output FILE
     python -m specem_research.confidence penalty RUN [RUN ...] --output FILE   # the fit's L2 penalty, cross-validated
 """
 
@@ -280,10 +281,12 @@ def cmd_escalation(args: argparse.Namespace) -> None:
     probabilities = [calibrator.probability(a["evidence"]) if calibrator else a["confidence"] for a in answers]
     reserve_items = items(args.reserve)
     system = args.reserve_system or next(iter(reserve_items[0]["systems"]))
+    instead = args.escalated_system or system
     reserve = {r["id"]: r["systems"][system] for r in reserve_items if system in r["systems"]}
-    curve = escalation_curve(answers, probabilities, reserve)
-    alone = [reserve[a["id"]] for a in answers if a["id"] in reserve]
-    report = {"run": str(args.run), "reserve": str(args.reserve), "reserve_system": system,
+    escalated = {r["id"]: r["systems"][instead] for r in reserve_items if instead in r["systems"]}
+    curve = escalation_curve(answers, probabilities, escalated)
+    alone = [reserve[a["id"]] for a in answers if a["id"] in reserve and a["id"] in escalated]
+    report = {"run": str(args.run), "reserve": str(args.reserve), "reserve_system": system, "escalated_system": instead,
               "items": len(alone),
               "reserve_alone": {"accuracy": float(np.mean([r["correct"] for r in alone])),
                                 "seconds": float(np.sum([r["seconds"] for r in alone]))},
@@ -355,6 +358,11 @@ def main() -> None:
         if action == "escalation":
             sub.add_argument("--reserve", type=Path, required=True, help="the reserve member's run alone, same items")
             sub.add_argument("--reserve-system", help="the reserve's system in that run (default: its first)")
+            sub.add_argument(
+                "--escalated-system",
+                help="the system of the reserve's run that answers the unsure items (default: the reserve's; "
+                "prediction_cost.py's runs: the reserve reading the ensemble's answer ahead)",
+            )
         sub.set_defaults(handler=handler)
     args = parser.parse_args()
     args.handler(args)

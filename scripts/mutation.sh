@@ -57,7 +57,7 @@ for module in "$@"; do
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)
-      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_task_routes.py"]' ;;
+      selection='["tests/server/test_openai_format.py", "tests/server/test_ollama_format.py", "tests/server/test_openai_format_exact.py", "tests/server/test_ollama_format_exact.py", "tests/server/test_confidence_routes.py", "tests/server/test_routes.py", "tests/server/test_tool_routes.py", "tests/server/test_structured.py", "tests/server/test_doors_mended.py", "tests/server/test_hostile_doors.py", "tests/server/test_logprobs_hostile.py", "tests/server/test_task_routes.py", "tests/server/test_prediction_routes.py"]' ;;
     server/kept.py)
       selection='["tests/server/test_kept.py", "tests/server/test_kept_routes.py", "tests/storage/test_kept_responses.py", "tests/server/test_responses_routes.py"]' ;;
     server/running.py)
@@ -91,6 +91,8 @@ for module in "$@"; do
       selection='["tests/unit/test_setting_values.py", "tests/unit/test_setting_forms.py", "tests/models/test_config.py", "tests/unit/test_docs.py", "tests/engine/test_request_exact.py", "tests/engine/test_sampling.py"]' ;;
     models/*|commands/models.py) selection='["tests/models"]' ;;
     storage/database.py) selection='["tests/storage"]' ;;
+    engine/prediction.py|engine/member.py|engine/drafted.py)
+      selection='["tests/engine/test_prediction.py", "tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_contrastive.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/server/test_prediction_routes.py"]' ;;
     engine/segments.py) selection='["tests/engine/test_segments.py", "tests/engine/test_round.py"]' ;;
     server/*) selection='["tests/server"]' ;;  # after every server/ case above: a case's first match wins
     engine/*) selection='["tests/engine", "tests/server"]' ;;

@@ -19,7 +19,8 @@ import threading
 
 import numpy as np
 
-from specem_local.engine.member import Draft, Member
+from specem_local.engine.drafted import Draft
+from specem_local.engine.member import Member
 from specem_local.engine.sampling import Sampler
 from specem_local.engine.vote import PLAUSIBLE
 from specem_local.settings import EnsembleSettings

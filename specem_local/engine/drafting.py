@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specem_local.engine import feedback
-from specem_local.engine.member import Draft
+from specem_local.engine.drafted import Draft
 from specem_local.engine.sampling import Sampler, make_sampler
 from specem_local.engine.vote import Tally
 from specem_local.events import Candidate

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.engine.member import Draft
+from specem_local.engine.drafted import Draft
 from specem_local.engine.vote import Tally
 from specem_local.events import TokenLogprob
 from specem_local.labelled import extract_number

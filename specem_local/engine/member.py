@@ -17,13 +17,13 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from specem_local.backend.protocol import BatchRow, ContextFull, LanguageModel, vocabulary_digest
-from specem_local.backend.scoring import KEEP, end_score, least_probability, log_normalisers, mean_score
+from specem_local.backend.scoring import KEEP, end_score, mean_score
+from specem_local.engine.drafted import Draft, Scored
 from specem_local.engine.format_compiler import allowed_tokens
 from specem_local.engine.prediction import ReadAhead
 from specem_local.engine.prompting import PromptFormat
@@ -32,63 +32,6 @@ from specem_local.engine.segments import ends_at_word_boundary, incomplete_utf8_
 from specem_local.models.config import ModelSpec
 
 EXTRA_TOKENS = 6  # drafting may run this far past L to finish a UTF-8 character or a word
-
-
-@dataclass
-class Draft:
-    """A drafted segment after post-processing."""
-
-    text: str
-    ended: bool
-    text_tokens: list[int] | None  # the leading drafted tokens that spell ``text`` exactly, or None
-    rows: list[np.ndarray] = field(repr=False)  # rows[i] predicted drafted token i; one more at the end
-    seconds: float = 0.0
-    tokens: list[int] = field(default_factory=list)  # every token drafting decoded into sequence 0
-    contrast_changed: int | None = None  # token-level contrast: tokens whose top choice it changed
-    predicted: tuple[int, int] = (0, 0)  # a prediction's tokens drafted as predicted, and read ahead
-
-    @property
-    def sampled(self) -> int:
-        """Tokens decoded while drafting (before any trimming)."""
-        return len(self.rows) - 1
-
-    @functools.cached_property
-    def normalisers(self) -> np.ndarray:
-        """Each row's log-normaliser, computed once when a log-probability first needs it."""
-        return log_normalisers(np.stack(self.rows), overwrite=True)
-
-    def scores(self, tokens: list[int], scoring: str) -> tuple[np.ndarray, np.ndarray]:
-        """Chosen logits and normalisers for ``tokens[i]`` as ``rows[i]`` predicts it; every
-        token but the last must be the drafted one (a row follows the drafted tokens before it)."""
-        chosen = np.array([self.rows[i][token] for i, token in enumerate(tokens)], dtype=np.float64)
-        return chosen, self.normalisers[: len(tokens)] if scoring == "logprob" else np.zeros(len(tokens))
-
-    def end(self, after: int, end_tokens: np.ndarray, scoring: str) -> float:
-        """The end score of the row after ``after`` drafted tokens."""
-        normaliser = float(self.normalisers[after]) if scoring == "logprob" else None
-        return end_score(self.rows[after], end_tokens, scoring, normaliser)
-
-    def least_probability(self) -> float:
-        """How sure the drafter was of this segment: its least likely token's probability."""
-        tokens = self.text_tokens if self.text_tokens is not None else self.tokens
-        chosen, normalisers = self.scores(tokens, "logprob")
-        return least_probability(chosen, normalisers)
-
-    @property
-    def aligned(self) -> bool:
-        """Whether ``text`` is exactly some leading drafted tokens (whose cells can be kept)."""
-        return self.text_tokens is not None
-
-
-@dataclass
-class Scored:
-    """A verifier's in-line scores for a set of candidates, kept until the winner is known."""
-
-    candidate_tokens: dict[int, list[int]]  # candidate index -> this model's tokens
-    scores: dict[int, float]
-    seq_of: dict[int, int]  # candidate index -> sequence id holding its cells
-    last_rows: dict[int, np.ndarray]  # candidate index -> logits after its last token
-    seconds: float = 0.0
 
 
 class Member:
@@ -179,7 +122,7 @@ class Member:
         at_most: int | None = None,
         ignore_eos: bool = False,
         on_token: Callable[[int], None] | None = None,
-        predicted: list[int] | None = None,
+        predicted: str = "",
     ) -> Draft:
         """Sample ``tokens`` on sequence 0, then go on (a few tokens, never past ``at_most``)
         until the next token would start a new word, so the segment ends on a whole word and
@@ -188,8 +131,8 @@ class Member:
         ``ignore_eos`` resamples instead of ending at an end-of-generation token, and does not
         end at the template's end-of-turn text either (benchmarks of fixed answer length).
         ``on_token`` sees every token the draft decodes, in order (members reading along).
-        ``predicted``: the tokens a prediction expects next, read ahead in one batch
-        (``prediction.py``: the same draft, fewer decodes)."""
+        ``predicted``: the text a prediction expects next, read ahead in batches
+        (``prediction.py``: fewer decodes)."""
         started = time.perf_counter()
         assert self.last_row is not None
         start = len(self.tokens)
@@ -206,7 +149,7 @@ class Member:
         limit = min(tokens + EXTRA_TOKENS, self.room - 1)
         if at_most is not None:
             limit = min(limit, at_most)
-        ahead = ReadAhead(self.model, predicted[:limit], start) if predicted and limit > 0 else None
+        ahead = ReadAhead(self.model, predicted, start, limit) if predicted and limit > 0 else None
         while len(drafted) < limit and not cancel.is_set():
             row = rows[-1]
             if self.matcher is not None:  # a constrained answer: only what the matcher allows

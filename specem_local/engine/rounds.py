@@ -21,13 +21,14 @@ from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
 from specem_local.engine.choice_points import ChoicePoint, choices_ahead
+from specem_local.engine.drafted import Draft, Scored
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
 from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence, shown_part
 from specem_local.engine.learned import StartingWeights
-from specem_local.engine.member import Draft, Member, Scored
+from specem_local.engine.member import Member
 from specem_local.engine.option_answers import option_vote, scored_here, source_weights
 from specem_local.engine.phases import Reasoning, Writing, first_phase, unarm
-from specem_local.engine.prediction import ahead_tokens, predicted_rest
+from specem_local.engine.prediction import predicted_rest
 from specem_local.engine.request import AnswerRequest
 from specem_local.engine.roster import Roster
 from specem_local.engine.sampling import Sampler
@@ -305,10 +306,8 @@ class RoundLoop:
         def draft(i: int, sampler: Sampler) -> Draft:
             if contrast is not None and i == contrast.expert:
                 return contrast.draft(self.members, self.weights, budget, sampler, self.cancel, cap, settings)
-            member = self.members[i]
-            predicted = ahead_tokens(member.model, rest) if rest else None
-            return member.draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos,
-                                predicted=predicted)  # fmt: skip
+            return self.members[i].draft(budget, sampler, self.cancel, at_most=cap, ignore_eos=settings.ignore_eos,
+                                         predicted=rest)  # fmt: skip
 
         drafted = self.drafting.draft_round(counts, self.weights, draft, self.run_each)
         return "cancelled" if self.cancel.is_set() else drafted

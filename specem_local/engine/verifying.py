@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specem_local.engine.member import Draft, Member, Scored
+from specem_local.engine.drafted import Draft, Scored
+from specem_local.engine.member import Member
 from specem_local.settings import EnsembleSettings
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specem_local.engine import vote
+from specem_local.engine.drafted import Draft, Scored
 from specem_local.engine.evidence import RoundEvidence
-from specem_local.engine.member import Draft, Scored
 from specem_local.events import Switch
 
 

@@ -40,7 +40,6 @@ UNSUPPORTED = {
     "function_call": "functions (function calling)",
     "logit_bias": "logit_bias",
     "audio": "audio output",
-    "prediction": "predicted outputs",
 }
 
 
@@ -114,7 +113,7 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
     formats = dict.fromkeys(("schema", "json"), param) if param else {}
     return Request(
         messages,
-        Ask(messages, settings, output, think, (member,) if member else None),
+        Ask(messages, settings, output, think, (member,) if member else None, _prediction(body.get("prediction"))),
         stream,
         bool(options.get("include_usage")),
         wants_logprobs,
@@ -126,6 +125,16 @@ def parse_request(body: Any, members: Sequence[str] = ()) -> Request:
 
 
 MAX_CHOICES = 8
+
+
+def _prediction(value: Any) -> str:
+    """``prediction`` (OpenAI's predicted outputs): ``{"type": "content", "content": TEXT}``, the
+    content as text or text parts; what the answer is expected to repeat (``prediction.py``)."""
+    if value is None:
+        return ""
+    if not isinstance(value, dict) or value.get("type") != "content":
+        raise ApiError(400, 'prediction must be {"type": "content", "content": "..."}', "prediction")
+    return message_text(value.get("content"), "prediction.content")
 
 
 def _choices(value: Any) -> int:
@@ -332,8 +341,12 @@ def usage(start: StartEvent | None, final: FinalEvent) -> dict[str, Any]:
     prompt = prompt_tokens(start)
     counts: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": final.tokens}
     counts["total_tokens"] = prompt + final.tokens
-    if final.reasoning_tokens:
-        counts["completion_tokens_details"] = {"reasoning_tokens": final.reasoning_tokens}
+    details = {"reasoning_tokens": final.reasoning_tokens} if final.reasoning_tokens else {}
+    if final.predicted_tokens or final.unpredicted_tokens:  # a prediction was read ahead
+        details.update(accepted_prediction_tokens=final.predicted_tokens,
+                       rejected_prediction_tokens=final.unpredicted_tokens)  # fmt: skip
+    if details:
+        counts["completion_tokens_details"] = details
     return counts
 
 

@@ -12,6 +12,7 @@ import random
 import numpy as np
 import pytest
 
+from specem_local.engine.drafted import Draft
 from specem_local.engine.evidence import (
     FEATURES,
     Calibrator,
@@ -23,7 +24,6 @@ from specem_local.engine.evidence import (
     token_logprobs,
     vote_evidence,
 )
-from specem_local.engine.member import Draft
 from specem_local.events import FinalEvent, RoundEvent, event_from_dict
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_places import echo

@@ -90,15 +90,40 @@ def test_predicted_rest_follows_the_answer_only_while_it_is_the_predictions_star
     assert predicted_rest("", "Paris") == ""
 
 
-def test_read_ahead_gives_each_predicted_row_then_drops_the_rest_at_the_first_miss():
+def test_read_ahead_gives_each_predicted_row_reads_again_where_the_text_still_follows_and_drops_the_rest():
+    member = fake_member("a", ANSWER, words=(" Six",))
+    member.start(member.model.tokenize("### User: hi\n### Assistant:"))
+    start, model = len(member.tokens), member.model
+    space, six, big_s, x = (
+        model.tokenize(" ")[0],
+        model.tokenize(" Six")[0],
+        model.tokenize("S")[0],
+        model.tokenize("X")[0],
+    )
+
+    def cells() -> int:
+        return len([cell for cell in model.cells if 0 in cell.seqs])
+
+    ahead = ReadAhead(model, " Six x", start, 20)
+    assert ahead.tokens == [six, space, model.tokenize("x")[0]] and ahead.read == 3 and model.decodes == 2
+    first = ahead.rows[0]
+    assert ahead.next_row(six) is first and ahead.used == 1 and model.decodes == 2  # as predicted: no decode
+    ahead.drop()
+    assert cells() == start + 1  # the drafted token's cell only
+    model.seq_remove(0, start, -1)
+
+    ahead = ReadAhead(model, " Six x", start, 20)
+    assert ahead.next_row(space) is not None  # " " then "Six x": the same text, tokenized otherwise
+    assert model.decodes == 4 and ahead.tokens == model.tokenize("Six x") and (ahead.read, ahead.used) == (8, 0)
+    assert ahead.next_row(big_s) is not None and ahead.used == 1 and model.decodes == 4
+    assert ahead.next_row(x) is None and ahead.text == b""  # the text left: the prediction left for good
+    assert cells() == start + 2  # " " and "S" kept, the rest read ahead dropped ("X" is the caller's to decode)
+    assert ahead.next_row(big_s) is None and model.decodes == 4
+
+
+def test_read_ahead_never_reads_past_the_drafts_limit():
     member = fake_member("a", ANSWER)
     member.start(member.model.tokenize("### User: hi\n### Assistant:"))
-    start = len(member.tokens)
-    model = member.model
-    ahead = ReadAhead(model, model.tokenize(" Six x"), start)
-    assert ahead.read == 6 and model.decodes == 2  # the prompt, then the prediction in one batch
-    assert ahead.next_row(model.tokenize(" ")[0]) is ahead.rows[0]
-    assert ahead.next_row(model.tokenize("S")[0]) is ahead.rows[1]
-    assert ahead.next_row(model.tokenize("X")[0]) is None and ahead.used == 2
-    assert len([cell for cell in model.cells if 0 in cell.seqs]) == start + 2  # the rest dropped
-    assert ahead.next_row(model.tokenize("i")[0]) is None  # left for good
+    ahead = ReadAhead(member.model, "Six times seven", len(member.tokens), 4)
+    assert ahead.tokens == member.model.tokenize("Six ") and ahead.read == 4
+    assert ReadAhead(member.model, "", len(member.tokens), 4).read == 0

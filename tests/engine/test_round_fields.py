@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from specem_local.engine import rounds as rounds_module
-from specem_local.engine.member import Draft, Member
+from specem_local.engine.drafted import Draft
+from specem_local.engine.member import Member
 from specem_local.events import RoundEvent
 from tests.engine.conftest import QUESTION, fake_ensemble, fake_member
 from tests.engine.test_round import split, trio

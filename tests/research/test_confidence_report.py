@@ -180,3 +180,25 @@ def test_report_sets_the_calibrated_confidence_beside_the_checks_agreement_alone
     assert said["calibrated_minus_mean_logprob"]["difference"] == pytest.approx(
         calibrated - said["mean_logprob"]["auroc"]
     )
+
+
+def test_escalation_takes_the_unsure_answers_from_the_escalated_system_and_the_base_from_the_reserves(
+    tmp_path, monkeypatch
+):
+    lines = [
+        {"id": str(i), "systems": {
+            "ensemble": {"evidence": {}, "correct": i == 0, "confidence": [0.9, 0.2][i], "seconds": 1.0},
+            "big": {"correct": True, "seconds": 4.0},
+            "big+prediction": {"correct": i == 1, "seconds": 2.0}}}
+        for i in range(2)
+    ]  # fmt: skip
+    run = write_records(tmp_path / "run", lines)
+    out = tmp_path / "e.json"
+    argv = ["c", "escalation", str(run), "--reserve", str(run), "--reserve-system", "big",
+            "--escalated-system", "big+prediction", "--output", str(out)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    report.main()
+    said = json.loads(out.read_text())
+    assert said["reserve_alone"] == {"accuracy": 1.0, "seconds": 8.0} and said["escalated_system"] == "big+prediction"
+    at_half = next(point for point in said["curve"] if point["threshold"] == 0.5)
+    assert at_half == {"threshold": 0.5, "escalated": 0.5, "accuracy": 1.0, "seconds": 4.0}  # 1 + (1 + 2)

@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
+from specem_local.engine.drafted import Draft
 from specem_local.engine.evidence import shown_part
-from specem_local.engine.member import Draft
 from specem_local.server import EnsembleServer, ServerOptions
 from tests.engine.conftest import fake_ensemble, fake_member
 from tests.server.test_routes import BASE

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from specem_local.commands.cli import main
+from specem_local.engine.drafted import Draft
 from specem_local.engine.evidence import FLOOR, token_choices
-from specem_local.engine.member import Draft
 from specem_local.errors import SpecemError
 from specem_local.events import RoundEvent, event_from_dict
 from specem_local.storage.chat_files import chat_from_json, chat_to_json
