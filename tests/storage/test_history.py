@@ -184,7 +184,7 @@ def test_the_migration_from_the_weights_only_schema_keeps_the_weights(tmp_path):
         db.execute("PRAGMA user_version = 1")
     History(path, chat_files=tmp_path / "none").chats()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
     assert WeightStore(path).get("a + b").answers == 3
 
 
