@@ -35,7 +35,7 @@ for module in "$@"; do
     engine/vote.py)
       selection='["tests/engine/test_vote.py", "tests/engine/test_round.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/engine/test_contrastive.py"]' ;;
     engine/ask.py)
-      selection='["tests/unit/test_ask.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py"]' ;;
+      selection='["tests/unit/test_ask.py", "tests/engine/test_prediction.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_on_fakes.py", "tests/server/test_openai_format.py", "tests/server/test_ollama_format.py"]' ;;
     engine/request.py)
       selection='["tests/engine/test_thinking_room.py", "tests/engine/test_request_exact.py", "tests/engine/test_thinking.py", "tests/engine/test_round.py", "tests/engine/test_places.py"]' ;;
     server/replies.py)

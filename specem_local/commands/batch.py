@@ -5,7 +5,8 @@ A line of IN is a JSON object: ``prompt`` (text) or ``messages`` (a conversation
 ``id``, and optionally its own ``schema``, ``json``, ``grammar``, ``regex``, ``tools``,
 ``tool_choice``, ``think`` and ``[ensemble]`` settings (``max_tokens``, ``temperature``, ...)
 over the command's. A line of OUT is ``{"id", "line", "text", "parsed", "finish_reason",
-"tokens", "seconds"}`` (``reasoning`` when it thought first), or ``{"id", "line", "error"}``.
+"tokens", "seconds"}`` (``reasoning`` when it thought first; ``predicted_tokens`` and
+``unpredicted_tokens`` when a ``prediction`` was read ahead), or ``{"id", "line", "error"}``.
 
 Resuming keys on the id: a line's own ``id``, else one made from its content (``#`` and 12 hex
 digits of its SHA-256; a repeat of the same line gets ``-2``, ``-3``...), so editing IN never
@@ -158,6 +159,8 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
         record.update(confidence=round(final.confidence, 4), unsure=final.unsure)
     if final.escalated:  # the reserve member's answer is the text: say so, and keep the ensemble's
         record.update(escalated=final.escalated, ensemble_text=final.ensemble_text)
+    if final.predicted_tokens or final.unpredicted_tokens:  # a prediction was read ahead
+        record.update(predicted_tokens=final.predicted_tokens, unpredicted_tokens=final.unpredicted_tokens)
     return record
 
 

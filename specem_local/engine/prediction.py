@@ -43,12 +43,14 @@ class ReadAhead:
         self.tokens: list[int] = []  # predicted tokens read ahead and not yet drafted, in order
         self.rows: list[np.ndarray] = []  # the row after each of them
         self.read = self.used = 0  # predicted tokens read ahead; of them, those drafted as predicted
-        self._batch([], self.model.tokenize(rest[:AHEAD]))
+        if predicted := self.model.tokenize(rest[:AHEAD])[:most]:
+            self._batch([], predicted)
 
     def next_row(self, token: int) -> np.ndarray | None:
         """The row after ``token``, the drafter's next, when the prediction said it, or when the
         text still follows the prediction (then read ahead again, ``token`` decoded in the same
-        batch); else None: the caller decodes ``token`` itself, and the prediction is left."""
+        batch); else None, and the caller decodes ``token`` itself (once the text has left the
+        prediction, for the rest of the draft)."""
         self.drafted += 1
         self.said += self.model.token_bytes(token)
         if self.tokens and self.tokens[0] == token:
@@ -61,17 +63,13 @@ class ReadAhead:
             return None
         if incomplete_utf8_tail(self.said):  # a character split between tokens: read again after it
             return None
-        rest = self.model.tokenize(self.text[len(self.said) :].decode("utf-8"))
-        rows = self._batch([token], rest)
-        return rows[0]
+        rest = self.model.tokenize(self.text[len(self.said) :].decode("utf-8"))[: self.most - self.drafted]
+        return self._batch([token], rest)[0] if rest else None  # none left, or no room: the caller decodes it
 
     def _batch(self, first: list[int], predicted: list[int]) -> list[np.ndarray]:
         """Decode ``first`` (the token just drafted, if any) and the ``predicted`` tokens after it
         in one batch at the draft's next position; the rows after each, ``first``'s among them."""
         position = self.start + self.drafted - len(first)
-        predicted = predicted[: max(0, self.most - self.drafted)] if self.text else []
-        if not predicted:
-            return [self.model.decode([BatchRow(first[0], position, 0, True)])[0]] if first else []
         batch = [BatchRow(token, position + i, 0, True) for i, token in enumerate([*first, *predicted])]
         rows = list(self.model.decode(batch))
         self.tokens, self.rows, self.read = list(predicted), rows[len(first) :], self.read + len(predicted)

@@ -126,3 +126,15 @@ def test_bad_batch_arguments_are_one_line_before_any_model_loads(
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, *arguments)
     assert code == 2 and says in err and err.count("\n") == 1
+
+
+def test_a_batch_line_may_carry_its_prediction_and_a_bad_one_is_its_error(members, capsys, tmp_path):
+    members += echoes()
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, {"id": "p", "prompt": "apple", "prediction": "You said apple"}, {"id": "q", "prompt": "apple"},
+          {"id": "bad", "prompt": "apple", "prediction": 7})  # fmt: skip
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target))
+    got = results(target)
+    assert code == 1 and got["p"]["text"] == got["q"]["text"] and got["p"]["text"].startswith("You said apple")
+    assert got["p"]["predicted_tokens"] > 0 and "predicted_tokens" not in got["q"]
+    assert "prediction must be text" in got["bad"]["error"] and "line 3 (id bad)" in err

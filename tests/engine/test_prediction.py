@@ -6,6 +6,7 @@ ensemble's answer as theirs. Fakes whose KV memory checks every decode as llama.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specem_local.engine.prediction import ReadAhead, predicted_rest
@@ -91,39 +92,44 @@ def test_predicted_rest_follows_the_answer_only_while_it_is_the_predictions_star
 
 
 def test_read_ahead_gives_each_predicted_row_reads_again_where_the_text_still_follows_and_drops_the_rest():
-    member = fake_member("a", ANSWER, words=(" Six",))
+    member = fake_member("a", ANSWER, words=(" Six", "xy"))
     member.start(member.model.tokenize("### User: hi\n### Assistant:"))
     start, model = len(member.tokens), member.model
-    space, six, big_s, x = (
-        model.tokenize(" ")[0],
-        model.tokenize(" Six")[0],
-        model.tokenize("S")[0],
-        model.tokenize("X")[0],
-    )
+    [space], [six], [x], [y], [z] = (model.tokenize(text) for text in (" ", " Six", "x", "y", "z"))
 
     def cells() -> int:
         return len([cell for cell in model.cells if 0 in cell.seqs])
 
-    ahead = ReadAhead(model, " Six x", start, 20)
-    assert ahead.tokens == [six, space, model.tokenize("x")[0]] and ahead.read == 3 and model.decodes == 2
+    def row_after(*tokens: int):  # what a one-token decode would give after the draft's tokens
+        return model.next_logits([*member.tokens, *tokens])
+
+    ahead = ReadAhead(model, " Six xyz", start, 20)
+    assert ahead.tokens == [six, space, model.tokenize("xy")[0], z] and ahead.read == 4 and model.decodes == 2
     first = ahead.rows[0]
     assert ahead.next_row(six) is first and ahead.used == 1 and model.decodes == 2  # as predicted: no decode
-    ahead.drop()
-    assert cells() == start + 1  # the drafted token's cell only
-    model.seq_remove(0, start, -1)
-
-    ahead = ReadAhead(model, " Six x", start, 20)
-    assert ahead.next_row(space) is not None  # " " then "Six x": the same text, tokenized otherwise
-    assert model.decodes == 4 and ahead.tokens == model.tokenize("Six x") and (ahead.read, ahead.used) == (8, 0)
-    assert ahead.next_row(big_s) is not None and ahead.used == 1 and model.decodes == 4
-    assert ahead.next_row(x) is None and ahead.text == b""  # the text left: the prediction left for good
-    assert cells() == start + 2  # " " and "S" kept, the rest read ahead dropped ("X" is the caller's to decode)
-    assert ahead.next_row(big_s) is None and model.decodes == 4
+    assert np.array_equal(first, row_after(six))
+    assert ahead.next_row(space) is not None and ahead.used == 2
+    row = ahead.next_row(x)  # "x" where "xy" was read: the same text in other tokens, read again from "y"
+    assert np.array_equal(row, row_after(six, space, x)) and model.decodes == 3
+    assert ahead.tokens == [y, z] and (ahead.read, ahead.used) == (6, 2)
+    assert ahead.next_row(y) is not None and ahead.used == 3
+    assert ahead.next_row(model.tokenize("X")[0]) is None and ahead.text == b""  # the text left: for good
+    assert cells() == start + 4  # " Six", " ", "x", "y" kept, the rest read ahead dropped ("X" is the caller's)
+    assert ahead.next_row(z) is None and model.decodes == 3
 
 
-def test_read_ahead_never_reads_past_the_drafts_limit():
-    member = fake_member("a", ANSWER)
+def test_read_ahead_never_reads_past_the_drafts_limit_and_leaves_the_last_decode_to_the_draft():
+    member = fake_member("a", ANSWER, words=("Six",))
     member.start(member.model.tokenize("### User: hi\n### Assistant:"))
-    ahead = ReadAhead(member.model, "Six times seven", len(member.tokens), 4)
-    assert ahead.tokens == member.model.tokenize("Six ") and ahead.read == 4
-    assert ReadAhead(member.model, "", len(member.tokens), 4).read == 0
+    start, model = len(member.tokens), member.model
+    ahead = ReadAhead(model, "Six times seven", start, 4)
+    assert ahead.tokens == model.tokenize("Six ti") and ahead.read == 4  # "Six", " ", "t", "i"
+    assert ReadAhead(model, "", start + 4, 4).read == 0 and model.decodes == 2  # nothing to read, nothing decoded
+    [big_s] = model.tokenize("S")
+    ahead.drop(0)
+    ahead = ReadAhead(model, "Six", start, 2)
+    assert ahead.next_row(big_s) is not None  # "S" where "Six" was read: "ix" read again, 1 token of room left
+    assert ahead.tokens == model.tokenize("i")
+    ahead.drop(0)
+    ahead = ReadAhead(model, "Six", start, 1)
+    assert ahead.next_row(big_s) is None and ahead.text  # no room to read "ix": the draft decodes "S" itself

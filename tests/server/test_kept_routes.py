@@ -99,6 +99,7 @@ def test_what_is_not_kept_or_not_asked_right_is_refused_in_a_line(base):
     with pytest.raises(openai.BadRequestError) as again:
         client.get(f"/responses/{made.id}", cast_to=object, options={"params": {"stream": "true"}})
     assert again.value.body["param"] == "stream"  # type: ignore[index]
+    assert again.value.body["message"].startswith("stream: a kept response is not streamed again here")  # type: ignore[index]
     assert client.responses.retrieve(made.id).output_text == ANSWER  # still there, and served
 
 
