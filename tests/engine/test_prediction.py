@@ -93,7 +93,7 @@ def test_predicted_rest_follows_the_answer_only_while_it_is_the_predictions_star
 
 def test_read_ahead_gives_each_predicted_row_reads_again_where_the_text_still_follows_and_drops_the_rest():
     member = fake_member("a", ANSWER, words=(" Six", "xy"))
-    member.start(member.model.tokenize("### User: hi\n### Assistant:"))
+    member.start(member.model.tokenize("### User: hi\n### Assistant:\n"))
     start, model = len(member.tokens), member.model
     [space], [six], [x], [y], [z] = (model.tokenize(text) for text in (" ", " Six", "x", "y", "z"))
 
@@ -120,7 +120,7 @@ def test_read_ahead_gives_each_predicted_row_reads_again_where_the_text_still_fo
 
 def test_read_ahead_never_reads_past_the_drafts_limit_and_leaves_the_last_decode_to_the_draft():
     member = fake_member("a", ANSWER, words=("Six",))
-    member.start(member.model.tokenize("### User: hi\n### Assistant:"))
+    member.start(member.model.tokenize("### User: hi\n### Assistant:\n"))
     start, model = len(member.tokens), member.model
     ahead = ReadAhead(model, "Six times seven", start, 4)
     assert ahead.tokens == model.tokenize("Six ti") and ahead.read == 4  # "Six", " ", "t", "i"
@@ -133,3 +133,15 @@ def test_read_ahead_never_reads_past_the_drafts_limit_and_leaves_the_last_decode
     ahead.drop(0)
     ahead = ReadAhead(model, "Six", start, 1)
     assert ahead.next_row(big_s) is None and ahead.text  # no room to read "ix": the draft decodes "S" itself
+
+
+def test_the_row_after_a_token_read_again_is_that_tokens_not_the_next_ones():
+    member = fake_member("a", ANSWER, words=("times",))
+    member.start(member.model.tokenize("### User: hi\n### Assistant:\n"))
+    model = member.model
+    ahead = ReadAhead(model, ANSWER, len(member.tokens), 40)
+    drafted = model.tokenize("Six t")  # "t" where the prediction has "times": read again from "imes"
+    rows = [ahead.next_row(token) for token in drafted]
+    assert all(row is not None for row in rows) and ahead.used == len(drafted) - 1
+    after_t = model.next_logits([*member.tokens, *drafted])
+    assert np.array_equal(rows[-1], after_t) and not np.array_equal(after_t, ahead.rows[0])  # rows differ here
