@@ -1,6 +1,7 @@
 """The newer doors of a real ``specem serve`` (the demo trio, no key, one place) through the
 official clients: OpenAI's Responses API (``client.responses.create``: plain, streamed event by
-event, ``text.format`` JSON Schema, a whole function-tool loop, ``previous_response_id``),
+event, ``text.format`` JSON Schema, a whole function-tool loop, ``previous_response_id``, a kept
+response read back, listed and deleted), a ``prediction`` read ahead on chat completions,
 Anthropic's Messages API (``messages.create``, ``messages.stream``, a tool loop), ``n=2``
 sampled apart, and one member alone (``specem/NAME``) answering as it does in an ensemble of its
 own. Greedy and short (``max_tokens`` of 16 to 120), so the file runs in minutes."""
@@ -161,3 +162,25 @@ def test_a_member_named_answers_as_it_does_alone(client, messages):
     by_anthropic = messages.create(model=first, messages=asked, extra_body=GREEDY, max_tokens=24)
     assert by_anthropic.model == first and by_anthropic.content[0].text == alone  # type: ignore[union-attr]
     assert set(by_anthropic.model_extra["x_specem"]["wins"]) == {name}  # type: ignore[index]
+
+
+def test_a_kept_response_read_back_listed_and_deleted(client):
+    question = "What is the capital of France? One word."
+    made = client.responses.create(model="specem", input=question, max_output_tokens=12)
+    assert client.responses.retrieve(made.id).output_text == made.output_text
+    [asked] = client.responses.input_items.list(made.id).data
+    assert asked.content[0].text == question  # type: ignore[union-attr]
+    client.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+
+
+def test_a_prediction_is_read_ahead_on_chat_completions(client):
+    question = "What is 12 plus 30? Answer with the number."
+    asked = {"model": "specem", "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 24}
+    plain = client.chat.completions.create(**asked)
+    predicted = client.chat.completions.create(
+        **asked, prediction={"type": "content", "content": plain.choices[0].message.content}
+    )
+    assert predicted.usage.completion_tokens_details.accepted_prediction_tokens > 0
+    assert predicted.choices[0].message.content == plain.choices[0].message.content  # clear margins: the same
