@@ -63,7 +63,7 @@ for module in "$@"; do
     server/running.py)
       selection='["tests/server/test_running.py"]' ;;
     server/errors.py|server/app.py)
-      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_task_routes.py", "tests/server/test_doors_mended.py", "tests/server/test_responses_routes.py", "tests/server/test_kept_routes.py"]' ;;
+      selection='["tests/server/test_anthropic_format.py", "tests/server/test_anthropic_routes.py", "tests/server/test_routes.py", "tests/server/test_hostile_doors.py", "tests/server/test_task_routes.py", "tests/server/test_doors_mended.py", "tests/server/test_responses_routes.py", "tests/server/test_kept_routes.py", "tests/server/test_mcp_routes.py"]' ;;
     engine/choice_points.py)
       selection='["tests/engine/test_choice_points.py", "tests/engine/test_option_answers.py", "tests/engine/test_options_hostile.py"]' ;;
     engine/options.py|engine/option_answers.py|engine/task_weights.py)
