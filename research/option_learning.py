@@ -120,11 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         pooled = report["curve"][where]["pooled"]
         print(where, "  ".join(f"N={n}: {100 * pooled[n]:.1f}" for n in ("0", *map(str, SIZES))))
     learned = report["learning"]
-    print("train online", "  ".join(f"{m}: {100 * learned['train']['pooled'][f'online-{m}']:.1f}" for m in MINIMUMS),
-          f"choices {100 * learned['train']['pooled']['choices']:.1f}; chosen minimum {learned['minimum']}")
+    print(
+        "train online",
+        "  ".join(f"{m}: {100 * learned['train']['pooled'][f'online-{m}']:.1f}" for m in MINIMUMS),
+        f"choices {100 * learned['train']['pooled']['choices']:.1f}; chosen minimum {learned['minimum']}",
+    )
     confirmed = learned["confirm"]["pooled"]
-    print(f"confirm online {100 * confirmed['online']:.1f}  choices {100 * confirmed['choices']:.1f}  "
-          f"fitted-100 {100 * confirmed['fitted-100']:.1f}  online vs choices {confirmed['online_vs_choices']}")
+    print(
+        f"confirm online {100 * confirmed['online']:.1f}  choices {100 * confirmed['choices']:.1f}  "
+        f"fitted-100 {100 * confirmed['fitted-100']:.1f}  online vs choices {confirmed['online_vs_choices']}"
+    )
     return 0
 
 

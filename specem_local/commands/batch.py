@@ -4,9 +4,11 @@ once, one result per line of OUT as each finishes (``--in-order``: in the order 
 A line of IN is a JSON object: ``prompt`` (text) or ``messages`` (a conversation), an optional
 ``id``, and optionally its own ``schema``, ``json``, ``grammar``, ``regex``, ``tools``,
 ``tool_choice``, ``think`` and ``[ensemble]`` settings (``max_tokens``, ``temperature``, ...)
-over the command's. A line of OUT is ``{"id", "line", "text", "parsed", "finish_reason",
-"tokens", "seconds"}`` (``reasoning`` when it thought first; ``predicted_tokens`` and
-``unpredicted_tokens`` when a ``prediction`` was read ahead), or ``{"id", "line", "error"}``.
+over the command's, and ``label``: the right option of an answer among options, which the
+batch learns from (``batch_learning.py``). A line of OUT is ``{"id", "line", "text", "parsed",
+"finish_reason", "tokens", "seconds"}`` (``reasoning`` when it thought first; ``predicted_tokens``
+and ``unpredicted_tokens`` when a ``prediction`` was read ahead; ``label``, ``right`` and
+``option_scores`` when it had a label), or ``{"id", "line", "error"}``.
 
 Resuming keys on the id: a line's own ``id``, else one made from its content (``#`` and 12 hex
 digits of its SHA-256; a repeat of the same line gets ``-2``, ``-3``...), so editing IN never
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from specem_local.commands.batch_learning import BatchLearning, label_index
 from specem_local.commands.terminal import printable
 from specem_local.errors import SettingError, SpecemError
 from specem_local.events import FinalEvent
@@ -41,12 +44,14 @@ BOM = "\ufeff"
 
 @dataclass(frozen=True)
 class BatchLine:
-    """One request of IN: its id, where it is, and its ask (or why it is bad)."""
+    """One request of IN: its id, where it is, and its ask (or why it is bad); ``label``: which
+    of its options is right, when the line says."""
 
     id: str
     number: int
     ask: Ask | None
     error: str | None = None
+    label: int | None = None
 
 
 def read_lines(path: Path, defaults: dict[str, Any]) -> list[BatchLine]:
@@ -65,7 +70,7 @@ def read_lines(path: Path, defaults: dict[str, Any]) -> list[BatchLine]:
         if line.id.startswith("#") and line.ask is not None:  # an id made from the content
             repeats[line.id] = repeats.get(line.id, 0) + 1
             if repeats[line.id] > 1:
-                line = BatchLine(f"{line.id}-{repeats[line.id]}", number, line.ask)
+                line = BatchLine(f"{line.id}-{repeats[line.id]}", number, line.ask, label=line.label)
         if line.id in seen:
             line = BatchLine(line.id, number, None, f"the id {line.id!r} is used by an earlier line")
         seen.add(line.id)
@@ -94,11 +99,13 @@ def parse_line(raw: str, number: int, defaults: dict[str, Any]) -> BatchLine:
         return BatchLine(line_id, number, None, 'needs a "prompt" (text) or "messages" (a conversation)')
     from specem_local.engine import ask_from
 
+    labelled, label = "label" in item, item.pop("label", None)
     own_format = any(key in item for key in OWN_FORMAT)
     base = {k: v for k, v in defaults.items() if not (own_format and k == "output_format")}
     try:
-        return BatchLine(line_id, number, ask_from(prompt, {**base, **item}))
-    except SettingError as error:  # a key that is neither the ask's nor a setting
+        ask = ask_from(prompt, {**base, **item})
+        return BatchLine(line_id, number, ask, label=label_index(ask, label) if labelled else None)
+    except SettingError as error:  # a key that is neither the ask's nor a setting, a label of no option
         return BatchLine(line_id, number, None, str(error))
 
 
@@ -126,8 +133,8 @@ def check_output(path: Path) -> None:
         raise SettingError(f"-o {path}: cannot be written ({error.strerror or error})", "output") from None
 
 
-def answered_ids(path: Path, asked: set[str]) -> set[str]:
-    """The ids OUT holds an answer for. OUT is made whole first: a last line cut short by a
+def answered_records(path: Path, asked: set[str]) -> dict[str, dict[str, Any]]:
+    """The answers OUT holds, by id. OUT is made whole first: a last line cut short by a
     crash is dropped (kept, with its newline, if it is a whole record), and the error records of
     ``asked`` ids are dropped, so those lines run again."""
     data = path.read_bytes() if path.exists() else b""
@@ -145,10 +152,12 @@ def answered_ids(path: Path, asked: set[str]) -> set[str]:
         partial = path.with_name(f".{path.name}.partial")
         partial.write_bytes(whole)
         os.replace(partial, path)
-    return {str(r["id"]) for _, r in kept if "error" not in r}
+    return {str(r["id"]): r for _, r in kept if "error" not in r}
 
 
-def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> dict[str, Any]:
+def result_of(
+    line: BatchLine, final: FinalEvent | None, error: str | None, learned: dict[str, Any] | None = None
+) -> dict[str, Any]:
     if final is None:
         return {"id": line.id, "line": line.number, "error": error}
     record: dict[str, Any] = {"id": line.id, "line": line.number, "text": final.text, "parsed": plain(final.parsed)}
@@ -161,7 +170,7 @@ def result_of(line: BatchLine, final: FinalEvent | None, error: str | None) -> d
         record.update(escalated=final.escalated, ensemble_text=final.ensemble_text)
     if final.predicted_tokens or final.unpredicted_tokens:  # a prediction was read ahead
         record.update(predicted_tokens=final.predicted_tokens, unpredicted_tokens=final.unpredicted_tokens)
-    return record
+    return {**record, **(learned or {})}
 
 
 def plain(parsed: Any) -> Any:
@@ -242,12 +251,15 @@ def run_batch(
     in_order: bool,
     record: Recorder | None = None,
     min_confidence: float | None = None,
+    source: Path | None = None,
 ) -> int:
     """Answer every line (``read_lines``) OUT holds no answer for; 0 when every line was
     answered. ``record``: called with each answer's stream as it starts (the history).
-    ``min_confidence``: answers less sure than this are written to ``review_path`` too."""
-    done = answered_ids(target, {line.id for line in lines})
+    ``min_confidence``: answers less sure than this are written to ``review_path`` too. Lines
+    with a ``label`` teach their task's weights (``BatchLearning``; ``source``: IN)."""
+    done = answered_records(target, {line.id for line in lines})
     todo = [line for line in lines if line.id not in done]
+    learning = _learning(ensemble, lines, done, source or target)
     progress = Progress(len(todo), sys.stderr)
     failed = 0
     sink = Results(target)
@@ -257,7 +269,13 @@ def run_batch(
         for line in bad if not in_order else ():
             failed += _write(sink, line, None, line.error, progress)
         ready = [line for line in todo if line.ask is not None]
-        started = (lambda index, stream: record(ready[index], stream)) if record is not None else None
+
+        def started(index: int, stream: Any) -> None:
+            if record is not None:
+                record(ready[index], stream)
+            if learning is not None:
+                learning.watch(index, stream)
+
         answered: Generator[Any, None, None] = ensemble.answers(
             [line.ask for line in ready], ordered=in_order, started=started
         )
@@ -267,10 +285,13 @@ def run_batch(
                 while in_order and bad and bad[0].number < ready[got.index].number:
                     line = bad.pop(0)
                     failed += _write(sink, line, None, line.error, progress)
-                failed += _write(sink, ready[got.index], got.final, error, progress)
+                line = ready[got.index]
+                assert line.ask is not None
+                learned = learning.answered(got.index, line.ask, line.label, got.final) if learning else None
+                failed += _write(sink, line, got.final, error, progress, learned)
                 unsure = got.final is not None and (got.final.confidence or 0.0) < (min_confidence or 0.0)
                 if review is not None and unsure and got.final.finish_reason != "cancelled":
-                    review.add(result_of(ready[got.index], got.final, None))
+                    review.add(result_of(line, got.final, None, learned))
         finally:
             answered.close()  # (Ctrl-C, a full disk) the answers still running are cancelled; OUT keeps whole lines
         for line in bad if in_order else ():  # those after the last answer
@@ -280,7 +301,9 @@ def run_batch(
         if review is not None:
             review.close()
         progress.end()
-    total = len(lines) - len(done & {line.id for line in lines})
+        if learning is not None:
+            learning.said()
+    total = len(lines) - len(done.keys() & {line.id for line in lines})
     print(f"specem: {total - failed} of {total} answered into {target}" + (f"; {failed} failed" if failed else ""),
           file=sys.stderr)  # fmt: skip
     return 1 if failed else 0
@@ -291,14 +314,35 @@ def _said(error: Exception) -> str:
     return str(error) if isinstance(error, SpecemError) else f"unexpected {type(error).__name__}: {error}"
 
 
-def _write(sink: Results, line: BatchLine, final: FinalEvent | None, error: str | None, progress: Progress) -> int:
+def _learning(
+    ensemble: Any, lines: list[BatchLine], done: dict[str, dict[str, Any]], source: Path
+) -> BatchLearning | None:
+    """What the labelled lines teach, when there are any: those OUT holds already first."""
+    if all(line.label is None for line in lines):
+        return None
+    learning = BatchLearning(ensemble.members, ensemble.settings.task, source)
+    for line in lines:
+        if line.ask is not None and line.label is not None and line.id in done:
+            learning.resumed(line.ask, done[line.id])
+    learning.fit_all()
+    return learning
+
+
+def _write(
+    sink: Results,
+    line: BatchLine,
+    final: FinalEvent | None,
+    error: str | None,
+    progress: Progress,
+    learned: dict[str, Any] | None = None,
+) -> int:
     """One result line; 1 if it is an error (said on stderr with the line's number)."""
     if final is not None and final.finish_reason == "cancelled":
         return 0  # stopped by Ctrl-C: not written, so a rerun answers it
     if error is not None:
         print("\r\x1b[K" if progress.shown else "", end="", file=sys.stderr)
         print(f"specem: line {line.number} (id {printable(line.id)}): {printable(error)}", file=sys.stderr)
-    sink.add(result_of(line, final, error))
+    sink.add(result_of(line, final, error, learned))
     progress.tick()
     return 1 if error is not None else 0
 

@@ -189,7 +189,7 @@ def add_parser(commands: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--limit",
         type=whole_number(1, 10**9),
         default=20,
-        help="use the first N items (default 20; with --task, weights among options for that kind of task, say 100)",
+        help="use the first N items (default 20; with --task, about 10 sufficed on the tasks in docs/choices.md)",
     )
     parser.add_argument(
         "--confidence",

@@ -102,7 +102,9 @@ def run_prompt(args: argparse.Namespace, mcp: McpTools | None) -> int:
         lines = read_lines(Path(args.batch), defaults)  # a missing file is said before any model loads
         recorder = None if recording_off(args.no_log) else batch_recorder()
         with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
-            return run_batch(ensemble, lines, Path(args.output), args.in_order, recorder, args.min_confidence)
+            return run_batch(
+                ensemble, lines, Path(args.output), args.in_order, recorder, args.min_confidence, Path(args.batch)
+            )
     with Ensemble.from_config(config, **settings_overrides(args)) as ensemble, stopping_cleanly():
         if ensemble.plain_generation and not args.json:
             print(f"[one model ({ensemble.model_names[0]}): plain generation, no ensembling]", file=sys.stderr)

@@ -59,6 +59,7 @@ class AnswerStream(Iterator[Event]):
         self._record: Record | None = None
         self._make_record: Callable[[], Record | None] | None = None
         self.record_warning: Callable[[str], None] | None = None  # told once when the history stops recording
+        self._watchers: list[Callable[[Event], None]] = []
 
     def cancel(self) -> None:
         """Stop the answer (from any thread): the round loop stops at its next check, and a
@@ -84,6 +85,13 @@ class AnswerStream(Iterator[Event]):
         else:
             self._record = record
         self.record_warning = warn
+        return self
+
+    def watch(self, seen: Callable[[Event], None]) -> AnswerStream:
+        """Tell ``seen`` of every event as it streams, in the thread that steps the answer (a
+        batch reads an answer among options' scores this way, to learn from its label).
+        Returns the stream."""
+        self._watchers.append(seen)
         return self
 
     @property
@@ -236,6 +244,8 @@ class AnswerStream(Iterator[Event]):
 
     # -- the history --------------------------------------------------------------------------------
     def _write(self, event: Event) -> None:
+        for seen in self._watchers:
+            seen(event)
         if self._record is None:
             return
         self._record.event(event)

@@ -163,3 +163,18 @@ def test_the_async_face_says_an_answer_closed_between_its_steps_ended_cancelled(
         assert [type(event) for event in got] == [StartEvent, RoundEvent] and said == ["cancelled"]
         assert len(answering) == 1 and answering[0].daemon  # a server may stop while a model steps
         assert ensemble.generate("Say hi.").text
+
+
+def test_a_watcher_sees_every_event_as_it_streams_beside_the_record_in_the_order_read():
+    with fake_ensemble(fake_member("a", ANSWER), fake_member("b", ANSWER)) as ensemble:
+        record, seen, also = Record(), [], []
+        stream = ensemble.stream(QUESTION, max_tokens=12)
+        assert stream.log_to(record).watch(seen.append).watch(also.append) is stream
+        read = list(stream)
+        assert isinstance(read[0], StartEvent) and isinstance(read[-1], FinalEvent) and len(read) > 2
+        assert seen == read == record.events == also
+        cancelled = ensemble.stream(QUESTION)
+        watched: list[Event] = []
+        cancelled.watch(watched.append).cancel()
+        final = cancelled.final()
+        assert watched == [final] and final.finish_reason == "cancelled"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from specem_local.commands import batch
-from specem_local.commands.batch import BatchLine, Progress, Results, answered_ids, parse_line, result_of
+from specem_local.commands.batch import BatchLine, Progress, Results, answered_records, parse_line, result_of
 from specem_local.errors import SettingError
 from specem_local.events import FinalEvent
 from tests.engine.test_batch_on_fakes import echoes, lines, results
@@ -65,11 +65,11 @@ def test_an_error_said_over_a_shown_progress_line_clears_it_first(capsys):
     assert capsys.readouterr().err == "\r\x1b[Kspecem: line 4 (id x): not JSON\n"
 
 
-def test_answered_ids_are_those_with_an_answer_and_never_an_error_record(tmp_path):
+def test_answered_records_are_those_with_an_answer_and_never_an_error_record(tmp_path):
     out = tmp_path / "out.jsonl"
     records = [{"id": "a", "text": "x"}, {"id": "z", "error": "bad"}, {"id": "b", "error": "bad"}]
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert answered_ids(out, {"a", "b"}) == {"a"}  # z's error record is kept (not asked), but is no answer
+    assert set(answered_records(out, {"a", "b"})) == {"a"}  # z's error record is kept (not asked), but is no answer
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["a", "z"]
 
 

@@ -138,3 +138,32 @@ def test_an_enum_field_inside_an_object_is_scored_in_context_by_every_member_and
     parsed = final.parsed
     assert final.finish_reason == "eos" and parsed["label"] in item["choices"] and isinstance(parsed["why"], str)
     assert f'"label": "{parsed["label"]}"' in final.text and final.confidence is not None
+
+
+def test_a_batch_learns_the_tasks_weights_from_its_labelled_lines(tmp_path):
+    """Two labelled SST-2 lines, then one without: each labelled answer is graded and its scores
+    kept in OUT; the task's weights are fitted on the two and kept; the third line is answered."""
+    env = {"SPECEM_DATA_DIR": str(tmp_path / "data")}
+    labelled = [{"id": i["id"], "prompt": i["question"], "schema": enum(i),
+                 "label": i["choices"]["ABCDEFGHIJ".index(i["answer"])]} for i in ITEMS]  # fmt: skip
+    later = {"id": "later", "prompt": ITEMS[0]["question"], "schema": enum(ITEMS[0])}
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(json.dumps(line) + "\n" for line in (*labelled, later)))
+    done = subprocess.run(
+        [sys.executable, "-m", "specem_local", "run", "--no-log", "--greedy", "--batch", str(lines),
+         "-o", str(tmp_path / "out.jsonl"), "--task", "reviews", "--parallel", "1"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    right = 0
+    for line in labelled:
+        record = records[line["id"]]
+        assert record["label"] == line["label"] and record["right"] == (record["parsed"] == line["label"])
+        assert set(record["option_scores"]) == set(RECORDED[line["id"]]["scores"])  # the six sources
+        right += record["right"]
+    assert records["later"]["parsed"] in ITEMS[0]["choices"] and "label" not in records["later"]
+    [kept] = json.loads((tmp_path / "data" / "option_weights.json").read_text())
+    assert kept["task"] == "reviews" and kept["items"] == 2 and kept["fitted_on"].startswith("2 labelled lines of in")
+    said = f"task 'reviews': {right} of 2 labelled answers right; its weights fitted on 2 labelled answers"
+    assert said in done.stderr

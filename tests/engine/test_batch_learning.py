@@ -1,0 +1,154 @@
+"""A batch that learns (issue 56, ``commands/batch_learning.py``) on fake members: ``a`` would
+answer "cat", ``b`` "dog"; with no weights kept the two tie and the answer is the first option
+listed. Labelled lines say "dog": from the first on, the task's weights believe ``b``, and later
+answers follow them; a rerun learns again from what OUT holds; a bad label is a bad line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specem_local.commands.batch_learning import label_index
+from specem_local.engine import ask_from
+from specem_local.engine.task_weights import TaskWeights, keep_task_weights, task_weights
+from specem_local.errors import SettingError
+from tests.engine.conftest import fake_member
+from tests.engine.test_batch_on_fakes import lines, results
+from tests.engine.test_cli_on_fakes import members, run
+
+__all__ = ["members"]  # the fixture
+PETS = {"enum": ["cat", "dog"]}
+STEPS = ("--in-order", "--parallel", "1", "--task", "pets")  # one answer at a time: each after the fit before it
+
+
+def pets(members) -> None:
+    """Fresh members for the next run (a run closes its models)."""
+    members[:] = [fake_member("a", '"cat"', n_params=5000), fake_member("b", '"dog"')]
+
+
+def labelled(count: int) -> list[dict]:
+    """``count`` lines whose label is "dog", the options in both orders (no position leans)."""
+    made = []
+    for index in range(count):
+        options = ["cat", "dog"] if index % 2 == 0 else ["dog", "cat"]
+        made.append({"id": f"l{index}", "prompt": "Which pet?", "schema": {"enum": options}, "label": "dog"})
+    return made
+
+
+def test_labelled_lines_teach_the_task_and_the_answers_after_them_follow(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *labelled(4), {"id": "later", "prompt": "Which pet?", "schema": PETS})
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    assert code == 0, err
+    got = results(target)
+    first = got["l0"]  # no weights yet: a tie, the first option listed
+    assert first["parsed"] == "cat" and first["label"] == "dog" and first["right"] is False
+    assert set(first["option_scores"]) == {"asked:a", "asked:b", "scored:a", "scored:b"}
+    assert [len(scores) for scores in first["option_scores"].values()] == [2, 2, 2, 2]
+    for index in (2, 3):  # fitted on the lines before, in both orders: b is believed
+        assert got[f"l{index}"]["parsed"] == "dog" and got[f"l{index}"]["right"] is True
+    assert got["later"]["parsed"] == "dog" and "label" not in got["later"] and "option_scores" not in got["later"]
+    kept = task_weights(members, "pets")
+    assert kept is not None and kept.task == "pets" and kept.items == 4
+    assert kept.fitted_on == "4 labelled lines of in.jsonl (a learning batch)"
+    assert kept.weights["asked:b"] > kept.weights["asked:a"]
+    assert "task 'pets': 3 of 4 labelled answers right; its weights fitted on 4 labelled answers, kept in" in err
+    pets(members)
+    assert run(capsys, "--choices", "cat,dog", "--task", "pets", "Which pet?")[1] == "dog\n"  # kept for later answers
+
+
+def test_a_rerun_learns_again_from_the_labelled_lines_out_holds(members, capsys, tmp_path, monkeypatch):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *labelled(4), {"id": "later", "prompt": "Which pet?", "schema": PETS})
+    assert run(capsys, "--batch", str(source), "-o", str(target), *STEPS)[0] == 0
+    kept = task_weights(members, "pets")
+    assert kept is not None and kept.items == 4
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "elsewhere"))  # the weights kept are gone
+    target.write_text("".join(line + "\n" for line in target.read_text().splitlines() if '"later"' not in line))
+    pets(members)
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    assert code == 0, err
+    assert results(target)["later"]["parsed"] == "dog"  # fitted on the labelled lines OUT held
+    again = task_weights(members, "pets")
+    assert again is not None and again.items == 4 and again.weights == pytest.approx(kept.weights)
+    assert "1 of 1 answered" in err and "its weights fitted on 4 labelled answers" in err
+
+
+def test_a_task_whose_weights_were_fitted_on_more_items_keeps_them(members, capsys, tmp_path):
+    pets(members)
+    believed = {"asked:a": 0.7, "scored:a": 0.1, "asked:b": 0.1, "scored:b": 0.1}
+    keep_task_weights(members, TaskWeights("pets", believed, {}, 6, "earlier"))
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *labelled(5), {"id": "later", "prompt": "Which pet?", "schema": PETS})
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    assert code == 0 and results(target)["later"]["parsed"] == "cat"  # a's weights stand: fitted on more items
+    kept = task_weights(members, "pets")
+    assert kept is not None and kept.fitted_on == "earlier"
+    assert "0 of 5 labelled answers right; its weights were not fitted: that needs labelled answers" in err
+    lines(source, *labelled(6), {"id": "later", "prompt": "Which pet?", "schema": PETS})
+    target.unlink()
+    pets(members)
+    assert run(capsys, "--batch", str(source), "-o", str(target), *STEPS)[0] == 0
+    assert results(target)["later"]["parsed"] == "dog"  # as many labelled lines now: the fit replaces them
+    kept = task_weights(members, "pets")
+    assert kept is not None and kept.items == 6
+
+
+def test_a_drafted_labelled_answer_is_graded_but_teaches_nothing(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    drafted = [{**line, "score_options": False} for line in labelled(3)]
+    lines(source, *drafted)
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    assert code == 0, err
+    got = results(target)
+    for record in got.values():
+        assert (
+            record["label"] == "dog"
+            and record["right"] == (record["parsed"] == "dog")
+            and "option_scores" not in record
+        )
+    right = sum(record["right"] for record in got.values())
+    assert f"{right} of 3 labelled answers right; its weights were not fitted" in err
+    assert task_weights(members, "pets") is None
+
+
+def test_a_bad_label_is_a_bad_line_said_with_its_number_and_the_others_run(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(
+        source,
+        {"id": "none", "prompt": "Which pet?", "schema": PETS, "label": "fish"},
+        {"id": "free", "prompt": "Which pet?", "label": "dog"},
+        {"id": "good", "prompt": "Which pet?", "schema": PETS, "label": "dog"},
+    )
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    got = results(target)
+    assert code == 1 and got["good"]["label"] == "dog" and "option_scores" in got["good"]
+    assert got["none"]["error"] == '"label" "fish" is not one of the options ("cat", "dog")'
+    assert got["free"]["error"].startswith('"label" goes with an answer among a few options')
+    assert 'line 1 (id none): "label" "fish"' in err and "1 of 3 answered" in err
+
+
+@pytest.mark.parametrize(
+    ("schema", "label", "index"),
+    [
+        ({"type": "boolean"}, False, 1),
+        ({"enum": [1, True, None]}, True, 1),
+        ({"enum": [1, True, None]}, None, 2),
+        ({"enum": [1, True, None]}, 1, 0),
+    ],
+)
+def test_a_label_is_matched_as_json_so_true_is_not_1(schema, label, index):
+    assert label_index(ask_from("Which?", {"schema": schema}), label) == index
+
+
+def test_a_label_of_a_value_the_options_lack_is_refused_whatever_its_type():
+    ask = ask_from("Which?", {"schema": {"enum": [1, 2]}})
+    for label in (True, "1", 1.5, [1], {"a": 1}):
+        with pytest.raises(SettingError, match="is not one of the options"):
+            label_index(ask, label)
+    assert json.dumps(label_index(ask, 2)) == "1"
