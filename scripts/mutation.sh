@@ -52,8 +52,10 @@ for module in "$@"; do
       selection='["tests/engine/test_prompting.py", "tests/engine/test_tool_turns.py", "tests/engine/test_agent_loops.py", "tests/engine/test_tools.py", "tests/engine/test_continue.py", "tests/server/test_doors_mended.py", "tests/unit/test_event_records.py"]' ;;
     engine/thinking.py)
       selection='["tests/engine/test_thinking.py", "tests/engine/test_thinking_exact.py", "tests/server/test_thinking_routes.py", "tests/engine/test_cli_on_fakes.py"]' ;;
+    commands/batch_learning.py)
+      selection='["tests/engine/test_batch_learning.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_exact.py", "tests/engine/test_batch_hostile.py"]' ;;
     commands/batch.py|commands/run.py|commands/functions.py|commands/answer_printer.py)
-      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_checks_hostile.py", "tests/engine/test_option_answers.py"]' ;;
+      selection='["tests/unit/test_answer_printer.py", "tests/engine/test_batch_learning.py", "tests/engine/test_batch_on_fakes.py", "tests/engine/test_batch_hostile.py", "tests/engine/test_batch_exact.py", "tests/engine/test_breakages.py", "tests/engine/test_agent_loops.py", "tests/engine/test_functions.py", "tests/engine/test_cli_on_fakes.py", "tests/engine/test_checks_hostile.py", "tests/engine/test_option_answers.py"]' ;;
     server/gate.py)
       selection='["tests/server/test_gate.py", "tests/server/test_gate_asgi.py", "tests/server/test_routes.py", "tests/server/test_no_member_left.py"]' ;;
     server/openai_format.py|server/ollama_format.py)

@@ -273,8 +273,9 @@ def run_batch(
         def started(index: int, stream: Any) -> None:
             if record is not None:
                 record(ready[index], stream)
-            if learning is not None:
-                learning.watch(index, stream)
+            line = ready[index]
+            if learning is not None and line.ask is not None:
+                learning.watch(index, line.ask, line.label, stream)
 
         answered: Generator[Any, None, None] = ensemble.answers(
             [line.ask for line in ready], ordered=in_order, started=started
@@ -286,8 +287,7 @@ def run_batch(
                     line = bad.pop(0)
                     failed += _write(sink, line, None, line.error, progress)
                 line = ready[got.index]
-                assert line.ask is not None
-                learned = learning.answered(got.index, line.ask, line.label, got.final) if learning else None
+                learned = learning.answered(got.index) if learning is not None else None
                 failed += _write(sink, line, got.final, error, progress, learned)
                 unsure = got.final is not None and (got.final.confidence or 0.0) < (min_confidence or 0.0)
                 if review is not None and unsure and got.final.finish_reason != "cancelled":

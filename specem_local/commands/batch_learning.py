@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,29 +67,46 @@ class BatchLearning:
         self.asked: dict[str, int] = defaultdict(int)  # task -> labelled lines answered in this run
         self.right: dict[str, int] = defaultdict(int)  # task -> of those, answered right
         self.kept: dict[str, tuple[Path, int]] = {}  # task -> where its weights were kept, fitted on how many
-        self._scores: dict[int, dict[str, list[float]]] = {}  # a running answer's index -> its options' scores
+        self._fields: dict[int, dict[str, Any]] = {}  # an answer's index -> what its result gains
+        self._lock = threading.Lock()  # answers run at once end in threads of their own
+        self.failure: str | None = None  # why weights could not be kept, once
 
     def task_of(self, ask: Ask) -> str:
         from specem_local.engine.task_weights import DEFAULT_TASK
 
         return str(ask.settings.get("task") or self.default_task or DEFAULT_TASK)
 
-    def watch(self, index: int, stream: AnswerStream) -> None:
-        """Keep the options' scores of the answer ``index`` as it streams (its worker's thread)."""
+    def watch(self, index: int, ask: Ask, label: int | None, stream: AnswerStream) -> None:
+        """Learn from the labelled answer ``index`` as it ends, in its own thread, before that
+        thread starts the next answer (so with ``parallel = 1`` every answer after it uses what
+        it taught)."""
+        if label is None:
+            return
+        scores: dict[str, list[float]] = {}
 
         def seen(event: Event) -> None:
             if isinstance(event, RoundEvent) and event.decision == "options" and not event.lost:
-                sources = event.candidates[0].scores
-                self._scores[index] = {name: [c.scores[name] for c in event.candidates] for name in sources}
+                found = {name: [c.scores[name] for c in event.candidates] for name in event.candidates[0].scores}
+                if any(name.startswith("scored:") for name in found):  # both ways: not a choice point in context
+                    scores.update(found)
+            elif isinstance(event, FinalEvent):
+                with self._lock:
+                    self._fields[index] = self._learned(ask, label, scores or None, event)
 
         stream.watch(seen)
 
-    def answered(self, index: int, ask: Ask, label: int | None, final: FinalEvent | None) -> dict[str, Any]:
-        """The fields a labelled line's result gains (its label, whether the answer was right,
-        the scores learnt from), learning from them; none for a line without a label."""
-        scores = self._scores.pop(index, None)
+    def answered(self, index: int) -> dict[str, Any]:
+        """The fields the result of the answer ``index`` gains (its label, whether it was right,
+        the scores learnt from); none for a line without a label, or one that did not end."""
+        with self._lock:
+            return self._fields.pop(index, {})
+
+    def _learned(
+        self, ask: Ask, label: int, scores: dict[str, list[float]] | None, final: FinalEvent
+    ) -> dict[str, Any]:
+        """What a labelled answer that ended teaches (``_fit``) and adds to its result."""
         offered = options_of(ask)
-        if label is None or final is None or offered is None or final.finish_reason == "cancelled":
+        if offered is None or final.finish_reason == "cancelled":
             return {}
         value = offered.values[label]
         right = final.finish_reason == "eos" and json.dumps(final.parsed) == json.dumps(value)
@@ -122,21 +140,25 @@ class BatchLearning:
         as the weights kept for the task were fitted on; only the lines scored by the same
         sources as the latest count."""
         from specem_local.engine.task_weights import fit_task, keep_task_weights, task_weights
+        from specem_local.errors import SpecemError
 
         found = self.labelled[task]
         usable = [each for each in found if set(each.scores) == set(found[-1].scores)]
-        kept = task_weights(self.members, task)
-        own = kept.items if kept is not None and kept.task == task else 0
-        if not usable or len(usable) < own:
-            return
-        fitted = fit_task(
-            task,
-            [each.scores for each in usable],
-            [each.options for each in usable],
-            [each.answer for each in usable],
-            f"{len(usable)} labelled lines of {self.source.name} (a learning batch)",
-        )
-        self.kept[task] = (keep_task_weights(self.members, fitted), len(usable))
+        try:
+            kept = task_weights(self.members, task)
+            own = kept.items if kept is not None and kept.task == task else 0
+            if not usable or len(usable) < own:
+                return
+            fitted = fit_task(
+                task,
+                [each.scores for each in usable],
+                [each.options for each in usable],
+                [each.answer for each in usable],
+                f"{len(usable)} labelled lines of {self.source.name} (a learning batch)",
+            )
+            self.kept[task] = (keep_task_weights(self.members, fitted), len(usable))
+        except SpecemError as error:  # weights that cannot be read or kept: the answers go on, said at the end
+            self.failure = self.failure or str(error)
 
     def said(self) -> None:
         """What the batch learned, on stderr: per task, how many labelled answers were right,
@@ -150,3 +172,5 @@ class BatchLearning:
                            "as many as the task's own weights were fitted on")  # fmt: skip
             print(f"specem: task {task!r}: {self.right[task]} of {self.asked[task]} labelled answers right; {learned}",
                   file=sys.stderr)  # fmt: skip
+        if self.failure is not None:
+            print(f"specem: warning: the batch's labels taught nothing that lasts: {self.failure}", file=sys.stderr)

@@ -5,6 +5,7 @@ answers follow them; a rerun learns again from what OUT holds; a bad label is a 
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -152,3 +153,40 @@ def test_a_label_of_a_value_the_options_lack_is_refused_whatever_its_type():
         with pytest.raises(SettingError, match="is not one of the options"):
             label_index(ask, label)
     assert json.dumps(label_index(ask, 2)) == "1"
+
+
+def test_weights_that_cannot_be_kept_are_said_once_and_every_answer_is_still_written(
+    members, capsys, tmp_path, monkeypatch
+):
+    from specem_local.errors import SpecemError
+
+    kept_weights = importlib.import_module("specem_local.engine.task_weights")  # the package names a function so
+
+    def full_disk(path, text, mode=None):
+        raise SpecemError(f"{path}: no space left on the device")
+
+    monkeypatch.setattr(kept_weights, "replace_file", full_disk)
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *labelled(3), {"id": "later", "prompt": "Which pet?", "schema": PETS})
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    assert code == 0, err
+    got = results(target)
+    assert set(got) == {"l0", "l1", "l2", "later"} and all("error" not in record for record in got.values())
+    assert got["l0"]["label"] == "dog" and "option_scores" in got["l2"]
+    said = "warning: the batch's labels taught nothing that lasts: "
+    assert err.count(said) == 1 and f"{said}{tmp_path}" in err and "no space left" in err
+    assert "its weights were not fitted" in err and "4 of 4 answered" in err
+
+
+def test_answers_run_at_once_each_teach_once_and_the_last_fit_holds_every_label(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *labelled(8))
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), "--parallel", "4", "--task", "pets")
+    assert code == 0, err
+    got = results(target)
+    assert all(record["label"] == "dog" and "option_scores" in record for record in got.values()) and len(got) == 8
+    kept = task_weights(members, "pets")
+    assert kept is not None and kept.items == 8 and "its weights fitted on 8 labelled answers" in err
+    assert f"{sum(record['right'] for record in got.values())} of 8 labelled answers right" in err
