@@ -56,10 +56,11 @@ def done_ids(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
 
 
-def scored(ensemble: Ensemble, item: dict[str, Any]) -> dict[str, Any]:
-    """One item through the product's path: each source's scores of each option."""
+def scored(ensemble: Ensemble, item: dict[str, Any], models: list[str] | None = None) -> dict[str, Any]:
+    """One item through the product's path: each source's scores of each option (``models``:
+    of these members only)."""
     started = time.perf_counter()
-    events = list(ensemble.stream(item["question"], schema={"enum": item["choices"]}, task=item["task"]))
+    events = list(ensemble.stream(item["question"], schema={"enum": item["choices"]}, task=item["task"], models=models))
     chosen = next(e for e in events if isinstance(e, RoundEvent))
     final = events[-1]
     assert isinstance(final, FinalEvent) and chosen.decision == "options", "not answered among its options"
@@ -116,7 +117,7 @@ def cmd_answer(args: argparse.Namespace, answer: Any) -> int:
     with Ensemble.from_config(config, greedy=True) as ensemble, path.open("a", encoding="utf-8") as out:
         # its weight store is in the run's own data dir, empty: the shipped calibration, as a new user has
         for number, item in enumerate(todo, 1):
-            out.write(json.dumps(answer(ensemble, item)) + "\n")
+            out.write(json.dumps(answer(ensemble, item, args.models) if args.models else answer(ensemble, item)) + "\n")
             out.flush()
             if number % 25 == 0:
                 print(f"{number}/{len(todo)}", flush=True)
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--output", required=True)
         command.add_argument("--limit", type=int)
         command.add_argument("--ensemble", default="demo")
+        command.add_argument("--models", nargs="+", metavar="NAME", help="these members only (run)")
     report = commands.add_parser("report")
     report.add_argument("--train", required=True)
     report.add_argument("--confirm", required=True)

@@ -104,7 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    """The ``option_eval run`` records with the shots sources added, those with no shots left out."""
+    """The ``option_eval run`` records with the shots sources added (or another run's sources:
+    a member run alone), those with no shots left out; ``--leave-out``: these members' sources
+    dropped (an ensemble without them)."""
     shots = {}
     for line in (Path(args.shots) / "items.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -114,7 +116,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for line in (Path(args.run) / "items.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(line) if line.strip() else None
         if record is not None and record["id"] in shots:
-            merged.append(json.dumps({**record, "scores": {**record["scores"], **shots[record["id"]]}}))
+            scores = {**record["scores"], **shots[record["id"]]}
+            kept = {name: values for name, values in scores.items() if name.split(":", 1)[1] not in args.leave_out}
+            merged.append(json.dumps({**record, "scores": kept}))
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "items.jsonl").write_text("".join(line + "\n" for line in merged), encoding="utf-8")
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("run")
     merge.add_argument("shots")
     merge.add_argument("--output", required=True)
+    merge.add_argument("--leave-out", nargs="*", default=[], metavar="MEMBER", help="drop these members' sources")
     args = parser.parse_args(argv)
     return cmd_run(args) if args.command == "run" else cmd_merge(args)
 

@@ -106,7 +106,8 @@ class BatchLearning:
     ) -> dict[str, Any]:
         """What a labelled answer that ended teaches (``_fit``) and adds to its result."""
         offered = options_of(ask)
-        if offered is None or final.finish_reason == "cancelled":
+        assert offered is not None, "a labelled line's answer is among options (label_index)"
+        if final.finish_reason == "cancelled":  # not written to OUT: a rerun answers it
             return {}
         value = offered.values[label]
         right = final.finish_reason == "eos" and json.dumps(final.parsed) == json.dumps(value)

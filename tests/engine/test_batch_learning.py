@@ -56,6 +56,7 @@ def test_labelled_lines_teach_the_task_and_the_answers_after_them_follow(members
     assert kept.fitted_on == "4 labelled lines of in.jsonl (a learning batch)"
     assert kept.weights["asked:b"] > kept.weights["asked:a"]
     assert "task 'pets': 3 of 4 labelled answers right; its weights fitted on 4 labelled answers, kept in" in err
+    assert "warning" not in err
     pets(members)
     assert run(capsys, "--choices", "cat,dog", "--task", "pets", "Which pet?")[1] == "dog\n"  # kept for later answers
 
@@ -88,7 +89,8 @@ def test_a_task_whose_weights_were_fitted_on_more_items_keeps_them(members, caps
     assert code == 0 and results(target)["later"]["parsed"] == "cat"  # a's weights stand: fitted on more items
     kept = task_weights(members, "pets")
     assert kept is not None and kept.fitted_on == "earlier"
-    assert "0 of 5 labelled answers right; its weights were not fitted: that needs labelled answers" in err
+    said = "its weights were not fitted: that needs labelled answers scored among the options, as many as the task's "
+    assert f"0 of 5 labelled answers right; {said}own weights were fitted on\n" in err
     lines(source, *labelled(6), {"id": "later", "prompt": "Which pet?", "schema": PETS})
     target.unlink()
     pets(members)
@@ -190,3 +192,90 @@ def test_answers_run_at_once_each_teach_once_and_the_last_fit_holds_every_label(
     kept = task_weights(members, "pets")
     assert kept is not None and kept.items == 8 and "its weights fitted on 8 labelled answers" in err
     assert f"{sum(record['right'] for record in got.values())} of 8 labelled answers right" in err
+
+
+class Watched:
+    """A stream as ``BatchLearning.watch`` sees one: it hands over its watcher."""
+
+    def watch(self, seen):
+        self.seen = seen
+        return self
+
+
+def learning_for(members, tmp_path):
+    from specem_local.commands.batch_learning import BatchLearning
+
+    return BatchLearning(members, "", tmp_path / "in.jsonl")
+
+
+def test_a_cancelled_answer_teaches_nothing_and_counts_for_nothing(members, tmp_path):
+    from specem_local.events import FinalEvent
+
+    pets(members)
+    learning, stream = learning_for(members, tmp_path), Watched()
+    ask = ask_from("Which pet?", {"schema": PETS, "task": "pets"})
+    learning.watch(0, ask, 1, stream)
+    stream.seen(FinalEvent("", "cancelled", 0, 0, 0.1, None, {}, 0.0, {}, False))
+    assert learning.answered(0) == {} and learning.answered(7) == {} and not learning.asked
+    del stream.seen
+    learning.watch(1, ask, None, stream)  # no label: nothing watched
+    assert not hasattr(stream, "seen") and learning.answered(1) == {}
+
+
+def test_only_whole_labelled_records_of_out_are_learnt_from_again(members, tmp_path):
+    pets(members)
+    learning = learning_for(members, tmp_path)
+    ask = ask_from("Which pet?", {"schema": {"enum": ["café", "thé"]}})
+    good = {"asked:a": [-1.0, -2.0], "asked:b": [-2.0, -1.0]}
+    for record in (
+        {"label": "thé", "option_scores": {"asked:a": [-1.0]}},  # a score missing
+        {"label": "thé", "option_scores": {"asked:a": "-1, -2"}},  # not a list
+        {"label": "thé", "option_scores": []},
+        {"label": "thé", "option_scores": {}},
+        {"label": "milk", "option_scores": good},  # not an option
+        {"option_scores": good},  # no label
+        {"label": "thé"},
+    ):
+        learning.resumed(ask, record)
+    assert not learning.labelled["choices"]
+    learning.resumed(ask, {"label": "thé", "option_scores": good})  # not ASCII, matched as the options are
+    [kept] = learning.labelled["choices"]
+    assert kept.answer == 1 and kept.scores == good and kept.options.texts == ('"café"', '"thé"')
+    assert learning.task_of(ask_from("x", {"task": "mine"})) == "mine" and learning.task_of(ask) == "choices"
+
+
+def test_a_lines_own_task_is_the_one_it_teaches(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *({**line, "task": "shelter"} for line in labelled(2)))
+    assert run(capsys, "--batch", str(source), "-o", str(target), "--parallel", "1", "--task", "pets")[0] == 0
+    assert task_weights(members, "pets") is None
+    kept = task_weights(members, "shelter")
+    assert kept is not None and kept.task == "shelter" and kept.items == 2
+
+
+def test_a_label_error_names_the_label_field_and_cuts_long_values(members):
+    ask = ask_from("Which?", {"schema": PETS})
+    with pytest.raises(SettingError) as refused:
+        label_index(ask_from("Which?", {}), "dog")
+    assert str(refused.value) == (
+        '"label" goes with an answer among a few options: give the line a "schema" that allows only those (an "enum")'
+    )
+    assert refused.value.field == "label"
+    with pytest.raises(SettingError) as refused:
+        label_index(ask, "é" * 100)
+    assert str(refused.value) == f'"label" "{"é" * 79} is not one of the options ("cat", "dog")'
+    assert refused.value.field == "label"
+    many = ask_from("Which?", {"schema": {"enum": [f"option {i:02d} " + "x" * 20 for i in range(12)]}})
+    with pytest.raises(SettingError) as refused:
+        label_index(many, "none")
+    assert str(refused.value).endswith(f"({', '.join(json.dumps(o) for o in options_texts(many))[:200]})")
+    assert label_index(ask_from("Which?", {"schema": {"enum": ["café", "thé"]}}), "thé") == 1
+
+
+def options_texts(ask):
+    from specem_local.commands.batch_learning import options_of
+
+    found = options_of(ask)
+    assert found is not None
+    return found.values

@@ -51,6 +51,14 @@ def test_merge_adds_the_shots_sources_and_leaves_out_records_without_them(tmp_pa
     assert option_shots.main(["merge", str(run), str(shots), "--output", str(tmp_path / "merged")]) == 0
     merged = [json.loads(line) for line in (tmp_path / "merged" / "items.jsonl").read_text().splitlines()]
     assert merged == [{"id": "b", "scores": {"asked:m": [-2.0, 0.0], "shots:m": [-3.0, -0.5]}}]
+    for left_out, scores in ((["x"], merged[0]["scores"]), (["m", "x"], {})):  # a member's sources, every way
+        dropped = tmp_path / f"dropped-{len(left_out)}"
+        assert (
+            option_shots.main(["merge", str(run), str(shots), "--output", str(dropped), "--leave-out", *left_out]) == 0
+        )
+        assert [json.loads(line) for line in (dropped / "items.jsonl").read_text().splitlines()] == [
+            {"id": "b", "scores": scores}
+        ]
 
 
 def test_every_member_scores_every_option_after_the_examples(tmp_path, monkeypatch):
