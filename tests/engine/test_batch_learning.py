@@ -279,3 +279,20 @@ def options_texts(ask):
     found = options_of(ask)
     assert found is not None
     return found.values
+
+
+def test_answers_less_sure_than_min_confidence_are_written_for_review_with_their_labels(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    same = {"prompt": "Which pet?", "schema": PETS, "label": "dog"}  # no id, twice: the second gets "-2"
+    lines(source, *labelled(4), same, same, {"id": "free", "prompt": "Which pet?", "schema": PETS})
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS, "--min-confidence", "0.7")
+    assert code == 0, err
+    got = results(target)
+    twins = [record for record in got.values() if record["id"].startswith("#")]
+    assert len(twins) == 2 and {r["id"][-2:] == "-2" for r in twins} == {True, False}
+    assert all(r["label"] == "dog" and "option_scores" in r for r in twins)
+    review = [json.loads(line) for line in (tmp_path / "out.review.jsonl").read_text().splitlines()]
+    unsure = [record for record in got.values() if record["confidence"] < 0.7]
+    assert 0 < len(unsure) < len(got)
+    assert sorted(review, key=lambda r: r["line"]) == sorted(unsure, key=lambda r: r["line"])
