@@ -4,8 +4,8 @@ the answer's round) and its label are kept, and the task's weights are fitted on
 line so far, as ``specem calibrate --task`` fits them, and kept, so every answer that starts
 after uses them: from the first labelled line on (chosen on train items among waiting for 1, 5,
 10, 20 or 50 of them). A task whose weights were fitted on more labelled items than the batch
-has seen keeps them. OUT holds each labelled line's scores,
-so a rerun learns again from the lines it skips (docs/choices.md)."""
+has seen keeps them. OUT holds each labelled line's scores, so a rerun learns again from the
+lines it skips (docs/choices.md)."""
 
 from __future__ import annotations
 
