@@ -21,8 +21,7 @@ from specem_local.errors import SettingError
 from specem_local.events import Event, FinalEvent, RoundEvent
 
 if TYPE_CHECKING:
-    from specem_local.engine import AnswerStream, Ask
-    from specem_local.engine.member import Member
+    from specem_local.engine import AnswerStream, Ask, Member
     from specem_local.engine.options import Options
 
 
