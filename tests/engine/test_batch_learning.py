@@ -28,6 +28,16 @@ def pets(members) -> None:
     members[:] = [fake_member("a", '"cat"', n_params=5000), fake_member("b", '"dog"')]
 
 
+def batch(members, capsys, tmp_path, items, *flags: str) -> tuple[int, dict, str]:
+    """Fresh members, IN written with ``items``, the batch run (one answer at a time unless
+    ``flags`` say otherwise): its exit code, OUT's records by id, what it said on stderr."""
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *items)
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *(flags or STEPS))
+    return code, results(target), err
+
+
 def labelled(count: int) -> list[dict]:
     """``count`` lines whose label is "dog", the options in both orders (no position leans)."""
     made = []
@@ -38,12 +48,10 @@ def labelled(count: int) -> list[dict]:
 
 
 def test_labelled_lines_teach_the_task_and_the_answers_after_them_follow(members, capsys, tmp_path):
-    pets(members)
-    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    lines(source, *labelled(4), {"id": "later", "prompt": "Which pet?", "schema": PETS})
-    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    code, got, err = batch(
+        members, capsys, tmp_path, [*labelled(4), {"id": "later", "prompt": "Which pet?", "schema": PETS}]
+    )
     assert code == 0, err
-    got = results(target)
     first = got["l0"]  # no weights yet: a tie, the first option listed
     assert first["parsed"] == "cat" and first["label"] == "dog" and first["right"] is False
     assert set(first["option_scores"]) == {"asked:a", "asked:b", "scored:a", "scored:b"}
@@ -168,12 +176,10 @@ def test_weights_that_cannot_be_kept_are_said_once_and_every_answer_is_still_wri
         raise SpecemError(f"{path}: no space left on the device")
 
     monkeypatch.setattr(kept_weights, "replace_file", full_disk)
-    pets(members)
-    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    lines(source, *labelled(3), {"id": "later", "prompt": "Which pet?", "schema": PETS})
-    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), *STEPS)
+    code, got, err = batch(
+        members, capsys, tmp_path, [*labelled(3), {"id": "later", "prompt": "Which pet?", "schema": PETS}]
+    )
     assert code == 0, err
-    got = results(target)
     assert set(got) == {"l0", "l1", "l2", "later"} and all("error" not in record for record in got.values())
     assert got["l0"]["label"] == "dog" and "option_scores" in got["l2"]
     said = "warning: the batch's labels taught nothing that lasts: "
