@@ -79,6 +79,8 @@ class BatchLearning:
         """Learn from the labelled answer ``index`` as it ends, in its own thread, before that
         thread starts the next answer (so with ``parallel = 1`` every answer after it uses what
         it taught)."""
+        from specem_local.engine.options import split_source
+
         if label is None:
             return
         scores: dict[str, list[float]] = {}
@@ -86,7 +88,7 @@ class BatchLearning:
         def seen(event: Event) -> None:
             if isinstance(event, RoundEvent) and event.decision == "options" and not event.lost:
                 found = {name: [c.scores[name] for c in event.candidates] for name in event.candidates[0].scores}
-                if any(name.startswith("scored:") for name in found):  # both ways: not a choice point in context
+                if any(split_source(name)[1] == "scored" for name in found):  # both ways: not a choice point
                     scores.update(found)
             elif isinstance(event, FinalEvent):
                 with self._lock:
