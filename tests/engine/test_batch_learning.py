@@ -302,3 +302,33 @@ def test_answers_less_sure_than_min_confidence_are_written_for_review_with_their
     unsure = [record for record in got.values() if record["confidence"] < 0.7]
     assert 0 < len(unsure) < len(got)
     assert sorted(review, key=lambda r: r["line"]) == sorted(unsure, key=lambda r: r["line"])
+
+
+def test_an_options_round_scored_only_the_asked_way_a_choice_point_teaches_nothing(members, tmp_path):
+    import dataclasses
+
+    from specem_local.events import FinalEvent, RoundEvent
+    from tests.engine.conftest import fake_ensemble
+
+    pets(members)
+    with fake_ensemble(*members) as ensemble:
+        events = list(ensemble.stream("Which pet?", schema=PETS, task="pets"))
+    [scored] = [event for event in events if isinstance(event, RoundEvent)]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    asked_only = dataclasses.replace(
+        scored,
+        candidates=tuple(
+            dataclasses.replace(c, scores={k: v for k, v in c.scores.items() if k.startswith("asked:")})
+            for c in scored.candidates
+        ),
+    )
+    ask = ask_from("Which pet?", {"schema": PETS, "task": "pets"})
+    for index, round_ in enumerate((asked_only, scored)):
+        learning, stream = learning_for(members, tmp_path), Watched()
+        learning.watch(index, ask, 1, stream)
+        stream.seen(round_)
+        stream.seen(final)
+        fields = learning.answered(index)
+        assert fields["label"] == "dog" and ("option_scores" in fields) is (round_ is scored)
+        assert len(learning.labelled["pets"]) == (1 if round_ is scored else 0)
