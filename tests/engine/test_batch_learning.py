@@ -332,3 +332,17 @@ def test_an_options_round_scored_only_the_asked_way_a_choice_point_teaches_nothi
         fields = learning.answered(index)
         assert fields["label"] == "dog" and ("option_scores" in fields) is (round_ is scored)
         assert len(learning.labelled["pets"]) == (1 if round_ is scored else 0)
+
+
+def test_calibrates_limit_is_20_by_default_one_or_more_and_its_help_says_how_few_sufficed(capsys):
+    from specem_local.commands.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["calibrate", "items.jsonl"]).limit == 20
+    assert parser.parse_args(["calibrate", "items.jsonl", "--limit", "1"]).limit == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["calibrate", "items.jsonl", "--limit", "0"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["calibrate", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "use the first N items (default 20; with --task, about 10 sufficed on the tasks in docs/choices.md)" in said
