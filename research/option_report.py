@@ -25,6 +25,7 @@ import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from specem_research.stats import mcnemar_exact_p
 SMOOTHING = (0.25, 1.0, 4.0, 16.0)
 CORRECTIONS = ((False, False), (True, False), (True, True))  # (source priors, label frequencies)
 TODAY = "asked:qwen2.5-coder-0.5b"
+CALIBRATIONS = resources.files("specem_local").joinpath("data", "calibrations.json")
 Record = Mapping[str, Any]
 Pick = Callable[[Record], int]
 
@@ -335,7 +337,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Task weights for the product (``data/option_weights.json`` entries), fitted as the product
     fits them: each task's on its labelled items with the smoothing and correction the report
     chose for it, and ``choices`` on every task's labelled items, no priors (``--tasks``: only
-    these tasks, named and in ``choices``)."""
+    these tasks, named and in ``choices``; ``--choices members``: ``choices`` from the ensemble's
+    member weights instead). Other ensembles' entries already in the output stay."""
     train = {task: records for task, records in by_task(read(args.train)).items() if task in (args.tasks or [task])}
     entries = []
     for task, records in sorted(train.items()):
@@ -344,11 +347,30 @@ def cmd_fit(args: argparse.Namespace) -> int:
         kept = fit_task(task, *labelled(records[: args.labelled]), said, settings["smoothing"], settings["priors"],
                         settings["labels"])  # fmt: skip
         entries.append(kept.to_json(args.ensemble_key))
-    everything = [r for records in train.values() for r in records[: args.labelled]]
-    said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
-    entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
-    Path(args.output).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    if getattr(args, "choices", "tasks") == "members":
+        entries.append(members_choices(args.ensemble_key).to_json(args.ensemble_key))
+    else:
+        everything = [r for records in train.values() for r in records[: args.labelled]]
+        said = f"{len(everything)} labelled items of {len(train)} choice tasks' train splits (research/data/choices)"
+        entries.append(fit_task("choices", *labelled(everything), said, 1.0, False).to_json(args.ensemble_key))
+    output = Path(args.output)
+    kept_before = json.loads(output.read_text(encoding="utf-8")) if output.exists() else []
+    others = [entry for entry in kept_before if entry["key"] != args.ensemble_key]
+    output.write_text(json.dumps(others + entries, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def members_choices(key: str) -> TaskWeights:
+    """``choices`` weights with no choice task's labels: each member's weight in the ensemble's
+    shipped calibration (``data/calibrations.json``, fitted on GSM8K), split equally between its
+    two ways of answering."""
+    entries = [e for e in json.loads(CALIBRATIONS.read_text(encoding="utf-8")) if e["key"] == key]
+    if not entries:
+        raise SystemExit(f"no shipped calibration for {key!r} in {CALIBRATIONS}")
+    weights = {opt.source(member, way): weight / len(opt.WAYS) for member, weight in entries[0]["weights"].items()
+               for way in opt.WAYS}  # fmt: skip
+    said = "the members' weights of the ensemble's calibration (GSM8K), split equally between asked and scored"
+    return TaskWeights("choices", weights, {}, 0, said)
 
 
 INSIDE = ("choice_point", "drafted", "alone")

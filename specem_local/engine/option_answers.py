@@ -41,7 +41,7 @@ class OptionPlan:
     priors: dict[str, np.ndarray] = field(default_factory=dict)
     task: str = "choices"
     weights_from: str = "uniform: no weights kept for this task"
-    fitted_items: int = 0  # the labelled items the task's weights were fitted on (0: none kept, uniform)
+    fitted_items: int | None = None  # the labelled items the task's weights were fitted on (None: none kept)
 
 
 def choice_among(
@@ -81,15 +81,15 @@ def option_plan(
 
 def source_weights(
     members: list[Member], task: str, options: opt.Options, ways: tuple[str, ...]
-) -> tuple[dict[str, float], dict[str, np.ndarray], str, int]:
+) -> tuple[dict[str, float], dict[str, np.ndarray], str, int | None]:
     """The task's weights of these members' sources of these ``ways`` and their priors over the
     options (``task_weights.py``), where they came from in words, and how many labelled items
-    they were fitted on; every source equally (0 items) when none are kept for the task."""
+    they were fitted on (0: kept without labels); every source equally (None) when none are kept."""
     sources = [opt.source(m.name, way) for m in members for way in ways]
     kept = task_weights(members, task)
     weights = {name: kept.weights.get(name, 0.0) for name in sources} if kept is not None else {}
     if kept is None or sum(weights.values()) <= 0:
-        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}", 0
+        return {name: 1.0 / len(sources) for name in sources}, {}, f"uniform: none kept for the task {task!r}", None
     priors = {name: prior for name, prior in kept.priors_for(options).items() if name in weights or name == opt.LABELS}
     return weights, priors, f"{kept.task!r}, fitted on {kept.fitted_on}", kept.items
 
@@ -213,8 +213,8 @@ class OptionsLoop:
             weights=self.member_weights,
             prompt_tokens={m.name: len(self.request.prompts[m.name]) for m in self.members},
             plain_generation=len(self.members) == 1,
-            weights_from="task" if self.plan.fitted_items else "uniform",
-            calibrated_items=self.plan.fitted_items,
+            weights_from="uniform" if self.plan.fitted_items is None else "task",
+            calibrated_items=self.plan.fitted_items or 0,
             absent=self.absent,
             notes=(
                 *self.request.notes,

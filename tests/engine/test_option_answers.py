@@ -100,6 +100,14 @@ def test_without_weights_for_the_task_it_takes_the_choices_weights_then_counts_e
         assert task_weights(ensemble.members, "unseen").task == "choices"
 
 
+def test_weights_kept_without_labelled_items_are_the_tasks_not_uniform():
+    with pets() as ensemble:  # demo-1.5b's choices: its members' weights, no choice task's labels
+        keep_task_weights(ensemble.members, TaskWeights("choices", {"asked:b": 3.0, "scored:b": 3.0}, {}, 0, "members"))
+        start, _, final = events(ensemble)
+        assert final.parsed == "dog" and start.weights_from == "task" and start.calibrated_items == 0
+        assert start.weights_origin == "the task's weights (no labelled items)"
+
+
 def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_thinks_first_then_drafts():
     with pets() as ensemble:
         lean(ensemble, "choices", "b")
@@ -423,7 +431,7 @@ def test_the_sources_weights_are_the_tasks_for_the_ways_asked_uniform_when_none_
     with pets() as ensemble:
         options = opt.options_in(PETS)
         weights, priors, said, items = source_weights(ensemble.members, "unseen", options, ("asked",))
-        assert weights == {"asked:a": 0.5, "asked:b": 0.5} and priors == {} and "uniform" in said and items == 0
+        assert weights == {"asked:a": 0.5, "asked:b": 0.5} and priors == {} and "uniform" in said and items is None
         kept = {opt.LABELS: [0.6, 0.4], "asked:a": [0.7, 0.3], "asked:zz": [0.5, 0.5]}
         keep_task_weights(ensemble.members, TaskWeights("t", {"asked:a": 2.0}, {options.key: kept}, 9, "nine"))
         weights, priors, said, items = source_weights(ensemble.members, "t", options, ("asked",))

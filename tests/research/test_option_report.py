@@ -190,3 +190,23 @@ def test_the_log_pool_is_compared_on_random_splits_of_the_train_items_only(tmp_p
     (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train["t"] + train["u"]))
     args = argparse.Namespace(train=tmp_path, labelled=20, repeats=3, seed=0, output=out)
     assert rep.cmd_splits(args) == 0 and json.loads(out.read_text()) == json.loads(json.dumps(found))
+
+
+def test_fit_keeps_other_ensembles_entries_and_can_take_choices_from_the_members_weights(tmp_path, monkeypatch):
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records("t", 150, 4)))
+    calibrations = tmp_path / "calibrations.json"
+    calibrations.write_text(json.dumps([{"key": "OTHER", "weights": {"m": 1.0}},
+                                        {"key": "KEY", "weights": {"big": 0.9, "small": 0.1}}]))  # fmt: skip
+    monkeypatch.setattr(rep, "CALIBRATIONS", calibrations)
+    out = tmp_path / "weights.json"
+    out.write_text(json.dumps([{"key": "OTHER", "task": "t"}, {"key": "KEY", "task": "old"}]))
+    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", tasks=None, output=out, choices="members")
+    assert rep.cmd_fit(args) == 0
+    entries = json.loads(out.read_text())
+    assert [(e["key"], e["task"]) for e in entries] == [("OTHER", "t"), ("KEY", "t"), ("KEY", "choices")]
+    choices = entries[-1]
+    assert choices["weights"] == pytest.approx({"asked:big": 0.45, "scored:big": 0.45, "asked:small": 0.05,
+                                                "scored:small": 0.05})  # fmt: skip
+    assert choices["items"] == 0 and choices["priors"] == {} and "members' weights" in choices["fitted_on"]
+    with pytest.raises(SystemExit, match="no shipped calibration for 'NONE'"):
+        rep.cmd_fit(argparse.Namespace(**{**vars(args), "ensemble_key": "NONE"}))
