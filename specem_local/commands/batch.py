@@ -7,8 +7,8 @@ A line of IN is a JSON object: ``prompt`` (text) or ``messages`` (a conversation
 over the command's, and ``label``: the right option of an answer among options, which the
 batch learns from (``batch_learning.py``). A line of OUT is ``{"id", "line", "text", "parsed",
 "finish_reason", "tokens", "seconds"}`` (``reasoning`` when it thought first; ``predicted_tokens``
-and ``unpredicted_tokens`` when a ``prediction`` was read ahead; ``label``, ``right`` and
-``option_scores`` when it had a label), or ``{"id", "line", "error"}``.
+and ``unpredicted_tokens`` when a ``prediction`` was read ahead; ``label``, ``right``,
+``option_scores`` and ``options`` when it had a label), or ``{"id", "line", "error"}``.
 
 Resuming keys on the id: a line's own ``id``, else one made from its content (``#`` and 12 hex
 digits of its SHA-256; a repeat of the same line gets ``-2``, ``-3``...), so editing IN never
@@ -323,7 +323,7 @@ def _learning(
     learning = BatchLearning(ensemble.members, ensemble.settings.task, source)
     for line in lines:
         if line.ask is not None and line.label is not None and line.id in done:
-            learning.resumed(line.ask, done[line.id])
+            learning.resumed(line.ask, line.label, done[line.id])
     learning.fit_all()
     return learning
 

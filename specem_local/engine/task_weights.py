@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from specem_local.dirs import data_dir, replace_file
+from specem_local.dirs import data_dir, file_lock, replace_file
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
 from specem_local.engine.member import Member
@@ -34,6 +34,7 @@ from specem_local.errors import SpecemError
 DEFAULT_TASK = "choices"
 SMOOTHING = 1.0  # items each source is credited besides the labelled ones (chosen on train: docs/choices.md)
 FILE = "option_weights.json"
+LOCK_WAIT = 10.0  # seconds another specem keeping task weights is waited for
 
 
 @dataclass(frozen=True)
@@ -136,23 +137,43 @@ def task_weights(members: list[Member], task: str) -> TaskWeights | None:
     return None
 
 
+def own_weights(members: list[Member], task: str) -> TaskWeights | None:
+    """The weights kept for exactly ``task``: the user's, else the shipped, but not the shipped
+    ``choices`` (fitted on other tasks' items: what a task of its own should replace at once)."""
+    key = key_of(members)
+    found = _read(user_weights_path()).get((key, task))
+    return found if found is not None or task == DEFAULT_TASK else _shipped().get((key, task))
+
+
 def keep_task_weights(members: list[Member], weights: TaskWeights) -> Path:
-    """Keep a task's weights for these members in the user's data dir (replacing earlier ones)."""
-    path = user_weights_path()
-    kept = _read(path)
-    kept[(key_of(members), weights.task)] = weights
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(path, json.dumps([w.to_json(key) for (key, _), w in kept.items()], indent=1) + "\n")
+    """Keep a task's weights for these members in the user's data dir (replacing earlier ones),
+    checked as they are when read, while no other specem changes the file (a lock beside it)."""
+    path, key = user_weights_path(), key_of(members)
+    try:
+        _entry(weights.to_json(key))
+    except ValueError as error:
+        raise SpecemError(f"the task {weights.task!r}'s weights were not kept: {error}") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecemError(f"cannot keep the task weights in {path.parent}: {error.strerror or error}") from None
+    with file_lock(path.with_name(f".{FILE}.lock"), str(path), LOCK_WAIT):
+        kept = _read(path)
+        kept[(key, weights.task)] = weights
+        text = json.dumps([w.to_json(key) for (key, _), w in kept.items()], indent=1, allow_nan=False)
+        replace_file(path, text + "\n")
     return path
 
 
 def _read(path: Path) -> dict[tuple[str, str], TaskWeights]:
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none kept (a data dir under a file: said when one is kept)
         return {}
     except OSError as error:
         raise SpecemError(f"cannot read the task weights in {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecemError(f"the task weights in {path} are damaged (not UTF-8); delete it to start afresh") from None
     return _parsed(text, str(path))
 
 

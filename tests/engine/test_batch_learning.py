@@ -56,6 +56,7 @@ def test_labelled_lines_teach_the_task_and_the_answers_after_them_follow(members
     assert first["parsed"] == "cat" and first["label"] == "dog" and first["right"] is False
     assert set(first["option_scores"]) == {"asked:a", "asked:b", "scored:a", "scored:b"}
     assert [len(scores) for scores in first["option_scores"].values()] == [2, 2, 2, 2]
+    assert first["options"] == ['"cat"', '"dog"'] and got["l1"]["options"] == ['"dog"', '"cat"']  # as the line had them
     for index in (2, 3):  # fitted on the lines before, in both orders: b is believed
         assert got[f"l{index}"]["parsed"] == "dog" and got[f"l{index}"]["right"] is True
     assert got["later"]["parsed"] == "dog" and "label" not in got["later"] and "option_scores" not in got["later"]
@@ -238,16 +239,28 @@ def test_only_whole_labelled_records_of_out_are_learnt_from_again(members, tmp_p
         {"label": "thé", "option_scores": {"asked:a": "-1, -2"}},  # not a list
         {"label": "thé", "option_scores": []},
         {"label": "thé", "option_scores": {}},
-        {"label": "milk", "option_scores": good},  # not an option
-        {"option_scores": good},  # no label
-        {"label": "thé"},
+        {"label": "thé", "option_scores": {"asked:a": [None, -1.0]}},  # not numbers
+        {"label": "thé", "option_scores": {"asked:a": ["x", -1.0]}},
+        {"label": "thé", "option_scores": {"asked:a": [True, -1.0]}},
+        {"label": "thé", "option_scores": {"asked:a": [float("nan"), -1.0]}},
+        {"label": "thé", "option_scores": {**good, "asked:gone": [-1.0, -2.0]}},  # a member no longer here
+        {"label": "thé", "option_scores": good, "options": ['"café"', '"milk"']},  # other options
+        {"label": "thé", "option_scores": good, "options": '"café", "thé"'},
+        {"option_scores": good, "options": ['"café"']},
+        {"id": "1", "text": '"thé"'},  # answered before it had a label
     ):
-        learning.resumed(ask, record)
-    assert not learning.labelled["choices"]
-    learning.resumed(ask, {"label": "thé", "option_scores": good})  # not ASCII, matched as the options are
+        learning.resumed(ask, 1, record)
+    assert not learning.labelled["choices"] and learning.unscored == 13
+    learning.resumed(ask, 1, {"label": "thé"})  # drafted: it taught nothing the first time, nor now
+    assert not learning.labelled["choices"] and learning.unscored == 13
+    learning.resumed(ask, 1, {"label": "café", "option_scores": good})  # IN's label wins (an edited IN)
     [kept] = learning.labelled["choices"]
     assert kept.answer == 1 and kept.scores == good and kept.options.texts == ('"café"', '"thé"')
+    learning.resumed(ask, 0, {"option_scores": {"asked:a": [-3, -4.0]}, "options": ['"thé"', '"café"']})
+    assert learning.labelled["choices"][1].scores == {"asked:a": [-4.0, -3.0]}  # put in IN's order
     assert learning.task_of(ask_from("x", {"task": "mine"})) == "mine" and learning.task_of(ask) == "choices"
+    named = type(learning)(members, "pets", tmp_path / "in.jsonl")  # --task pets
+    assert named.task_of(ask) == "pets" and named.task_of(ask_from("x", {"task": ""})) == "choices"  # as answered
 
 
 def test_a_lines_own_task_is_the_one_it_teaches(members, capsys, tmp_path):
@@ -265,7 +278,9 @@ def test_a_label_error_names_the_label_field_and_cuts_long_values(members):
     with pytest.raises(SettingError) as refused:
         label_index(ask_from("Which?", {}), "dog")
     assert str(refused.value) == (
-        '"label" goes with an answer among a few options: give the line a "schema" that allows only those (an "enum")'
+        '"label" goes with an answer among a few options: give the line a "schema" whose "enum" (or "const"s) lists '
+        '2 to 20 values, none an object, a list or a number with a fraction, none whose text begins another\'s ("1" '
+        'and "10")'
     )
     assert refused.value.field == "label"
     with pytest.raises(SettingError) as refused:
@@ -346,3 +361,52 @@ def test_calibrates_limit_is_20_by_default_one_or_more_and_its_help_says_how_few
         parser.parse_args(["calibrate", "--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert "use the first N items (default 20; with --task, about 10 sufficed on the tasks in docs/choices.md)" in said
+
+
+def test_a_data_dir_that_cannot_be_made_is_one_warning_and_every_answer_is_written(
+    members, capsys, tmp_path, monkeypatch
+):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "file" / "data"))
+    code, got, err = batch(
+        members, capsys, tmp_path, [*labelled(2), {"id": "later", "prompt": "Which pet?", "schema": PETS}]
+    )
+    assert code == 0, err
+    assert set(got) == {"l0", "l1", "later"} and all("error" not in record for record in got.values())
+    said = "warning: the batch's labels taught nothing that lasts: cannot keep the task weights in "
+    assert err.count(said) == 1 and "Not a directory" in err and "3 of 3 answered" in err
+
+
+def test_past_every_fit_the_weights_are_refitted_as_the_lines_grow_by_a_tenth_and_at_the_end(
+    members, tmp_path, monkeypatch
+):
+    from specem_local.commands import batch_learning
+    from specem_local.commands.batch_learning import Labelled
+    from specem_local.engine.options import options_in
+
+    pets(members)
+    monkeypatch.setattr(batch_learning, "EVERY_FIT", 2)
+    learning = learning_for(members, tmp_path)
+    options = options_in(PETS)
+    fitted = []
+    for count in range(1, 15):
+        learning.labelled["pets"].append(Labelled({"asked:a": [-1.0, -2.0]}, options, count % 2))
+        learning._fit("pets")
+        fitted.append(learning.kept["pets"][1])
+    assert fitted == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 13, 13]  # 14 < 13 + a tenth
+    learning.said()
+    assert learning.kept["pets"][1] == 14 and task_weights(members, "pets").items == 14
+
+
+def test_labels_that_teach_nothing_on_a_rerun_and_a_batch_with_no_task_are_said(members, capsys, tmp_path):
+    pets(members)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines(source, *({key: value for key, value in line.items() if key != "label"} for line in labelled(2)))
+    assert run(capsys, "--batch", str(source), "-o", str(target), "--parallel", "1")[0] == 0
+    lines(source, *labelled(2), {"id": "later", "prompt": "Which pet?", "schema": PETS, "label": "dog"})
+    pets(members)
+    code, _, err = run(capsys, "--batch", str(source), "-o", str(target), "--parallel", "1")
+    assert code == 0, err
+    assert "note: 2 labelled lines OUT already holds teach nothing: answered before they had a label" in err
+    assert "note: the labelled lines named no task, so they taught 'choices', the weights of every task" in err
+    assert task_weights(members, "anything").items == 1  # the one new labelled line

@@ -5,6 +5,7 @@ priors for the same options in another order, a damaged weights file, and `spece
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import jsonschema
@@ -13,9 +14,17 @@ import pytest
 from specem_local.commands.cli import main
 from specem_local.engine import Ensemble
 from specem_local.engine import options as opt
-from specem_local.engine.task_weights import TaskWeights, task_weights, user_weights_path
+from specem_local.engine.task_weights import (
+    TaskWeights,
+    keep_task_weights,
+    own_weights,
+    task_weights,
+    user_weights_path,
+)
 from specem_local.errors import SpecemError
 from tests.engine.conftest import fake_ensemble, fake_member
+
+task_weights_module = importlib.import_module("specem_local.engine.task_weights")  # the package names a function so
 
 TWELVE = {"type": "integer", "enum": list(range(1, 13))}
 MISTYPED = {"anyOf": [{"const": 1, "type": "string"}, {"const": "a"}, {"const": "b"}]}
@@ -134,3 +143,73 @@ def test_a_kept_task_without_priors_is_read_and_a_damaged_one_says_why(tmp_path,
         f"the task weights in {user_weights_path()} are damaged (cannot convert float infinity to integer); "
         "delete it to start afresh"
     )
+
+
+def test_a_weights_file_that_is_not_utf8_is_damaged_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    user_weights_path().write_bytes(b"[\xff]")
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert str(caught.value) == (
+        f"the task weights in {user_weights_path()} are damaged (not UTF-8); delete it to start afresh"
+    )
+
+
+def test_weights_that_are_no_numbers_are_not_kept_and_the_file_stays(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    keep_task_weights([], TaskWeights("t", {"asked:a": 1.0}, {}, 3, "three"))
+    before = user_weights_path().read_bytes()
+    nan = float("nan")
+    for weights, priors in (({"asked:a": nan}, {}), ({"asked:a": 1.0}, {"#2": {"asked:a": [nan, 1.0]}})):
+        with pytest.raises(SpecemError) as caught:
+            keep_task_weights([], TaskWeights("t", weights, priors, 3, "three"))
+        assert str(caught.value).startswith("the task 't''s weights were not kept: ")
+        assert user_weights_path().read_bytes() == before
+    kept = task_weights([], "t")
+    assert kept is not None and kept.weights == {"asked:a": 1.0}
+
+
+def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "file" / "data"))
+    with pytest.raises(SpecemError) as caught:
+        keep_task_weights([], TaskWeights("t", {"asked:a": 1.0}, {}, 3, "three"))
+    assert str(caught.value) == f"cannot keep the task weights in {tmp_path / 'file' / 'data'}: Not a directory"
+
+
+def test_specems_keeping_weights_at_once_lose_none_of_them(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    real_read = task_weights_module._read
+
+    def slow_read(path):  # a read, then a pause: without the lock the other's write is lost
+        found = real_read(path)
+        threading.Event().wait(0.01)
+        return found
+
+    monkeypatch.setattr(task_weights_module, "_read", slow_read)
+
+    def keep(task: str) -> None:
+        for n in range(8):
+            keep_task_weights([], TaskWeights(task, {"asked:a": 1.0}, {}, n + 1, task))
+
+    threads = [threading.Thread(target=keep, args=(task,)) for task in ("t1", "t2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    monkeypatch.setattr(task_weights_module, "_read", real_read)
+    assert [task_weights([], task).items for task in ("t1", "t2")] == [8, 8]  # type: ignore[union-attr]
+    assert (tmp_path / ".option_weights.json.lock").exists()
+
+
+def test_a_tasks_own_weights_are_the_users_then_the_shipped_but_never_the_shipped_choices(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    shipped = {("", name): TaskWeights(name, {"asked:a": 1.0}, {}, 500, "shipped") for name in ("choices", "t")}
+    monkeypatch.setattr(task_weights_module, "_shipped", lambda: shipped)
+    assert own_weights([], "choices") is None and own_weights([], "t").items == 500  # type: ignore[union-attr]
+    assert own_weights([], "other") is None and task_weights([], "other").items == 500  # type: ignore[union-attr]
+    for task in ("choices", "t"):
+        keep_task_weights([], TaskWeights(task, {"asked:a": 1.0}, {}, 7, "mine"))
+        assert own_weights([], task).items == 7  # type: ignore[union-attr]
