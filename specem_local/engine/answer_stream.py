@@ -18,11 +18,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
+from specem_local.engine.answer_events import weights_dict
 from specem_local.engine.checking import check_requests, escalated, escalation_request, with_check
 from specem_local.engine.member import Member, can_draft_and_verify
 from specem_local.engine.option_answers import OptionsLoop
 from specem_local.engine.request import AnswerRequest
-from specem_local.engine.rounds import RoundLoop, weights_dict
+from specem_local.engine.rounds import RoundLoop
 from specem_local.engine.runner import AnswerRunner
 from specem_local.errors import NoMemberLeft, Signal, SpecemError
 from specem_local.events import Event, FinalEvent

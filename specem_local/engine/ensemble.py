@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specem_local.engine import feedback, thinking
+from specem_local.engine.answer_events import weights_dict
 from specem_local.engine.answer_stream import AnswerStream
 from specem_local.engine.ask import Ask, ask_from
 from specem_local.engine.formats import FormatMatcher, OutputFormat, with_instruction
@@ -35,7 +36,6 @@ from specem_local.engine.request import (
     round_cells,
 )
 from specem_local.engine.roster import Roster
-from specem_local.engine.rounds import weights_dict
 from specem_local.engine.runner import AnswerRunner
 from specem_local.errors import SpecemError
 from specem_local.events import FinalEvent, origin_words

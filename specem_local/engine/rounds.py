@@ -20,10 +20,11 @@ import numpy as np
 from specem_local.backend.protocol import ContextFull, MemberLost, StepAbandoned
 from specem_local.engine import feedback, vote
 from specem_local.engine import options as opt
+from specem_local.engine.answer_events import final_event, start_event, weights_dict
 from specem_local.engine.choice_points import ChoicePoint, choices_ahead
 from specem_local.engine.drafted import Draft, Scored
 from specem_local.engine.drafting import Drafting, RoundDrafts, round_candidates
-from specem_local.engine.evidence import RoundEvidence, answer_confidence, round_sureness, segment_evidence, shown_part
+from specem_local.engine.evidence import RoundEvidence, round_sureness, segment_evidence, shown_part
 from specem_local.engine.learned import StartingWeights
 from specem_local.engine.member import Member
 from specem_local.engine.option_answers import option_vote, scored_here, source_weights
@@ -37,14 +38,10 @@ from specem_local.engine.task_weights import DEFAULT_TASK
 from specem_local.engine.verifying import verify
 from specem_local.engine.written import Voted, Written
 from specem_local.errors import NoMemberLeft
-from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent, Switch
+from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, Switch
 from specem_local.settings import EnsembleSettings
 
 RunEach = Callable[[EnsembleSettings, Callable, list], list]  # AnswerRunner.run_each: a function over items
-
-
-def weights_dict(members: list[Member], weights: np.ndarray) -> dict[str, float]:
-    return {m.name: float(w) for m, w in zip(members, weights) if m.spec.verifies}
 
 
 class RoundLoop:
@@ -121,7 +118,7 @@ class RoundLoop:
         written = self.written
         written.started = time.perf_counter()
         prompts = [list(self.request.prompts[member.name]) for member in self.members]
-        yield self._start_event(prompts)
+        yield start_event(self.request, self.members, self.roster, self.weights, self.start, self.absent, prompts)
         finish: FinishReason | None = None
         try:
             if not self.cancel.is_set():
@@ -177,57 +174,9 @@ class RoundLoop:
         self.phase = self.phase.switch(self.request, self.members, following, written.reasoning, why, drafters,
                                        self.run_each)  # fmt: skip
 
-    def _start_event(self, prompts: list[list[int]]) -> StartEvent:
-        return StartEvent(
-            models=tuple(self.names),
-            drafters=tuple(self.names[i] for i in self.roster.drafters),
-            weights=weights_dict(self.members, self.weights),
-            prompt_tokens={m.name: len(tokens) for m, tokens in zip(self.members, prompts)},
-            plain_generation=len(self.members) == 1,
-            weights_from=self.start.origin,
-            learned_answers=self.start.answers,
-            calibrated_items=self.start.items,
-            choices=self.start.choices,
-            absent=self.absent,
-            notes=self.request.notes,
-        )
-
     def final_event(self, finish: FinishReason) -> FinalEvent:
         """The answer's final record, as it stands."""
-        written = self.written
-        answering = written.switched is not None or isinstance(self.phase, Writing)  # (a switch may find no room)
-        contrast = self.roster.contrast
-        return FinalEvent(
-            text=written.text if answering else "",
-            finish_reason=finish,
-            rounds=written.all_rounds,
-            tokens=written.tokens,
-            seconds=time.perf_counter() - written.started,
-            first_segment_seconds=written.first_segment,
-            wins=written.wins,
-            drafters_per_round=written.drafters / written.rounds if written.rounds else 0.0,
-            weights=weights_dict(self.members, self.weights),
-            plain_generation=len(self.members) == 1,
-            confident_rounds=written.confident_rounds,
-            drafted_tokens=written.drafted_tokens + (contrast.read_tokens if contrast is not None else 0),
-            contrast_changed=written.contrast_changed,
-            lost={self.names[i]: reason for i, reason in self.roster.lost.items()},
-            reasoning=written.reasoning if answering else written.text,  # stopped while it thought: all reasoning
-            reasoning_tokens=written.reasoning_tokens if answering else written.tokens,
-            switched=written.switched,
-            stop_sequence=written.stop_sequence,
-            predicted_tokens=written.predicted,
-            unpredicted_tokens=written.read_ahead - written.predicted,
-            **self._confidence(finish),
-        )
-
-    def _confidence(self, finish: FinishReason) -> dict[str, Any]:
-        """How sure the answer is (``evidence.answer_confidence``); none when cancelled."""
-        written = self.written
-        if finish == "cancelled":
-            return {}
-        return answer_confidence(self.request.calibrator, written.evidence, finish == "eos", written.tokens,
-                                 self.settings.abstain_below)  # fmt: skip
+        return final_event(self.request, self.members, self.roster, self.weights, self.written, self.phase, finish)
 
     # -- a round: draft, vote, commit --------------------------------------------------------------
     def _round(self) -> tuple[RoundEvent | None, FinishReason | None]:
