@@ -55,5 +55,12 @@ class ShuttingDown(SpecemError):
     status = 503
 
 
+class DamagedData(SpecemError):
+    """A file specem keeps (the user's task weights) that cannot be read as it must: nothing the
+    request did, so a server answers 500 and logs it for whoever runs it; deleting the file mends it."""
+
+    status = 500
+
+
 class Signal(Exception):
     """Control flow inside the engine, never shown to a user (see the module's face)."""

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specem_local.engine import options as opt
-from specem_local.engine import schemas
 from specem_local.engine.request import AnswerRequest
 
 Path = tuple[str | int, ...]  # object keys and array indices, from the root to a value
-MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ def schema_at(root: Any, path: Path) -> Any:
     (``additionalProperties`` for a key not listed), ``prefixItems`` and ``items``, each local
     ``$ref`` followed; None where the schema does not say one thing (a union, a key it does not
     name)."""
-    node = _followed(root, root)
+    node = opt.followed(root, root)
     for step in path:
         if not isinstance(node, dict):
             return None
@@ -112,17 +110,8 @@ def schema_at(root: Any, path: Path) -> Any:
         else:
             first = node.get("prefixItems")
             node = first[step] if isinstance(first, list) and step < len(first) else node.get("items")
-        node = _followed(root, node)
+        node = opt.followed(root, node)
     return node if isinstance(node, dict) else None
-
-
-def _followed(root: Any, node: Any) -> Any:
-    """``node`` with its local ``$ref`` (``#/...``) followed, as often as it takes."""
-    for _ in range(MAX_REFS):
-        if not isinstance(node, dict) or not isinstance(node.get("$ref"), str):
-            return node
-        node = schemas.resolve(root, node["$ref"]) if isinstance(root, dict) else None
-    return None
 
 
 @dataclass(frozen=True)

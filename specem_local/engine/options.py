@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from specem_local.engine.conditions import ANNOTATIONS
 from specem_local.engine.prompting import Message
+from specem_local.engine.schemas import resolve
 
 WAYS = ("asked", "scored")
 MAX_OPTIONS = 20  # beyond this an answer is not a choice among options but a vocabulary
+MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
 FLOOR = 1e-9  # no probability is taken as exactly 0 (a log of it, a division by it)
 PLAIN_CUE = "Answer:"  # what the scored way's plain-text prompt ends with
 LABELS = "labels"  # among a task's priors: how often each option is right (a source's name has a colon)
@@ -53,7 +56,8 @@ def options_in(schema: Any) -> Options | None:
     None for any other schema (it is written in rounds as before), and for options one of which
     begins another's text (``1`` and ``12``: an option's score holds no end, so the shorter
     would always be the likelier)."""
-    values = _values(schema)
+    bare = isinstance(schema, dict) and not set(schema) - {"$ref", "$defs", "definitions", *ASIDE}
+    values = _values(followed(schema, schema) if bare else schema)  # a root that only refers: what it refers to
     if values is None:
         return None
     texts = tuple(json.dumps(value, ensure_ascii=False) for value in values)
@@ -67,10 +71,23 @@ def options_in(schema: Any) -> Options | None:
     return Options(tuple(values), texts, words)
 
 
+def followed(root: Any, node: Any) -> Any:
+    """``node`` with its local ``$ref`` (``#/...``) followed, as often as it takes (a root that is
+    a reference: pydantic's schema of an ``Enum`` or a ``RootModel``, its ``$defs`` beside it)."""
+    for _ in range(MAX_REFS):
+        if not isinstance(node, dict) or not isinstance(node.get("$ref"), str):
+            return node
+        node = resolve(root, node["$ref"]) if isinstance(root, dict) else None
+    return None
+
+
+ASIDE = ANNOTATIONS | {"$schema", "$id"}  # keys that allow nothing less
+
+
 def _values(schema: Any) -> list[Any] | None:
     if not isinstance(schema, dict):
         return None
-    listed = set(schema) - {"title", "description", "$schema", "type", "default", "examples", "$id"}
+    listed = set(schema) - {"type", *ASIDE}
     if schema.get("type") == "boolean" and not listed:
         return [True, False]
     if listed == {"enum"} and isinstance(schema["enum"], list):

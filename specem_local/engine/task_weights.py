@@ -29,7 +29,7 @@ from specem_local.dirs import data_dir, file_lock, replace_file
 from specem_local.engine import options as opt
 from specem_local.engine.learned import key_of
 from specem_local.engine.member import Member
-from specem_local.errors import SpecemError
+from specem_local.errors import DamagedData, SpecemError
 
 DEFAULT_TASK = "choices"
 SMOOTHING = 1.0  # items each source is credited besides the labelled ones (chosen on train: docs/choices.md)
@@ -171,9 +171,9 @@ def _read(path: Path) -> dict[tuple[str, str], TaskWeights]:
     except (FileNotFoundError, NotADirectoryError):  # none kept (a data dir under a file: said when one is kept)
         return {}
     except OSError as error:
-        raise SpecemError(f"cannot read the task weights in {path}: {error.strerror}") from None
+        raise DamagedData(f"cannot read the task weights in {path}: {error.strerror}") from None
     except UnicodeDecodeError:
-        raise SpecemError(f"the task weights in {path} are damaged (not UTF-8); delete it to start afresh") from None
+        raise DamagedData(f"the task weights in {path} are damaged (not UTF-8); delete it to start afresh") from None
     return _parsed(text, str(path))
 
 
@@ -188,7 +188,7 @@ def _parsed(text: str, where: str) -> dict[tuple[str, str], TaskWeights]:
         return {(entry["key"], entry["task"]): _entry(entry) for entry in entries}
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as error:
         said = " ".join(str(error).split())[:200]
-        raise SpecemError(f"the task weights in {where} are damaged ({said}); delete it to start afresh") from None
+        raise DamagedData(f"the task weights in {where} are damaged ({said}); delete it to start afresh") from None
 
 
 def _entry(entry: dict[str, Any]) -> TaskWeights:
@@ -200,13 +200,24 @@ def _entry(entry: dict[str, Any]) -> TaskWeights:
         raise ValueError("the weights add up to more than a number can hold")
     priors = {}
     for key, kept in entry.get("priors", {}).items():
-        count = len(json.loads(key)) if key.startswith("[") else int(key.removeprefix("#"))
+        count = _option_count(key)
         priors[str(key)] = {str(name): [_amount(v) for v in values] for name, values in kept.items()}
         if any(not isinstance(values, list) or len(values) != count for values in kept.values()):
             raise ValueError(f"a prior of {key} has not one number for each of its {count} options")
         if any(not 0 < sum(values) < math.inf for values in priors[str(key)].values()):
             raise ValueError(f"a prior of {key} adds up to 0 or to more than a number can hold")
     return TaskWeights(str(entry["task"]), weights, priors, int(entry["items"]), str(entry["fitted_on"]))
+
+
+def _option_count(key: str) -> int:
+    """How many options a prior's key names: a JSON list of their distinct texts, or ``#N``."""
+    if not key.startswith("["):
+        return int(key.removeprefix("#"))
+    listed = json.loads(key)
+    texts = listed if isinstance(listed, list) and all(isinstance(text, str) for text in listed) else None
+    if texts is None or len(set(texts)) < len(texts):
+        raise ValueError(f"a prior's key {key[:60]} is not a list of distinct option texts")
+    return len(texts)
 
 
 def _amount(value: Any) -> float:

@@ -105,6 +105,9 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, what in (("images", "images"),):
         if body.get(name) not in (None, "", [], {}):
             raise ApiError(400, f"{what} is not supported by the specem ensemble; remove {name!r}", name)
+    for name in SPECEM_FIELDS:  # where the other routes take them: said, not silently dropped
+        if name in body:
+            raise ApiError(400, f'{name} goes in "options" on Ollama\'s routes: "options": {{"{name}": ...}}', name)
     think = body.get("think")
     if think is not None and not isinstance(think, bool) and not (isinstance(think, str) and think in THINKS):
         raise ApiError(400, f'think must be true, false, "low", "medium" or "high"; got {repr(think)[:40]}', "think")

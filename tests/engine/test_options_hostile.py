@@ -35,6 +35,33 @@ def test_options_one_of_which_begins_another_or_that_no_value_satisfies_are_not_
     assert opt.options_in(schema) is None  # written in rounds under the format, as any other schema
 
 
+COLOR = {"$defs": {"Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}}, "$ref": "#/$defs/Color"}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        COLOR,  # pydantic's schema of an Enum, or of RootModel[Color]
+        {"$ref": "#/definitions/C", "definitions": {"C": {"$ref": "#/definitions/D"}, "D": {"enum": ["red", "green"]}}},
+        {"enum": ["red", "green"], "$comment": "a note", "deprecated": False},  # annotations allow nothing less
+    ],
+)
+def test_options_behind_a_root_reference_or_beside_annotations_are_scored(schema):
+    assert opt.options_in(schema) == opt.options_in({"enum": ["red", "green"]})
+    with fake_ensemble(fake_member("a", '"green"'), fake_member("b", '"green"')) as ensemble:
+        events = list(ensemble.stream("Pick one.", schema=schema))
+    assert [e.decision for e in events[1:-1]] == ["options"] and events[-1].parsed == "green"
+    jsonschema.validate(events[-1].parsed, schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{**COLOR, "enum": ["red"]}, {"$ref": "#/$defs/Nowhere", "$defs": {}}, {"$ref": "#"}, {"$ref": "http://x"}],
+)
+def test_a_root_reference_with_constraints_beside_it_or_to_nothing_is_not_scored(schema):
+    assert opt.options_in(schema) is None
+
+
 @pytest.mark.parametrize(("schema", "wanted"), [(TWELVE, "12"), ({"enum": [1, 12]}, "12"), (MISTYPED, '"a"')])
 def test_such_options_are_answered_as_the_members_want_and_as_the_schema_allows(schema, wanted):
     with fake_ensemble(fake_member("a", wanted), fake_member("b", wanted)) as ensemble:
@@ -70,6 +97,9 @@ GOOD = {"key": "k", "task": "t", "weights": {"asked:a": 0.5}, "priors": {"#2": {
         "[" * 100_000 + "]" * 100_000,
         json.dumps([{**GOOD, "priors": {"#2": {"asked:a": [1.0]}}}]),  # one number for two options
         json.dumps([{**GOOD, "priors": {'["1", "2"]': {"asked:a": [1.0, 0.0, 0.0]}}}]),
+        json.dumps([{**GOOD, "priors": {"[[1], [2]]": {"asked:a": [0.5, 0.5]}}}]),  # no texts: no set of them
+        json.dumps([{**GOOD, "priors": {'["1", "1"]': {"asked:a": [0.5, 0.5]}}}]),
+        json.dumps([{**GOOD, "priors": {'{"a": 1}': {"asked:a": [0.5, 0.5]}}}]),
         json.dumps([{**GOOD, "priors": {"#2": {"asked:a": "12"}}}]),
         json.dumps([{**GOOD, "weights": {"asked:a": -1.0}}]),
         json.dumps([{**GOOD, "weights": {"asked:a": True}}]),

@@ -70,3 +70,30 @@ def test_ollama_takes_the_task_in_its_options_and_names_a_bad_one_as_sent(base):
     assert refused.status_code == 400 and "options.task" in refused.json()["error"]
     body["options"] = {"task": "shelter"}
     assert httpx.post(f"{base}/api/chat", json=body, timeout=60).json()["message"]["content"] == '"dog"'
+    for route, asked in (("chat", {"messages": ASKED}), ("generate", {"prompt": "Which pet?"})):
+        for name, value in (("task", "cattery"), ("choice_points", False)):  # the OpenAI body's place: not here
+            moved = {"model": "specem", **asked, "stream": False, "format": {"enum": ["cat", "dog"]}, name: value}
+            refused = httpx.post(f"{base}/api/{route}", json=moved, timeout=60)
+            assert refused.status_code == 400 and refused.json()["error"] == (
+                f'{name} goes in "options" on Ollama\'s routes: "options": {{"{name}": ...}}'
+            )
+    assert httpx.post(f"{base}/api/chat", json=body, timeout=60).json()["message"]["content"] == '"dog"'
+
+
+def test_a_damaged_weights_file_is_the_servers_fault_logged_and_mended_by_deleting_it(base, caplog):
+    from specem_local.engine.task_weights import user_weights_path
+
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+    kept = user_weights_path().read_bytes()
+    user_weights_path().write_text("[{broken")
+    with pytest.raises(openai.InternalServerError) as failed:
+        client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS)
+    said = failed.value.body["message"]
+    assert said.startswith(f"the task weights in {user_weights_path()} are damaged (") and "delete it" in said
+    assert failed.value.status_code == 500 and any(said in record.getMessage() for record in caplog.records)
+    assert client.chat.completions.create(model="specem", messages=ASKED).choices  # no options: answered
+    user_weights_path().write_bytes(kept)
+    reply = client.chat.completions.create(
+        model="specem", messages=ASKED, response_format=PETS, extra_body={"task": "shelter"}
+    )
+    assert reply.choices[0].message.content == '"dog"'
