@@ -238,6 +238,7 @@ class Ensemble:
                 messages = with_instruction(asked, output_format)
                 prompts = {m.name: prompt_tokens(m, messages, settings, drafters, formatted) for m in members}
         longest = max([len(tokens) for tokens in prompts.values()] + [switched])
+        plan = option_plan(among, members, asked, settings, prompts) if among is not None else None  # no max_tokens
         prefix = checked_prefix(messages, output_format, lambda text: _accepts(output_format, text))
         stop_note = ("stop strings are not applied to an answer with a format: it ends when whole",)
         notes = (output_format.notes + (stop_note if settings.stop else ())) if output_format is not None else ()
@@ -253,10 +254,10 @@ class Ensemble:
             notes=notes,
             think=think_plan,
             asked=tuple(asked),
-            cells=longest + settings.max_tokens + round_cells(settings, drafters),
+            cells=plan.cells if plan is not None else longest + settings.max_tokens + round_cells(settings, drafters),
             calibrator=confidence_calibrator(members, settings.confidence_check),
             reserve=self.reserve[0] if self.reserve and settings.escalate_below > 0 and among is None else None,
-            options=option_plan(among, members, asked, settings, prompts) if among is not None else None,
+            options=plan,
             prediction=ask.prediction,
         )
 

@@ -42,6 +42,7 @@ class OptionPlan:
     task: str = "choices"
     weights_from: str = "uniform: no weights kept for this task"
     fitted_items: int | None = None  # the labelled items the task's weights were fitted on (None: none kept)
+    cells: int = 0  # KV cells the scoring may hold in any member: its longer prompt and every option at once
 
 
 def choice_among(
@@ -66,8 +67,11 @@ def option_plan(
     leave room for the longest option), the task's weights and priors (``task_weights.py``)."""
     text = opt.plain_text(asked)
     plain = {m.name: tuple(plain_tokens(m, text)) for m in members}
+    cells = 0
     for member in members:  # the plain prompt is the shorter: it has neither a template nor the options listed
-        room = max(len(member.model.tokenize(option)) for option in options.texts)
+        lengths = [len(member.model.tokenize(option)) for option in options.texts]
+        room = max(lengths)
+        cells = max(cells, max(len(prompts[member.name]), len(plain[member.name])) + sum(lengths))
         if len(prompts[member.name]) + room > member.model.n_ctx:
             raise PromptTooLong(
                 f"the conversation with the options listed ({len(prompts[member.name])} tokens for {member.name}) "
@@ -76,7 +80,7 @@ def option_plan(
             )
     task = settings.task or DEFAULT_TASK
     weights, priors, said, items = source_weights(members, task, options, opt.WAYS)
-    return OptionPlan(options, plain, weights, priors, task, said, items)
+    return OptionPlan(options, plain, weights, priors, task, said, items, cells)
 
 
 def source_weights(

@@ -440,3 +440,15 @@ def test_the_sources_weights_are_the_tasks_for_the_ways_asked_uniform_when_none_
         keep_task_weights(ensemble.members, TaskWeights("z", {"asked:zz": 2.0, "asked:a": 0.0}, {}, 9, "nine"))
         weights, _, said, _ = source_weights(ensemble.members, "z", options, ("asked", "scored"))
         assert weights == {name: 0.25 for name in ("asked:a", "scored:a", "asked:b", "scored:b")} and "uniform" in said
+
+
+def test_an_answer_among_options_reserves_the_cells_its_scoring_takes_not_max_tokens():
+    with pets() as ensemble:
+        request = ensemble.prepare("Which pet?", schema=PETS, max_tokens=100_000)
+        plan = request.options
+        assert plan is not None
+        options = [len(ensemble.members[0].model.tokenize(text)) for text in plan.options.texts]
+        longer = max(len(request.prompts["a"]), len(plan.plain["a"]))
+        assert request.cells == plan.cells == longer + sum(options) < 1_000  # every option at once on the prompt
+        drafted = ensemble.prepare("Which pet?", schema={"type": "string"}, max_tokens=300)
+        assert drafted.options is None and drafted.cells > 300  # a drafted answer reserves its max_tokens
