@@ -8,6 +8,7 @@ is the mix's probability of the option it gave.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from specem_local.engine.prompting import Message
 from specem_local.engine.request import AnswerRequest, PromptTooLong
 from specem_local.engine.task_weights import DEFAULT_TASK, task_weights
 from specem_local.errors import NoMemberLeft
-from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent
+from specem_local.events import Candidate, Event, FinalEvent, FinishReason, RoundEvent, StartEvent, TokenLogprob
 from specem_local.settings import EnsembleSettings
 
 CONFIDENCE_FROM = "the weighted mix of the members' beliefs over the options"
@@ -121,6 +122,21 @@ def scored_here(member: Member, continuations: tuple[str, ...]) -> tuple[list[fl
     scored = member.score(dict(enumerate(continuations)), "logprob")
     lengths = [len(scored.candidate_tokens[i]) for i in range(len(continuations))]
     return [scored.scores[i] * lengths[i] for i in range(len(continuations))], lengths, scored
+
+
+def option_logprobs(chosen: OptionVote, top: int) -> tuple[TokenLogprob, ...]:
+    """An answer among options as ``logprobs.content`` has it, when asked (``top`` 0 or more):
+    one entry, the option chosen, whole (it is scored whole, not written token by token), with
+    the log of its probability in the mix, and the ``top`` likeliest options beside it."""
+    if top < 0:
+        return ()
+
+    def entry(candidate: Candidate) -> tuple[str, float, tuple[int, ...]]:
+        return candidate.text, math.log(max(candidate.combined or 0.0, opt.FLOOR)), tuple(candidate.text.encode())
+
+    ranked = sorted(chosen.candidates, key=lambda candidate: -(candidate.combined or 0.0))[:top]
+    text, logprob, raw = entry(chosen.candidates[chosen.best])
+    return (TokenLogprob(text, logprob, raw, tuple(entry(candidate) for candidate in ranked)),)
 
 
 @dataclass(frozen=True)
@@ -284,7 +300,7 @@ class OptionsLoop:
             sure=chosen.confidence,
             margin=chosen.margin,
             agreement=chosen.agreement,
-            logprobs=(),
+            logprobs=option_logprobs(chosen, self.request.settings.logprobs),
         )
 
     def _tokens(self, member: str, option: int) -> int:

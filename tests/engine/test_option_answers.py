@@ -3,6 +3,8 @@ step, not drafted; the task's weights decide; what turns it off; what it says of
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -380,7 +382,7 @@ def test_the_options_round_and_the_final_say_what_was_done_and_how_long_it_took(
         lean(ensemble, "choices", "b")
         _, round_, final = events(ensemble)
         assert round_.drafters == () and round_.draft_seconds == {} and round_.draft_tokens == {}
-        assert round_.verify_seconds == {"a": 0.0, "b": 0.0} and round_.logprobs == ()
+        assert round_.verify_seconds == {"a": 0.0, "b": 0.0} and round_.logprobs == ()  # not asked
         assert 0 <= round_.seconds <= final.seconds < 60 and final.first_segment_seconds == round_.seconds
         combined = [c.combined for c in round_.candidates]
         assert round_.runner_up == '"cat"' and round_.sure == final.confidence == combined[1]
@@ -452,3 +454,19 @@ def test_an_answer_among_options_reserves_the_cells_its_scoring_takes_not_max_to
         assert request.cells == plan.cells == longer + sum(options) < 1_000  # every option at once on the prompt
         drafted = ensemble.prepare("Which pet?", schema={"type": "string"}, max_tokens=300)
         assert drafted.options is None and drafted.cells > 300  # a drafted answer reserves its max_tokens
+
+
+def test_logprobs_asked_of_an_answer_among_options_are_the_option_whole_and_the_likeliest_beside_it():
+    with pets() as ensemble:
+        lean(ensemble, "choices", "b")
+        _, round_, _ = events(ensemble, logprobs=1)
+        combined = {c.text: c.combined for c in round_.candidates}
+        [entry] = round_.logprobs
+        assert entry.token == '"dog"' and entry.bytes == tuple(b'"dog"')
+        assert entry.logprob == pytest.approx(math.log(combined['"dog"'])) and combined['"dog"'] > combined['"cat"']
+        assert entry.top == (('"dog"', entry.logprob, tuple(b'"dog"')),)  # top 1: the likeliest only
+        _, round_, _ = events(ensemble, logprobs=5)
+        top = round_.logprobs[0].top  # every option, likeliest first, as many as there are
+        assert [t[0] for t in top] == ['"dog"', '"cat"']
+        assert [t[1] for t in top] == pytest.approx([math.log(combined['"dog"']), math.log(combined['"cat"'])])
+        assert events(ensemble, logprobs=0)[1].logprobs[0].top == ()

@@ -4,6 +4,8 @@ among the options; a bad name is a 400 naming the field as sent, and the next re
 
 from __future__ import annotations
 
+import math
+
 import anthropic
 import httpx
 import ollama
@@ -97,3 +99,26 @@ def test_a_damaged_weights_file_is_the_servers_fault_logged_and_mended_by_deleti
         model="specem", messages=ASKED, response_format=PETS, extra_body={"task": "shelter"}
     )
     assert reply.choices[0].message.content == '"dog"'
+
+
+def test_logprobs_of_an_answer_among_options_give_each_options_probability_on_both_clients(base):
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+    reply = client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS, logprobs=True,
+                                           top_logprobs=2, extra_body={"task": "shelter"})  # fmt: skip
+    [entry] = reply.choices[0].logprobs.content
+    assert entry.token == '"dog"' and [top.token for top in entry.top_logprobs] == ['"dog"', '"cat"']
+    assert math.exp(entry.logprob) == pytest.approx(reply.model_extra["x_specem"]["confidence"])
+    assert sum(math.exp(top.logprob) for top in entry.top_logprobs) == pytest.approx(1.0)
+    streamed = client.chat.completions.create(model="specem", messages=ASKED, response_format=PETS, logprobs=True,
+                                              top_logprobs=2, extra_body={"task": "shelter"}, stream=True)  # fmt: skip
+    tokens = [
+        t
+        for chunk in streamed
+        if chunk.choices and chunk.choices[0].logprobs
+        for t in chunk.choices[0].logprobs.content
+    ]
+    assert [(t.token, t.logprob) for t in tokens] == [(entry.token, entry.logprob)]
+    ollama_client = ollama.Client(host=base, timeout=60)
+    answer = ollama_client.chat(model="specem", messages=ASKED, format={"enum": ["cat", "dog"]},
+                                options={"task": "cattery"}, logprobs=True, top_logprobs=2)  # fmt: skip
+    assert answer.message.content == '"cat"' and [t.token for t in answer.logprobs] == ['"cat"']
