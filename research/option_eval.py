@@ -178,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--labelled", type=int, default=100)
     fit.add_argument("--ensemble-key", required=True)
     fit.add_argument("--tasks", nargs="+", metavar="TASK", help="the tasks whose weights ship (default: all)")
-    fit.add_argument("--choices", choices=("tasks", "members"), default="tasks",
-                     help="choices from the tasks' labelled items, or from the ensemble's member weights")
+    fit.add_argument(
+        "--choices",
+        choices=("tasks", "members"),
+        default="tasks",
+        help="choices from the tasks' labelled items, or from the ensemble's member weights",
+    )
     fit.add_argument("--output", required=True)
     splits = commands.add_parser("splits", help="the log-linear pool against the best source on train splits")
     splits.add_argument("--train", required=True)

@@ -200,7 +200,7 @@ def origin_words(weights_from: str, answers: int, items: int, choices: int = 0) 
     if weights_from == "carried":
         return f"carried over from {learned}{chosen}"
     if weights_from == "task":  # an answer among options (docs/choices.md)
-        return f"the task's weights, fitted on {items} labelled items" if items else "the task's weights (no labelled items)"
+        return f"the task's weights, fitted on {items} labelled items" if items else "the task's weights (no labels)"
     if weights_from == "uniform":
         return "every source equally (no weights kept for the task)"
     return f"the prior{chosen}"

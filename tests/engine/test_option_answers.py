@@ -107,7 +107,7 @@ def test_weights_kept_without_labelled_items_are_the_tasks_not_uniform():
         keep_task_weights(ensemble.members, TaskWeights("choices", {"asked:b": 3.0, "scored:b": 3.0}, {}, 0, "members"))
         start, _, final = events(ensemble)
         assert final.parsed == "dog" and start.weights_from == "task" and start.calibrated_items == 0
-        assert start.weights_origin == "the task's weights (no labelled items)"
+        assert start.weights_origin == "the task's weights (no labels)"
 
 
 def test_what_is_not_a_choice_or_turns_it_off_is_drafted_and_asked_to_think_it_thinks_first_then_drafts():

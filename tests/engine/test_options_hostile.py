@@ -243,3 +243,19 @@ def test_a_tasks_own_weights_are_the_users_then_the_shipped_but_never_the_shippe
     for task in ("choices", "t"):
         keep_task_weights([], TaskWeights(task, {"asked:a": 1.0}, {}, 7, "mine"))
         assert own_weights([], task).items == 7  # type: ignore[union-attr]
+
+
+def test_the_shipped_option_weights_are_the_built_in_ensembles_each_with_its_choices():
+    from importlib import resources
+
+    shipped = json.loads(resources.files("specem_local.data").joinpath("option_weights.json").read_text("utf-8"))
+    calibrated = json.loads(resources.files("specem_local.data").joinpath("calibrations.json").read_text("utf-8"))
+    keys = [entry["key"] for entry in calibrated]  # the demo trio's and demo-1.5b's (checked on the models)
+    assert {entry["key"] for entry in shipped} == set(keys)
+    for key in keys:
+        tasks = {entry["task"]: entry for entry in shipped if entry["key"] == key}
+        assert "choices" in tasks and {"sst2", "boolq", "piqa", "arc_easy", "winogrande"} <= set(tasks)
+        assert all(entry["items"] == 100 for task, entry in tasks.items() if task != "choices")
+    demo_15b = {entry["task"]: entry for entry in shipped if entry["key"] == keys[1]}
+    assert {"arc_challenge", "mmlu"} <= set(demo_15b) and demo_15b["choices"]["items"] == 0
+    assert max(demo_15b["choices"]["weights"], key=demo_15b["choices"]["weights"].get).endswith("qwen2.5-coder-1.5b")

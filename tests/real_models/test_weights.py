@@ -68,6 +68,9 @@ def test_the_larger_ensemble_by_name(tmp_path):
     _, checked = start_and_final("--ensemble", "demo-1.5b", "--confidence-check", "samples")
     assert "one more sampled answer of the 1.5B" in checked["confidence_from"]  # the one fitted with the check
     assert checked["evidence"]["witnesses"] in (0.0, 1.0) and checked["text"] == final["text"]
+    named, chosen = start_and_final("--ensemble", "demo-1.5b", "--choices", "yes,no", "--task", "boolq")
+    assert named["weights_from"] == "task" and named["calibrated_items"] == 100  # its own, shipped
+    assert "fitted on 100 labelled boolq train items" in named["notes"][-1] and chosen["text"] in ('"yes"', '"no"')
 
 
 def test_the_python_api_starts_from_a_calibration_and_model_exit_uses_it(tmp_path, monkeypatch):

@@ -200,7 +200,9 @@ def test_fit_keeps_other_ensembles_entries_and_can_take_choices_from_the_members
     monkeypatch.setattr(rep, "CALIBRATIONS", calibrations)
     out = tmp_path / "weights.json"
     out.write_text(json.dumps([{"key": "OTHER", "task": "t"}, {"key": "KEY", "task": "old"}]))
-    args = argparse.Namespace(train=tmp_path, labelled=100, ensemble_key="KEY", tasks=None, output=out, choices="members")
+    args = argparse.Namespace(
+        train=tmp_path, labelled=100, ensemble_key="KEY", tasks=None, output=out, choices="members"
+    )
     assert rep.cmd_fit(args) == 0
     entries = json.loads(out.read_text())
     assert [(e["key"], e["task"]) for e in entries] == [("OTHER", "t"), ("KEY", "t"), ("KEY", "choices")]

@@ -27,7 +27,18 @@ def test_what_ships_is_scored_against_uniform_the_old_source_and_the_best(tmp_pa
     train = write(tmp_path / "train", records("t", 150, 4) + records("u", 150, 5))
     confirm = write(tmp_path / "confirm", records("t", 80, 6) + records("u", 60, 7))
     out = tmp_path / "report.json"
-    argv = ["--train", str(train), "--confirm", str(confirm), "--ensemble-key", "KEY", "--old", GUESSES, "--output", str(out)]
+    argv = [
+        "--train",
+        str(train),
+        "--confirm",
+        str(confirm),
+        "--ensemble-key",
+        "KEY",
+        "--old",
+        GUESSES,
+        "--output",
+        str(out),
+    ]
     assert shp.main(argv) == 0
     report = json.loads(out.read_text())
     t, u, pooled = report["tasks"]["t"], report["tasks"]["u"], report["pooled"]
@@ -37,13 +48,17 @@ def test_what_ships_is_scored_against_uniform_the_old_source_and_the_best(tmp_pa
     assert t["accuracy"]["old"] != t["accuracy"]["task"] and set(t["paired"]) == {
         "task vs uniform", "task vs old", "task vs best", "choices vs uniform", "choices vs old"}  # fmt: skip
     assert t["paired"]["task vs best"] == {"ahead": 0, "behind": 0, "p": 1.0}
-    assert pooled["accuracy"]["uniform"] == pytest.approx((80 * t["accuracy"]["uniform"] + 60 * u["accuracy"]["uniform"]) / 140)
+    assert pooled["accuracy"]["uniform"] == pytest.approx(
+        (80 * t["accuracy"]["uniform"] + 60 * u["accuracy"]["uniform"]) / 140
+    )
     assert "pooled" in capsys.readouterr().out
 
 
 def test_an_ensemble_without_choices_weights_is_said_and_nothing_written(tmp_path, monkeypatch, capsys):
     shipped = tmp_path / "option_weights.json"
-    shipped.write_text(json.dumps([{"key": "KEY", "task": "t", "weights": {}, "priors": {}, "items": 1, "fitted_on": ""}]))
+    shipped.write_text(
+        json.dumps([{"key": "KEY", "task": "t", "weights": {}, "priors": {}, "items": 1, "fitted_on": ""}])
+    )
     monkeypatch.setattr(shp, "SHIPPED", shipped)
     out = tmp_path / "report.json"
     with pytest.raises(SystemExit):
