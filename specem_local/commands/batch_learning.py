@@ -160,9 +160,10 @@ class BatchLearning:
         if "label" in record and "option_scores" not in record:  # drafted: it taught nothing the first time
             return
         offered, scores = options_of(ask), _finite_scores(record.get("option_scores"))
+        assert offered is not None, "a labelled line's answer is among options (label_index)"
         sources = {source(m.name, way) for m in self.members for way in WAYS}
-        listed = record.get("options", list(offered.texts) if offered is not None else [])  # older records: IN's
-        if offered is None or not scores or not set(scores) <= sources or not _same(listed, offered.texts, scores):
+        listed = record.get("options", list(offered.texts))  # records before stop 70 hold none: IN's order
+        if not scores or not set(scores) <= sources or not _same(listed, offered.texts, scores):
             self.unscored += 1
             return
         order = [listed.index(text) for text in offered.texts]

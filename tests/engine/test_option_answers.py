@@ -470,3 +470,26 @@ def test_logprobs_asked_of_an_answer_among_options_are_the_option_whole_and_the_
         assert [t[0] for t in top] == ['"dog"', '"cat"']
         assert [t[1] for t in top] == pytest.approx([math.log(combined['"dog"']), math.log(combined['"cat"'])])
         assert events(ensemble, logprobs=0)[1].logprobs[0].top == ()
+
+
+def test_the_start_of_an_answer_among_options_says_who_answers_and_a_cancel_before_scoring_ends_it():
+    import threading
+
+    from specem_local.engine.option_answers import OptionsLoop
+    from specem_local.events import FinalEvent, StartEvent
+
+    with pets() as ensemble:
+        request = ensemble.prepare("Which pet?", schema=PETS)
+        start = events(ensemble)[0]
+        assert isinstance(start, StartEvent) and start.models == ("a", "b") and start.drafters == ()
+        assert start.prompt_tokens == {name: len(request.prompts[name]) for name in ("a", "b")}
+        assert start.plain_generation is False and start.absent == {}
+        alone = ensemble.prepare("Which pet?", schema=PETS, models=["a"])
+        assert next(iter(ensemble.stream(alone))).plain_generation is True
+        cancel = threading.Event()
+        cancel.set()
+        loop = OptionsLoop(request, ensemble.members, cancel, lambda settings, f, items: [f(i) for i in items],
+                           {"c": "gone"})  # fmt: skip
+        begun, final = list(loop.run())
+        assert isinstance(begun, StartEvent) and begun.absent == {"c": "gone"}
+        assert isinstance(final, FinalEvent) and final.finish_reason == "cancelled" and final.text == ""

@@ -98,6 +98,7 @@ GOOD = {"key": "k", "task": "t", "weights": {"asked:a": 0.5}, "priors": {"#2": {
         json.dumps([{**GOOD, "priors": {"#2": {"asked:a": [1.0]}}}]),  # one number for two options
         json.dumps([{**GOOD, "priors": {'["1", "2"]': {"asked:a": [1.0, 0.0, 0.0]}}}]),
         json.dumps([{**GOOD, "priors": {"[[1], [2]]": {"asked:a": [0.5, 0.5]}}}]),  # no texts: no set of them
+        json.dumps([{**GOOD, "priors": {"[1, 2]": {"asked:a": [0.5, 0.5]}}}]),
         json.dumps([{**GOOD, "priors": {'["1", "1"]': {"asked:a": [0.5, 0.5]}}}]),
         json.dumps([{**GOOD, "priors": {'{"a": 1}': {"asked:a": [0.5, 0.5]}}}]),
         json.dumps([{**GOOD, "priors": {"#2": {"asked:a": "12"}}}]),
@@ -259,3 +260,48 @@ def test_the_shipped_option_weights_are_the_built_in_ensembles_each_with_its_cho
     demo_15b = {entry["task"]: entry for entry in shipped if entry["key"] == keys[1]}
     assert {"arc_challenge", "mmlu"} <= set(demo_15b) and demo_15b["choices"]["items"] == 0
     assert max(demo_15b["choices"]["weights"], key=demo_15b["choices"]["weights"].get).endswith("qwen2.5-coder-1.5b")
+
+
+def test_a_prior_key_of_no_option_texts_says_so_and_a_weights_path_that_is_a_folder_cannot_be_read(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path))
+    user_weights_path().write_text(json.dumps([{**GOOD, "priors": {"[1, 2]": {"asked:a": [0.5, 0.5]}}}]))
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert "(a prior's key [1, 2] is not a list of distinct option texts)" in str(caught.value)
+    user_weights_path().unlink()
+    user_weights_path().mkdir()
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert str(caught.value) == f"cannot read the task weights in {user_weights_path()}: Is a directory"
+    assert caught.value.status == 500  # the server's file: nothing the request did
+
+
+def test_weights_are_kept_in_a_data_dir_made_with_its_parents_and_a_held_lock_is_waited_for_then_said(
+    tmp_path, monkeypatch
+):
+    import os
+
+    from specem_local.dirs import file_lock
+
+    monkeypatch.setenv("SPECEM_DATA_DIR", str(tmp_path / "a" / "b" / "data"))
+    keep_task_weights([], TaskWeights("t", {"asked:a": 1.0}, {}, 3, "three"))
+    assert task_weights([], "t").items == 3  # type: ignore[union-attr]
+    monkeypatch.setattr(task_weights_module, "LOCK_WAIT", 0.2)
+    lock = user_weights_path().with_name(".option_weights.json.lock")
+    held = file_lock(lock, "a test", 1.0)  # another specem keeping weights: its own descriptor, so it conflicts
+    with held, pytest.raises(SpecemError) as caught:
+        keep_task_weights([], TaskWeights("t", {"asked:a": 1.0}, {}, 4, "four"))
+    assert str(caught.value) == (
+        f"another specem is changing {user_weights_path()} (it holds {lock}); try again when it is done"
+    )
+    assert task_weights([], "t").items == 3 and os.path.exists(lock)  # type: ignore[union-attr]
+
+
+def test_twenty_options_are_scored_not_one_more_and_texts_keep_their_letters_and_branches_their_descriptions():
+    assert opt.options_in({"enum": list(range(100, 120))}) is not None
+    assert opt.options_in({"enum": list(range(100, 121))}) is None
+    assert opt.options_in({"enum": ["thé", "café"]}).texts == ('"thé"', '"café"')  # type: ignore[union-attr]
+    described = {"oneOf": [{"const": "a", "description": "first"}, {"const": "b", "title": "B", "type": "string"}]}
+    assert opt.options_in(described).values == ("a", "b")  # type: ignore[union-attr]

@@ -53,10 +53,25 @@ def test_a_think_that_is_no_switch_nor_level_is_a_400_naming_it(think):
         with pytest.raises(ApiError) as caught:
             parse(body)
         assert caught.value.status == 400 and caught.value.param == "think"
-        assert "think must be true, false" in caught.value.message
+        assert caught.value.message == f'think must be true, false, "low", "medium" or "high"; got {repr(think)[:40]}'
 
 
 @pytest.mark.parametrize("think", [True, False, "low", "medium", "high", None])
 def test_a_think_switch_or_level_is_taken(think):
     parsed = ol.parse_chat({"model": "specem", "messages": [{"role": "user", "content": "hi"}], "think": think})
     assert parsed.ask.think == think
+
+
+def test_a_long_think_is_cut_in_its_error_and_images_or_an_openai_field_on_the_top_level_are_400s_naming_them():
+    with pytest.raises(ApiError) as caught:
+        ol.parse_generate({"model": "specem", "prompt": "hi", "think": "x" * 100})
+    assert caught.value.message.endswith(f"got {repr('x' * 100)[:40]}") and len(caught.value.message) < 100
+    with pytest.raises(ApiError) as caught:
+        ol.parse_generate({"model": "specem", "prompt": "hi", "images": ["aGk="]})
+    said = (caught.value.status, caught.value.message, caught.value.param)
+    assert said == (400, "images is not supported by the specem ensemble; remove 'images'", "images")
+    for name in ("task", "choice_points"):
+        with pytest.raises(ApiError) as caught:
+            ol.parse_chat({"model": "specem", "messages": [{"role": "user", "content": "hi"}], name: "x"})
+        assert (caught.value.status, caught.value.param) == (400, name)
+    assert ol.parse_generate({"model": "specem", "prompt": "hi", "images": []})  # empty: nothing to refuse

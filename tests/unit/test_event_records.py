@@ -123,3 +123,26 @@ def test_a_message_that_is_no_prompt_text_says_which_part_and_where(message, sai
 
 def test_a_calls_arguments_that_are_not_json_are_read_as_their_text():
     Message("assistant", "", calls=(ToolUse("f", {"when": datetime.date(2026, 1, 2), "ü": "é"}),))  # no error
+
+
+@pytest.mark.parametrize(
+    ("origin", "answers", "items", "choices", "said"),
+    [
+        ("built-in", 0, 20, 0, "the built-in calibration (20 items)"),
+        ("built-in", 0, 20, 14, "the built-in calibration (20 items) and 14 of your choices"),
+        ("calibrated", 0, 20, 0, "calibrated on 20 items"),
+        ("calibrated", 1, 20, 0, "calibrated on 20 items, then 1 answer"),
+        ("calibrated", 3, 20, 2, "calibrated on 20 items, then 3 answers and 2 of your choices"),
+        ("carried", 3, 0, 0, "carried over from 3 answers"),
+        ("carried", 1, 0, 1, "carried over from 1 answer and 1 of your choices"),
+        ("task", 0, 40, 0, "the task's weights, fitted on 40 labelled items"),
+        ("task", 0, 0, 0, "the task's weights (no labels)"),
+        ("uniform", 0, 0, 0, "every source equally (no weights kept for the task)"),
+        ("prior", 0, 0, 0, "the prior"),
+        ("prior", 0, 0, 5, "the prior and 5 of your choices"),
+    ],
+)
+def test_where_the_weights_came_from_is_said_in_words(origin, answers, items, choices, said):
+    from specem_local.events import origin_words
+
+    assert origin_words(origin, answers, items, choices) == said
