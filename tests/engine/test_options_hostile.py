@@ -270,6 +270,11 @@ def test_a_prior_key_of_no_option_texts_says_so_and_a_weights_path_that_is_a_fol
     with pytest.raises(SpecemError) as caught:
         task_weights([], "t")
     assert "(a prior's key [1, 2] is not a list of distinct option texts)" in str(caught.value)
+    long_key = json.dumps(["same"] * 20)
+    user_weights_path().write_text(json.dumps([{**GOOD, "priors": {long_key: {"asked:a": [0.05] * 20}}}]))
+    with pytest.raises(SpecemError) as caught:
+        task_weights([], "t")
+    assert f"(a prior's key {long_key[:60]} is not a list" in str(caught.value)  # cut at 60 characters
     user_weights_path().unlink()
     user_weights_path().mkdir()
     with pytest.raises(SpecemError) as caught:

@@ -112,3 +112,10 @@ def test_every_round_drafts_and_an_answer_ends_within_seconds(monkeypatch):
     ensemble.close()
     _, rounds, final = split(got)
     assert rounds and len(drafts) == len(rounds) == final.rounds
+
+
+def test_the_start_of_a_drafted_answer_carries_the_requests_notes_or_none():
+    with fake_ensemble(fake_member("a", '"x"'), fake_member("b", '"x"')) as ensemble:
+        start = next(iter(ensemble.stream(QUESTION, schema={"type": "string"}, stop=["q"])))
+        assert start.notes == ("stop strings are not applied to an answer with a format: it ends when whole",)
+        assert next(iter(ensemble.stream(QUESTION))).notes == ()

@@ -74,4 +74,5 @@ def test_a_long_think_is_cut_in_its_error_and_images_or_an_openai_field_on_the_t
         with pytest.raises(ApiError) as caught:
             ol.parse_chat({"model": "specem", "messages": [{"role": "user", "content": "hi"}], name: "x"})
         assert (caught.value.status, caught.value.param) == (400, name)
-    assert ol.parse_generate({"model": "specem", "prompt": "hi", "images": []})  # empty: nothing to refuse
+    for empty in ([], "", {}, None):  # nothing to refuse
+        assert ol.parse_generate({"model": "specem", "prompt": "hi", "images": empty})

@@ -146,3 +146,5 @@ def test_where_the_weights_came_from_is_said_in_words(origin, answers, items, ch
     from specem_local.events import origin_words
 
     assert origin_words(origin, answers, items, choices) == said
+    if not choices:
+        assert origin_words(origin, answers, items) == said  # none of your choices unless said
