@@ -96,7 +96,7 @@ for module in "$@"; do
     engine/prediction.py|engine/member.py|engine/drafted.py)
       selection='["tests/engine/test_prediction.py", "tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_contrastive.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/server/test_prediction_routes.py"]' ;;
     engine/answer_events.py)
-      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_round_fields.py", "tests/engine/test_evidence.py", "tests/engine/test_lost_members.py", "tests/engine/test_thinking.py", "tests/engine/test_prediction.py", "tests/engine/test_contrastive.py", "tests/engine/test_token_contrast.py", "tests/engine/test_answer_stream_exact.py", "tests/engine/test_carried_weights.py", "tests/engine/test_choices.py", "tests/engine/test_draft_budget.py", "tests/server/test_prediction_routes.py"]' ;;
+      selection='["tests/engine/test_round.py", "tests/engine/test_round_exact.py", "tests/engine/test_round_fields.py", "tests/engine/test_evidence.py", "tests/engine/test_lost_members.py", "tests/engine/test_thinking.py", "tests/engine/test_prediction.py", "tests/engine/test_contrastive.py", "tests/engine/test_token_contrast.py", "tests/engine/test_answer_stream_exact.py", "tests/engine/test_carried_weights.py", "tests/engine/test_choices.py", "tests/engine/test_draft_budget.py", "tests/engine/test_vote_gate.py", "tests/server/test_prediction_routes.py"]' ;;
     engine/segments.py) selection='["tests/engine/test_segments.py", "tests/engine/test_round.py"]' ;;
     server/*) selection='["tests/server"]' ;;  # after every server/ case above: a case's first match wins
     engine/*) selection='["tests/engine", "tests/server"]' ;;
