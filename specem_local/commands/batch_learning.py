@@ -64,7 +64,11 @@ def _finite_scores(value: Any) -> dict[str, list[float]] | None:
 
 def _same(listed: Any, texts: tuple[str, ...], scores: dict[str, list[float]]) -> bool:
     """Whether a record's options are these, in some order, and each score list has one for each."""
-    if not isinstance(listed, list) or sorted(map(str, listed)) != sorted(texts) or len(listed) != len(texts):
+    if (
+        not isinstance(listed, list)
+        or not all(isinstance(text, str) for text in listed)
+        or sorted(listed) != sorted(texts)
+    ):
         return False
     return all(len(values) == len(texts) for values in scores.values())
 
@@ -199,7 +203,7 @@ class BatchLearning:
                 f"{len(usable)} labelled lines of {self.source.name} (a learning batch)",
             )
             self.kept[task] = (keep_task_weights(self.members, fitted), len(usable))
-        except (SpecemError, OSError, ValueError) as error:  # not read or kept: the answers go on, said at the end
+        except SpecemError as error:  # weights not read or kept (keep_task_weights says why): the answers go on
             self.failure = self.failure or str(error)
 
     def said(self) -> None:

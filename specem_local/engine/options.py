@@ -30,6 +30,7 @@ from specem_local.engine.schemas import resolve
 WAYS = ("asked", "scored")
 MAX_OPTIONS = 20  # beyond this an answer is not a choice among options but a vocabulary
 MAX_REFS = 32  # local references followed to reach one schema (a loop of them gives up)
+ASIDE = ANNOTATIONS | {"$schema", "$id"}  # keys that allow nothing less
 FLOOR = 1e-9  # no probability is taken as exactly 0 (a log of it, a division by it)
 PLAIN_CUE = "Answer:"  # what the scored way's plain-text prompt ends with
 LABELS = "labels"  # among a task's priors: how often each option is right (a source's name has a colon)
@@ -79,9 +80,6 @@ def followed(root: Any, node: Any) -> Any:
             return node
         node = resolve(root, node["$ref"])  # a node that refers came from root: root is an object
     return None
-
-
-ASIDE = ANNOTATIONS | {"$schema", "$id"}  # keys that allow nothing less
 
 
 def _values(schema: Any) -> list[Any] | None:

@@ -258,6 +258,9 @@ def test_only_whole_labelled_records_of_out_are_learnt_from_again(members, tmp_p
     assert kept.answer == 1 and kept.scores == good and kept.options.texts == ('"café"', '"thé"')
     learning.resumed(ask, 0, {"option_scores": {"asked:a": [-3, -4.0]}, "options": ['"thé"', '"café"']})
     assert learning.labelled["choices"][1].scores == {"asked:a": [-4.0, -3.0]}  # put in IN's order
+    numbers = ask_from("Which?", {"schema": {"enum": [1, 2]}})  # texts "1" and "2"
+    learning.resumed(numbers, 0, {"option_scores": good, "options": [1, 2]})  # the values, not their texts
+    assert len(learning.labelled["choices"]) == 2 and learning.unscored == 14
     assert learning.task_of(ask_from("x", {"task": "mine"})) == "mine" and learning.task_of(ask) == "choices"
     named = type(learning)(members, "pets", tmp_path / "in.jsonl")  # --task pets
     assert named.task_of(ask) == "pets" and named.task_of(ask_from("x", {"task": ""})) == "choices"  # as answered
