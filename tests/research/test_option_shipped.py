@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from specem_local.engine import TaskWeights
 from specem_research import option_shipped as shp
 from tests.research.test_option_report import GUESSES, KNOWS, LEANS, records
 
@@ -24,6 +25,8 @@ def test_what_ships_is_scored_against_uniform_the_old_source_and_the_best(tmp_pa
         {"key": "OTHER", "task": "t", "weights": {LEANS: 1.0}, "priors": {}, "items": 1, "fitted_on": "o"},
     ]))  # fmt: skip
     monkeypatch.setattr(shp, "SHIPPED", shipped)
+    monkeypatch.setattr(shp, "FIVE", ("t", "u"))  # each task's other_tasks: the other one
+    monkeypatch.setattr(shp, "members_choices", lambda key: TaskWeights("choices", {KNOWS: 1.0}, {}, 0, key))
     train = write(tmp_path / "train", records("t", 150, 4) + records("u", 150, 5))
     confirm = write(tmp_path / "confirm", records("t", 80, 6) + records("u", 60, 7))
     out = tmp_path / "report.json"
@@ -52,6 +55,10 @@ def test_what_ships_is_scored_against_uniform_the_old_source_and_the_best(tmp_pa
         (80 * t["accuracy"]["uniform"] + 60 * u["accuracy"]["uniform"]) / 140
     )
     assert "pooled" in capsys.readouterr().out
+    chosen = report["label_free_on_train"]  # on the train items past the labelled 100: 50 of t, 50 of u
+    assert set(chosen) == {"t", "u", "pooled"} and set(chosen["t"]["accuracy"]) == set(shp.LABEL_FREE)
+    assert chosen["t"]["accuracy"]["members"] > 0.75 > chosen["t"]["accuracy"]["uniform"]  # the members know
+    assert sum(chosen["pooled"]["paired"]["members vs uniform"][k] for k in ("ahead", "behind")) <= 100
 
 
 def test_an_ensemble_without_choices_weights_is_said_and_nothing_written(tmp_path, monkeypatch, capsys):
