@@ -246,13 +246,14 @@ def test_only_whole_labelled_records_of_out_are_learnt_from_again(members, tmp_p
         {"label": "thé", "option_scores": {**good, "asked:gone": [-1.0, -2.0]}},  # a member no longer here
         {"label": "thé", "option_scores": good, "options": ['"café"', '"milk"']},  # other options
         {"label": "thé", "option_scores": good, "options": '"café", "thé"'},
+        {"label": "thé", "option_scores": good, "options": {'"café"': 0, '"thé"': 1}},  # its keys are no list
         {"option_scores": good, "options": ['"café"']},
         {"id": "1", "text": '"thé"'},  # answered before it had a label
     ):
         learning.resumed(ask, 1, record)
-    assert not learning.labelled["choices"] and learning.unscored == 13
+    assert not learning.labelled["choices"] and learning.unscored == 14
     learning.resumed(ask, 1, {"label": "thé"})  # drafted: it taught nothing the first time, nor now
-    assert not learning.labelled["choices"] and learning.unscored == 13
+    assert not learning.labelled["choices"] and learning.unscored == 14
     learning.resumed(ask, 1, {"label": "café", "option_scores": good})  # IN's label wins (an edited IN)
     [kept] = learning.labelled["choices"]
     assert kept.answer == 1 and kept.scores == good and kept.options.texts == ('"café"', '"thé"')
@@ -260,7 +261,7 @@ def test_only_whole_labelled_records_of_out_are_learnt_from_again(members, tmp_p
     assert learning.labelled["choices"][1].scores == {"asked:a": [-4.0, -3.0]}  # put in IN's order
     numbers = ask_from("Which?", {"schema": {"enum": [1, 2]}})  # texts "1" and "2"
     learning.resumed(numbers, 0, {"option_scores": good, "options": [1, 2]})  # the values, not their texts
-    assert len(learning.labelled["choices"]) == 2 and learning.unscored == 14
+    assert len(learning.labelled["choices"]) == 2 and learning.unscored == 15
     assert learning.task_of(ask_from("x", {"task": "mine"})) == "mine" and learning.task_of(ask) == "choices"
     named = type(learning)(members, "pets", tmp_path / "in.jsonl")  # --task pets
     assert named.task_of(ask) == "pets" and named.task_of(ask_from("x", {"task": ""})) == "choices"  # as answered
